@@ -1,0 +1,482 @@
+"""One poll of one operation, in the order of DESIGN.md section 4.
+
+    load operation; stop if terminal or needs_attention
+    if now >= deadline_at:            escalate deadline_exceeded; stop   (no request)
+    if used >= max_status_requests:   escalate request_budget_exhausted; stop
+    if now < next_poll_at:            not due - never "catch up" missed polls; stop
+    claim: compare-and-set fence (only one worker wins); reload the operation
+    increment status_requests_used, persist                 <- before sending
+    send ONE status GET
+    in one short transaction, fenced: record StatusCheck, decision, audit entry, next_poll_at
+
+No database lock is held across the HTTP call. Locks are always taken in the same order
+(provider account, then operation, then the audit head last) so concurrent writers cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import time
+from datetime import datetime, timedelta
+from enum import StrEnum
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from operations import audit, http, pacing
+from operations.callbacks import record_event
+from operations.models import Operation, ProviderAccount, ProviderProfile, StatusCheck
+from operations.polling.decide import Action, Bounds, Decision, Observation, Policy, decide
+from operations.polling.gate import Gate, before_send
+from operations.polling.states import StateTable
+from operations.vocabulary import POLLABLE_STATUSES, TERMINAL_STATUSES, DelaySource, Reason, Status
+
+logger = logging.getLogger(__name__)
+
+_rng = random.SystemRandom()
+# Waiting for a send slot holds a worker; beyond this the poll is deferred instead.
+MAX_SLOT_WAIT_S = 2.0
+MAX_WARNINGS_KEPT = 20
+
+
+class PollResult(StrEnum):
+    POLLED = "polled"
+    NOT_DUE = "not_due"
+    STALE = "stale"  # the fence moved: a redelivered or superseded task; nothing written
+    STOPPED = "stopped"  # terminal or with a human
+    ESCALATED = "escalated"  # escalated before sending (deadline, budget, approval)
+    DEFERRED = "deferred"  # provider account paused or over its rate: rescheduled, not charged
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def policy_for(profile: ProviderProfile) -> Policy:
+    return Policy(
+        profile_slug=profile.slug,
+        state_field=profile.state_field,
+        table=StateTable(
+            pending=frozenset(profile.pending_states),
+            success=frozenset(profile.success_states),
+            failure=frozenset(profile.failure_states),
+            cancelled=frozenset(profile.cancelled_states),
+            expired=frozenset(profile.expired_states),
+        ),
+        required_result_fields=tuple(profile.required_result_fields),
+        expiry_field=profile.expiry_field,
+        progress_field=profile.progress_field,
+        counts_fields=dict(profile.counts_fields or {}),
+        poll_hint_seconds_field=profile.poll_hint_seconds_field,
+        poll_hint_time_field=profile.poll_hint_time_field,
+        base_delay_s=profile.base_delay_s,
+        max_delay_s=profile.max_delay_s,
+        jitter_floor=profile.jitter_floor,
+        not_found_grace_s=profile.not_found_grace_s,
+        rate_limited_delay_s=settings.POLL_RATE_LIMITED_DELAY_S,
+        hint_floor_s=settings.POLL_HINT_FLOOR_S,
+        hint_cap_s=settings.POLL_HINT_CAP_S,
+        hint_absurd_s=float(settings.OPERATION_MAX_DEADLINE_S),
+        error_cap_bytes=settings.PROVIDER_ERROR_CAP_BYTES,
+    )
+
+
+def bounds_for(op: Operation) -> Bounds:
+    return Bounds(
+        registered_at=op.created_at,
+        deadline_at=op.deadline_at,
+        requests_used=op.status_requests_used,
+        max_requests=op.max_status_requests,
+        transport_failures_used=op.transport_failures_used,
+        max_transport_failures=op.max_transport_failures,
+        backoff_attempt=op.backoff_attempt,
+        extra_pending=frozenset(op.extra_pending_states or ()),
+    )
+
+
+def status_url(profile: ProviderProfile, job_id: str) -> str:
+    # The job id is always one percent-encoded path segment: an agent can never steer the URL.
+    return profile.status_url.replace("{job_id}", quote(job_id, safe=""))
+
+
+def poll_once(
+    *, operation_id: str, fence: int, rng: random.Random | None = None, worker: str | None = None
+) -> PollResult:
+    """Poll one operation at most once, if `fence` still owns it. Safe to call twice."""
+    rng = rng or _rng
+    worker = worker or worker_name()
+    started_at = timezone.now()
+    op = Operation.objects.select_related("provider").filter(pk=operation_id).first()
+    if op is None or op.fence != fence:
+        return PollResult.STALE
+    profile = op.provider
+    gate = before_send(
+        status=op.status,
+        now=started_at,
+        deadline_at=op.deadline_at,
+        requests_used=op.status_requests_used,
+        max_requests=op.max_status_requests,
+        next_poll_at=op.next_poll_at,
+        per_call_approval=profile.approval_mode == ProviderProfile.ApprovalMode.PER_CALL,
+        approved_checks=op.approved_checks,
+    )
+    if gate.gate is Gate.STOP:
+        release(operation_id=op.pk, fence=fence)
+        return PollResult.STOPPED
+    if gate.gate is Gate.NOT_DUE:
+        release(operation_id=op.pk, fence=fence)
+        return PollResult.NOT_DUE
+    if gate.gate is Gate.ESCALATE:
+        assert gate.reason is not None
+        escalate_without_request(operation_id=op.pk, fence=fence, reason=gate.reason, explanation=gate.explanation)
+        return PollResult.ESCALATED
+
+    charged = _charge(op=op, fence=fence, worker=worker, started_at=started_at)
+    if isinstance(charged, PollResult):
+        return charged
+    op, check = charged
+    raw = http.send(
+        method="GET",
+        url=status_url(profile, op.provider_job_id),
+        headers=http.credential_headers(credential_env=profile.credential_env, auth_scheme=profile.auth_scheme),
+    )
+    received_at = timezone.now()
+    return _record(op=op, check=check, raw=raw, received_at=received_at, rng=rng)
+
+
+def _charge(
+    *, op: Operation, fence: int, worker: str, started_at: datetime
+) -> tuple[Operation, StatusCheck] | PollResult:
+    """Claim the poll (fence + 1) and charge the request before it is sent.
+
+    Waits briefly for the provider account's send allowance; a paused account or a long wait
+    defers the poll instead (not charged).
+    """
+    rate = op.provider.rate_limit_per_s
+    while True:
+        with transaction.atomic():
+            now = timezone.now()
+            account = pacing.lock_account(op.account)
+            if account.paused_until and account.paused_until > now:
+                _defer(
+                    op=op,
+                    fence=fence,
+                    until=account.paused_until,
+                    why=f"provider account paused: {account.pause_reason}",
+                )
+                return PollResult.DEFERRED
+            free_at = pacing.next_free_send(account=op.account, rate_per_s=rate, now=now)
+            if free_at <= now:
+                claimed = Operation.objects.filter(
+                    pk=op.pk,
+                    fence=fence,
+                    status__in=sorted(POLLABLE_STATUSES),
+                    status_requests_used__lt=F("max_status_requests"),
+                ).update(
+                    fence=fence + 1,
+                    status=Status.RUNNING,
+                    status_requests_used=F("status_requests_used") + 1,
+                    approved_checks=0,
+                    lease_owner=worker,
+                    lease_expires_at=now + timedelta(seconds=settings.POLL_LEASE_S),
+                    claimed_at=None,
+                    send_not_before=None,
+                    updated_at=now,
+                )
+                if claimed != 1:
+                    return PollResult.STALE
+                check = StatusCheck.objects.create(
+                    operation=op,
+                    account=op.account,
+                    fence=fence + 1,
+                    due_at=op.claim_due_at or op.next_poll_at,
+                    started_at=started_at,
+                    sent_at=now,
+                )
+                op.refresh_from_db()
+                return op, check
+            wait_s = (free_at - now).total_seconds()
+            if wait_s > MAX_SLOT_WAIT_S:
+                _defer(op=op, fence=fence, until=free_at, why=f"provider account {op.account} at its rate limit")
+                return PollResult.DEFERRED
+        time.sleep(wait_s)
+
+
+def _defer(*, op: Operation, fence: int, until: datetime, why: str) -> None:
+    """Reschedule without sending or charging. Runs inside the caller's transaction."""
+    now = timezone.now()
+    moved = Operation.objects.filter(pk=op.pk, fence=fence).update(
+        fence=fence + 1,
+        next_poll_at=until,
+        delay_source=DelaySource.PROVIDER_RETRY_AFTER,
+        lease_owner="",
+        lease_expires_at=None,
+        claimed_at=None,
+        send_not_before=None,
+        updated_at=now,
+    )
+    if moved:
+        audit.append(
+            entry_type="controller.decision",
+            actor=audit.SYSTEM_CONTROLLER,
+            operation_id=op.pk,
+            data=_decision_data(
+                op,
+                state=op.status,
+                decision="defer",
+                reason=why,
+                next_poll_at=until,
+                delay_source=DelaySource.PROVIDER_RETRY_AFTER,
+                delay_ms=round((until - now).total_seconds() * 1000),
+            ),
+        )
+
+
+def release(*, operation_id: str, fence: int) -> bool:
+    """Give up a claim without polling: the fence moves so a duplicate task is a no-op."""
+    return bool(
+        Operation.objects.filter(pk=operation_id, fence=fence).update(
+            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None, send_not_before=None
+        )
+    )
+
+
+def escalate_without_request(*, operation_id: str, fence: int | None, reason: Reason, explanation: str) -> bool:
+    """Hand the operation to a human without spending a request (deadline, budget, approval)."""
+    from escalations.services import escalation_open
+
+    with transaction.atomic():
+        query = Operation.objects.select_for_update().select_related("provider").filter(pk=operation_id)
+        if fence is not None:
+            query = query.filter(fence=fence)
+        op = query.filter(status__in=sorted(POLLABLE_STATUSES)).first()
+        if op is None:
+            return False
+        now = timezone.now()
+        op.status = Status.NEEDS_ATTENTION
+        op.next_poll_at = None
+        op.fence += 1
+        op.lease_owner, op.lease_expires_at, op.claimed_at, op.send_not_before = "", None, None, None
+        op.sequence += 1
+        op.updated_at = now
+        op.save()
+        audit.append(
+            entry_type="controller.decision",
+            actor=audit.SYSTEM_CONTROLLER,
+            operation_id=op.pk,
+            data=_decision_data(op, state=op.status, decision="escalate", reason=f"{reason}: {explanation}"),
+        )
+        escalation_open(operation=op, reason=reason, detail=explanation, context={"http_status": None})
+    return True
+
+
+def _record(
+    *, op: Operation, check: StatusCheck, raw: http.RawResponse, received_at: datetime, rng: random.Random
+) -> PollResult:
+    """Interpret the response and write everything in one short, fenced transaction."""
+    from escalations.services import escalation_open
+
+    observation = Observation(
+        received_at=received_at,
+        http_status=raw.http_status if raw.transport_error is None else None,
+        headers=raw.headers,
+        body=raw.body,
+        transport_error=raw.transport_error,
+        transport_detail=raw.transport_detail,
+    )
+    profile = op.provider
+    decision = decide(policy=policy_for(profile), bounds=bounds_for(op), observation=observation, rng=rng)
+    request_id = ""
+    if profile.request_id_header:
+        request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
+    retry_after = ", ".join(raw.headers.get("retry-after", ()))[:200]
+    with transaction.atomic():
+        if decision.account_pause_until is not None:
+            _pause_account(op=op, until=decision.account_pause_until, http_status=raw.http_status)
+        current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
+        if current is None:
+            # A newer claim owns the operation; this late answer writes nothing.
+            logger.info("late result for %s (fence %s) discarded", op.pk, check.fence)
+            return PollResult.STALE
+        _fill_check(check, raw=raw, decision=decision, received_at=received_at, request_id=request_id)
+        if current.status in TERMINAL_STATUSES:
+            return _record_after_terminal(current, check, decision, raw, request_id, retry_after)
+        _apply(current, decision, received_at=received_at, http_status=raw.http_status)
+        check.save()
+        audit.append(
+            entry_type="controller.decision",
+            actor=audit.SYSTEM_CONTROLLER,
+            operation_id=current.pk,
+            data=_decision_data(
+                current,
+                state=current.status,
+                decision=decision.code,
+                reason=decision.explanation
+                if decision.reason is None
+                else f"{decision.reason}: {decision.explanation}",
+                next_poll_at=current.next_poll_at,
+                delay_source=decision.delay_source,
+                delay_ms=decision.delay_ms,
+                http_status=observation.http_status,
+                provider_state=decision.provider_state,
+                interpreted_state=decision.interpreted_state,
+                provider_request_id=request_id or None,
+                retry_after=retry_after or None,
+            ),
+            at=received_at,
+        )
+        if decision.action is Action.ESCALATE:
+            assert decision.reason is not None
+            escalation_open(
+                operation=current,
+                reason=decision.reason,
+                detail=decision.explanation,
+                context={
+                    "http_status": observation.http_status,
+                    "provider_state": decision.provider_state,
+                    "interpreted_state": decision.interpreted_state,
+                    "transport_error": raw.transport_error,
+                },
+            )
+        elif decision.action is Action.COMPLETE:
+            record_event(operation=current, event_type="operation.completed")
+    return PollResult.POLLED
+
+
+def _fill_check(
+    check: StatusCheck, *, raw: http.RawResponse, decision: Decision, received_at: datetime, request_id: str
+) -> None:
+    check.received_at = received_at
+    check.http_status = raw.http_status
+    check.provider_request_id = request_id
+    check.retry_after = ", ".join(raw.headers.get("retry-after", ()))[:200]
+    check.body_digest = raw.body_digest
+    check.body_bytes = raw.body_bytes or None
+    check.transport_error = raw.transport_error or ""
+    check.provider_state = decision.provider_state or ""
+    check.interpreted_state = decision.interpreted_state
+    check.decision = decision.code
+    check.reason = decision.explanation if decision.reason is None else f"{decision.reason}: {decision.explanation}"
+    check.delay_source = decision.delay_source or ""
+    check.delay_ms = decision.delay_ms
+    check.next_poll_at = decision.next_poll_at
+    check.charged_transport = decision.charge_transport
+    check.warnings = list(decision.warnings)
+
+
+def _apply(op: Operation, decision: Decision, *, received_at: datetime, http_status: int | None) -> None:
+    op.last_http_status = http_status
+    op.last_polled_at = received_at
+    if decision.provider_state is not None:
+        op.last_provider_state = decision.provider_state[:200]
+    if decision.progress_percent is not None:
+        op.progress_percent = max(op.progress_percent or 0, decision.progress_percent)
+    if decision.progress_counts is not None:
+        op.progress_counts = decision.progress_counts
+    if decision.charge_transport:
+        op.transport_failures_used += 1
+    op.backoff_attempt = decision.backoff_attempt
+    if decision.warnings:
+        op.warnings = (list(op.warnings or []) + list(decision.warnings))[-MAX_WARNINGS_KEPT:]
+    op.status = decision.status
+    if decision.action is Action.WAIT:
+        op.next_poll_at = decision.next_poll_at
+        op.delay_source = decision.delay_source or ""
+    else:
+        op.next_poll_at = None
+    if decision.action is Action.COMPLETE:
+        op.result = decision.result
+        op.error = decision.error
+        op.completed_at = received_at
+    op.fence += 1
+    op.lease_owner, op.lease_expires_at, op.claimed_at, op.send_not_before = "", None, None, None
+    op.sequence += 1
+    op.updated_at = received_at
+    op.save()
+
+
+def _record_after_terminal(
+    op: Operation, check: StatusCheck, decision: Decision, raw: http.RawResponse, request_id: str, retry_after: str
+) -> PollResult:
+    """The operation ended (closed, cancelled) while this request was in flight: keep the
+    provider's answer as evidence and a warning, never as a second completion."""
+    warning = (
+        f"provider reported {decision.provider_state or decision.interpreted_state!r} "
+        f"after the operation was already {op.status}; status unchanged"
+    )
+    check.decision = "ignored_after_terminal"
+    check.warnings = [*check.warnings, warning]
+    check.save()
+    op.warnings = (list(op.warnings or []) + [warning])[-MAX_WARNINGS_KEPT:]
+    op.last_http_status = raw.http_status
+    op.last_polled_at = check.received_at
+    op.fence += 1
+    op.lease_owner, op.lease_expires_at = "", None
+    op.save(
+        update_fields=["warnings", "last_http_status", "last_polled_at", "fence", "lease_owner", "lease_expires_at"]
+    )
+    audit.append(
+        entry_type="controller.decision",
+        actor=audit.SYSTEM_CONTROLLER,
+        operation_id=op.pk,
+        data=_decision_data(
+            op,
+            state=op.status,
+            decision="ignored_after_terminal",
+            reason=warning,
+            http_status=raw.http_status,
+            provider_state=decision.provider_state,
+            interpreted_state=decision.interpreted_state,
+            provider_request_id=request_id or None,
+            retry_after=retry_after or None,
+        ),
+        at=check.received_at,
+    )
+    return PollResult.POLLED
+
+
+def _pause_account(*, op: Operation, until: datetime, http_status: int | None) -> None:
+    """A 429/503 with Retry-After pauses every operation of the provider account until then."""
+    account = pacing.lock_account(op.account)
+    if account.paused_until and account.paused_until >= until:
+        return
+    reason = f"{http_status} with Retry-After on {op.pk}"
+    ProviderAccount.objects.filter(pk=account.pk).update(paused_until=until, pause_reason=reason[:300])
+    Operation.objects.filter(account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until).exclude(
+        pk=op.pk
+    ).update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER)
+    audit.append(
+        entry_type="provider.paused",
+        actor=audit.SYSTEM_CONTROLLER,
+        operation_id=op.pk,
+        data={"account": op.account, "paused_until": audit.iso(until), "http_status": http_status, "reason": reason},
+    )
+
+
+def _decision_data(op: Operation, *, state: str, decision: str, reason: str, **fields: object) -> dict:
+    data: dict[str, object] = {
+        "state": str(state),
+        "next_poll_at": None,
+        "delay_source": None,
+        "delay_ms": None,
+        "request_count": op.status_requests_used,
+        "max_requests": op.max_status_requests,
+        "transport_failures": op.transport_failures_used,
+        "max_transport_failures": op.max_transport_failures,
+        "deadline": audit.iso(op.deadline_at),
+        "decision": decision,
+        "reason": reason,
+    }
+    for key, value in fields.items():
+        if isinstance(value, datetime):
+            value = audit.iso(value)
+        elif isinstance(value, StrEnum):
+            value = str(value)
+        data[key] = value
+    return data

@@ -1,0 +1,23 @@
+from operations.models.account import ProviderAccount
+from operations.models.agent import Agent, AgentToken, IdempotencyKey
+from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead
+from operations.models.authorization import Authorization
+from operations.models.callback import CallbackDelivery
+from operations.models.operation import Operation
+from operations.models.profile import ProviderProfile
+from operations.models.status_check import StatusCheck
+
+__all__ = [
+    "Agent",
+    "AgentToken",
+    "AuditCheckpoint",
+    "AuditEntry",
+    "AuditHead",
+    "Authorization",
+    "CallbackDelivery",
+    "IdempotencyKey",
+    "Operation",
+    "ProviderAccount",
+    "ProviderProfile",
+    "StatusCheck",
+]

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from operations.vocabulary import (
+    NOT_DONE_STATUSES,
+    POLLABLE_STATUSES,
+    TERMINAL_STATUSES,
+    DelaySource,
+    Status,
+    choices_of,
+)
+
+
+class Operation(models.Model):
+    """One watched provider job and the bounds pollerdash may spend on it (DESIGN.md section 3).
+
+    The row is committed, with its first Authorization, before the first poll. The counters
+    `status_requests_used` and `transport_failures_used` only ever grow: every request sent is
+    charged before it is sent, including one whose answer is lost.
+    """
+
+    id = models.CharField(primary_key=True, max_length=32, editable=False)
+    agent = models.ForeignKey(
+        "operations.Agent", on_delete=models.PROTECT, null=True, blank=True, related_name="operations"
+    )
+    # Who registered it, for people: "agent:<name>" or "operator:<username>".
+    registered_by = models.CharField(max_length=200)
+    provider = models.ForeignKey("operations.ProviderProfile", on_delete=models.PROTECT, related_name="operations")
+    account = models.CharField(max_length=64)
+    provider_job_id = models.CharField(max_length=200)
+    request_fingerprint = models.CharField(max_length=200, blank=True)
+    purpose = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    callback_url = models.CharField(max_length=2048, blank=True)
+
+    status = models.CharField(max_length=24, choices=choices_of(Status), default=Status.PENDING.value)
+    # Bounds of the current Authorization (copied here so the hot path reads one row).
+    deadline_at = models.DateTimeField()
+    business_deadline_at = models.DateTimeField(null=True, blank=True)
+    max_status_requests = models.PositiveIntegerField()
+    max_transport_failures = models.PositiveIntegerField()
+    status_requests_used = models.PositiveIntegerField(default=0)
+    transport_failures_used = models.PositiveIntegerField(default=0)
+    # Consecutive waits decided by local backoff; the exponent of base_delay_s * 2**attempt.
+    backoff_attempt = models.PositiveIntegerField(default=0)
+    # States a human told pollerdash to treat as pending for this operation (treat_as_pending).
+    extra_pending_states = models.JSONField(default=list, blank=True)
+    # per_call approval mode: a human approved exactly one status request.
+    approved_checks = models.PositiveIntegerField(default=0)
+
+    last_provider_state = models.CharField(max_length=200, blank=True)
+    last_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    next_poll_at = models.DateTimeField(null=True, blank=True)
+    delay_source = models.CharField(max_length=32, choices=choices_of(DelaySource), blank=True)
+    progress_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    progress_counts = models.JSONField(null=True, blank=True)
+
+    # The single owner of the next poll: the dispatcher's claim, carried by the worker.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fence = models.BigIntegerField(default=0)
+    # When the current claim was made and the due time it served (dispatch lag = start - due).
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_due_at = models.DateTimeField(null=True, blank=True)
+    # Earliest send time reserved for this claim in the provider account's pacing.
+    send_not_before = models.DateTimeField(null=True, blank=True)
+
+    sequence = models.BigIntegerField(default=1)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    warnings = models.JSONField(default=list, blank=True)
+
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.CharField(max_length=280, blank=True)
+    # requested | forwarded | not_supported | failed_to_forward | confirmed
+    cancel_state = models.CharField(max_length=24, blank=True)
+
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # One live watch per agent and provider job: a second register replays or conflicts.
+            models.UniqueConstraint(
+                fields=["agent", "provider", "provider_job_id"],
+                condition=Q(status__in=sorted(NOT_DONE_STATUSES)),
+                name="one_live_operation_per_agent_job",
+            ),
+            models.CheckConstraint(
+                condition=Q(status_requests_used__lte=models.F("max_status_requests")),
+                name="requests_used_within_budget",
+            ),
+        ]
+        indexes = [
+            # The dispatcher's due scan touches only pollable rows.
+            models.Index(
+                fields=["next_poll_at"],
+                condition=Q(status__in=sorted(POLLABLE_STATUSES)),
+                name="operation_due_idx",
+            ),
+            models.Index(
+                fields=["deadline_at"],
+                condition=Q(status__in=sorted(POLLABLE_STATUSES)),
+                name="operation_deadline_idx",
+            ),
+            models.Index(fields=["agent", "status", "created_at"], name="operation_agent_idx"),
+            models.Index(fields=["status", "created_at"], name="operation_status_idx"),
+            models.Index(fields=["provider_job_id"], name="operation_job_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def requests_left(self) -> int:
+        return max(0, self.max_status_requests - self.status_requests_used)

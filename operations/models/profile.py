@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class ProviderProfile(models.Model):
+    """One integration's state table and polling policy (DESIGN.md section 2).
+
+    Validation of a whole profile lives in operations/profiles.py, shared by `loadprofiles` and
+    the admin form, so a profile can never be saved half-valid from either side.
+    """
+
+    class ApprovalMode(models.TextChoices):
+        SESSION = "session", "session"
+        PER_CALL = "per_call", "per call"
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    # Provider account context: rate limits and provider-wide pauses apply per account, across
+    # every profile that names it.
+    account = models.CharField(max_length=64)
+    status_url = models.CharField(max_length=500)
+    job_id_pattern = models.CharField(max_length=500)
+    state_field = models.CharField(max_length=200)
+    pending_states = models.JSONField(default=list, blank=True)
+    success_states = models.JSONField(default=list, blank=True)
+    failure_states = models.JSONField(default=list, blank=True)
+    cancelled_states = models.JSONField(default=list, blank=True)
+    expired_states = models.JSONField(default=list, blank=True)
+    required_result_fields = models.JSONField(default=list, blank=True)
+    expiry_field = models.CharField(max_length=200, blank=True)
+    progress_field = models.CharField(max_length=200, blank=True)
+    counts_fields = models.JSONField(default=dict, blank=True)
+    poll_hint_seconds_field = models.CharField(max_length=200, blank=True)
+    poll_hint_time_field = models.CharField(max_length=200, blank=True)
+    request_id_header = models.CharField(max_length=100, blank=True)
+    credential_env = models.CharField(max_length=100, blank=True)
+    auth_scheme = models.CharField(max_length=40, blank=True, default="Bearer")
+    base_delay_s = models.FloatField(default=5)
+    max_delay_s = models.FloatField(default=120)
+    jitter_floor = models.FloatField(default=0.5)
+    default_deadline_s = models.PositiveIntegerField(default=2400)
+    default_max_status_requests = models.PositiveIntegerField(default=12)
+    default_max_transport_failures = models.PositiveIntegerField(default=3)
+    not_found_grace_s = models.FloatField(default=60)
+    rate_limit_per_s = models.FloatField(default=10)
+    cancel_method = models.CharField(max_length=10, blank=True)
+    cancel_url = models.CharField(max_length=500, blank=True)
+    console_url = models.CharField(max_length=500, blank=True)
+    approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.SESSION)
+    extension_options = models.JSONField(default=list, blank=True)
+    max_extensions = models.PositiveIntegerField(default=3)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def has_cancel(self) -> bool:
+        return bool(self.cancel_method and self.cancel_url)

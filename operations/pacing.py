@@ -1,0 +1,62 @@
+"""Provider-account pacing: `rate_limit_per_s` across every operation, process and host.
+
+The limit is enforced where the request is charged: under a row lock on the account, pollerdash
+counts the requests it sent to that account in the last window and charges this one only if it
+fits. The dispatcher also admits no more claims per account than the window allows, so workers
+never queue up behind a slow account.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from operations.models import ProviderAccount, StatusCheck
+
+# The window is stretched a little past one second so that jitter between our clock and the
+# provider's arrival times cannot fit one request too many into any real one-second window.
+WINDOW_MARGIN = 1.03
+
+
+@dataclass(frozen=True)
+class Allowance:
+    window: timedelta
+    max_in_window: int
+
+
+def allowance(rate_per_s: float) -> Allowance:
+    """N requests per window: rate 10/s -> 10 per 1.03 s; rate 0.5/s -> 1 per 2.06 s."""
+    base_s = max(1.0, 1.0 / rate_per_s)
+    return Allowance(
+        window=timedelta(seconds=base_s * WINDOW_MARGIN),
+        max_in_window=max(1, math.floor(rate_per_s * base_s)),
+    )
+
+
+def lock_account(name: str) -> ProviderAccount:
+    """The account row, locked for this transaction (created on first use)."""
+    account, _ = ProviderAccount.objects.get_or_create(name=name)
+    return ProviderAccount.objects.select_for_update().get(pk=account.pk)
+
+
+def next_free_send(*, account: str, rate_per_s: float, now: datetime) -> datetime:
+    """Earliest time a request to this account fits the allowance (`now` when it fits now).
+
+    Call with the account row locked, so the answer holds until the charge commits.
+    """
+    rule = allowance(rate_per_s)
+    recent = list(
+        StatusCheck.objects.filter(account=account, sent_at__gt=now - rule.window)
+        .order_by("-sent_at")
+        .values_list("sent_at", flat=True)[: rule.max_in_window]
+    )
+    if len(recent) < rule.max_in_window:
+        return now
+    # The oldest of the last N sends must leave the window before another fits.
+    return recent[-1] + rule.window
+
+
+def sends_in_window(*, account: str, rate_per_s: float, now: datetime) -> int:
+    rule = allowance(rate_per_s)
+    return StatusCheck.objects.filter(account=account, sent_at__gt=now - rule.window).count()

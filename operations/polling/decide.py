@@ -1,0 +1,547 @@
+"""Turn one observed provider response into one decision (DESIGN.md section 5).
+
+`decide` is pure: the operation's facts, the observation, and an RNG in; a Decision out. The
+service in operations/controller.py does the I/O around it in the order of section 4.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from operations.polling.schedule import Wait, plan_wait
+from operations.polling.signals import (
+    Hint,
+    parse_poll_hint_seconds,
+    parse_poll_hint_time,
+    parse_retry_after,
+    parse_rfc3339,
+    seconds,
+)
+from operations.polling.states import MISSING, StateClass, StateTable, describe_state, extract
+from operations.vocabulary import DelaySource, Reason, Status
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The parts of a provider profile that decisions read (copied, so decide() touches no model)."""
+
+    profile_slug: str
+    state_field: str
+    table: StateTable
+    required_result_fields: tuple[str, ...] = ()
+    expiry_field: str = ""
+    progress_field: str = ""
+    counts_fields: Mapping[str, str] = field(default_factory=dict)
+    poll_hint_seconds_field: str = ""
+    poll_hint_time_field: str = ""
+    base_delay_s: float = 5.0
+    max_delay_s: float = 120.0
+    jitter_floor: float = 0.5
+    not_found_grace_s: float = 60.0
+    rate_limited_delay_s: float = 30.0
+    hint_floor_s: float = 1.0
+    hint_cap_s: float = 900.0
+    hint_absurd_s: float = 7 * 24 * 3600.0
+    error_cap_bytes: int = 8192
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The operation's facts at decision time. `requests_used` already counts this request."""
+
+    registered_at: datetime
+    deadline_at: datetime
+    requests_used: int
+    max_requests: int
+    transport_failures_used: int
+    max_transport_failures: int
+    backoff_attempt: int = 0
+    extra_pending: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What came back from one status request. Header names are lower-case."""
+
+    received_at: datetime
+    http_status: int | None = None
+    headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    body: bytes | None = None
+    # timeout | connect_error | body_too_large | protocol_error | ... ; None when a response came.
+    transport_error: str | None = None
+    transport_detail: str = ""
+
+    def header(self, name: str) -> tuple[str, ...]:
+        return tuple(self.headers.get(name, ()))
+
+
+class Action(StrEnum):
+    WAIT = "wait"
+    COMPLETE = "complete"
+    ESCALATE = "escalate"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    status: Status
+    interpreted_state: str
+    explanation: str
+    provider_state: str | None = None
+    reason: Reason | None = None
+    next_poll_at: datetime | None = None
+    delay_source: DelaySource | None = None
+    delay_ms: int | None = None
+    charge_transport: bool = False
+    backoff_attempt: int = 0
+    account_pause_until: datetime | None = None
+    result: dict | None = None
+    error: dict | None = None
+    progress_percent: int | None = None
+    progress_counts: dict | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def code(self) -> str:
+        """The decision word recorded on the StatusCheck and in the audit entry."""
+        if self.action is Action.WAIT:
+            return "wait"
+        if self.action is Action.ESCALATE:
+            return "escalate"
+        return str(self.status)
+
+
+class _Body:
+    """Parsed JSON of a 2xx body, or why it could not be parsed."""
+
+    def __init__(self, raw: bytes | None) -> None:
+        self.value: object = None
+        self.problem: str | None = None
+        if not raw:
+            self.problem = "empty body"
+            return
+        try:
+            self.value = json.loads(raw, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.problem = f"body is not valid JSON ({str(exc)[:80]})"
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate keys")
+    return dict(pairs)
+
+
+def _no_constants(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: random.Random) -> Decision:
+    """The decision for one response, following DESIGN.md section 5 row by row."""
+    obs = observation
+    if obs.transport_error is not None:
+        return _transport_failure(
+            policy,
+            bounds,
+            obs,
+            rng,
+            interpreted="transport_error",
+            what=f"{obs.transport_error}{': ' + obs.transport_detail if obs.transport_detail else ''}",
+            spent_reason=Reason.PROVIDER_FAILURE,
+        )
+    code = obs.http_status or 0
+    if 200 <= code < 300:
+        body = _Body(obs.body)
+        if body.problem is not None:
+            return _transport_failure(
+                policy,
+                bounds,
+                obs,
+                rng,
+                interpreted="invalid_body",
+                what=body.problem,
+                spent_reason=Reason.INTEGRATION_FAILURE,
+            )
+        return _interpret_body(policy, bounds, obs, body.value, rng)
+    if 300 <= code < 400:
+        location = (obs.header("location") or ("",))[0][:200]
+        return _escalate(
+            Reason.INTEGRATION_FAILURE,
+            "redirect",
+            f"provider answered {code} redirect{' to ' + location if location else ''}; redirects are never followed",
+        )
+    if code in (401, 403):
+        return _escalate(
+            Reason.AUTHORIZATION_DENIED,
+            "denied",
+            f"provider refused the credential with {code}; retrying the same credential would not help",
+        )
+    if code == 404:
+        age_s = (obs.received_at - bounds.registered_at).total_seconds()
+        if age_s < policy.not_found_grace_s:
+            return _transport_failure(
+                policy,
+                bounds,
+                obs,
+                rng,
+                interpreted="not_found",
+                what=f"404 {age_s:.0f} s after registration (within the {policy.not_found_grace_s:g} s grace window)",
+                spent_reason=Reason.INTEGRATION_FAILURE,
+            )
+        return _escalate(
+            Reason.INTEGRATION_FAILURE,
+            "not_found",
+            f"provider does not know the job: 404 {age_s:.0f} s after registration, past the "
+            f"{policy.not_found_grace_s:g} s grace window",
+        )
+    if code == 429:
+        return _transport_failure(
+            policy,
+            bounds,
+            obs,
+            rng,
+            interpreted="rate_limited",
+            what="429 Too Many Requests",
+            spent_reason=Reason.RATE_LIMITED,
+            rate_limited=True,
+        )
+    if code >= 500:
+        return _transport_failure(
+            policy,
+            bounds,
+            obs,
+            rng,
+            interpreted="server_error",
+            what=f"provider answered {code}",
+            spent_reason=Reason.PROVIDER_FAILURE,
+        )
+    return _escalate(
+        Reason.INTEGRATION_FAILURE,
+        "client_error",
+        f"provider rejected the status request with {code}",
+    )
+
+
+def _escalate(reason: Reason, interpreted: str, explanation: str, **extra: object) -> Decision:
+    return Decision(
+        action=Action.ESCALATE,
+        status=Status.NEEDS_ATTENTION,
+        interpreted_state=interpreted,
+        reason=reason,
+        explanation=explanation,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _retry_after(obs: Observation) -> Hint | None:
+    date = obs.header("date")
+    return parse_retry_after(
+        list(obs.header("retry-after")), now=obs.received_at, date_header=date[0] if len(date) == 1 else None
+    )
+
+
+def _wait_decision(
+    policy: Policy,
+    bounds: Bounds,
+    obs: Observation,
+    rng: random.Random,
+    *,
+    interpreted: str,
+    explanation: str,
+    poll_hint: Hint | None = None,
+    rate_limited: bool = False,
+    charge_transport: bool = False,
+    provider_state: str | None = None,
+    warnings: tuple[str, ...] = (),
+    **extra: object,
+) -> Decision:
+    retry_after = _retry_after(obs)
+    base_s, max_s = policy.base_delay_s, policy.max_delay_s
+    if rate_limited:
+        # A 429 without guidance gets a much longer local delay than ordinary backoff.
+        base_s = max(base_s, policy.rate_limited_delay_s)
+        max_s = max(max_s, policy.rate_limited_delay_s * 8)
+    wait: Wait = plan_wait(
+        now=obs.received_at,
+        deadline_at=bounds.deadline_at,
+        retry_after=retry_after,
+        poll_hint=poll_hint,
+        base_s=base_s,
+        max_s=max_s,
+        jitter_floor=policy.jitter_floor,
+        backoff_attempt=bounds.backoff_attempt,
+        hint_floor_s=policy.hint_floor_s,
+        hint_cap_s=policy.hint_cap_s,
+        rng=rng,
+    )
+    pause_until = None
+    if obs.http_status in (429, 503) and wait.delay_source is DelaySource.PROVIDER_RETRY_AFTER:
+        # The provider asked the whole account to back off, not just this job.
+        pause_until = wait.next_poll_at
+    all_warnings = warnings + wait.notes
+    if bounds.requests_used >= bounds.max_requests:
+        return _escalate(
+            Reason.REQUEST_BUDGET_EXHAUSTED,
+            interpreted,
+            f"{explanation}; all {bounds.max_requests} status requests are spent",
+            provider_state=provider_state,
+            charge_transport=charge_transport,
+            backoff_attempt=wait.backoff_attempt,
+            account_pause_until=pause_until,
+            warnings=all_warnings,
+            **extra,
+        )
+    return Decision(
+        action=Action.WAIT,
+        status=Status.RUNNING,
+        interpreted_state=interpreted,
+        explanation=explanation,
+        provider_state=provider_state,
+        next_poll_at=wait.next_poll_at,
+        delay_source=wait.delay_source,
+        delay_ms=wait.delay_ms,
+        charge_transport=charge_transport,
+        backoff_attempt=wait.backoff_attempt,
+        account_pause_until=pause_until,
+        warnings=all_warnings,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _transport_failure(
+    policy: Policy,
+    bounds: Bounds,
+    obs: Observation,
+    rng: random.Random,
+    *,
+    interpreted: str,
+    what: str,
+    spent_reason: Reason,
+    rate_limited: bool = False,
+) -> Decision:
+    """A response that tells nothing about the job: charged to the transport budget too."""
+    failures = bounds.transport_failures_used + 1
+    explanation = f"{what} (transport failure {failures} of {bounds.max_transport_failures})"
+    if failures >= bounds.max_transport_failures:
+        retry_after = _retry_after(obs)
+        pause_until = None
+        if obs.http_status in (429, 503) and retry_after is not None and retry_after.delay_s is not None:
+            pause_until = obs.received_at + seconds(max(retry_after.delay_s, policy.hint_floor_s))
+        return _escalate(
+            spent_reason,
+            interpreted,
+            f"{explanation}; the transport budget is spent",
+            charge_transport=True,
+            backoff_attempt=bounds.backoff_attempt,
+            account_pause_until=pause_until,
+        )
+    return _wait_decision(
+        policy,
+        bounds,
+        obs,
+        rng,
+        interpreted=interpreted,
+        explanation=explanation,
+        rate_limited=rate_limited,
+        charge_transport=True,
+    )
+
+
+def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: object, rng: random.Random) -> Decision:
+    raw_state = extract(body, policy.state_field)
+    shown_state = describe_state(raw_state)
+    state_class = policy.table.classify(None if raw_state is MISSING else raw_state, extra_pending=bounds.extra_pending)
+    progress, counts, warnings = _progress(policy, body)
+    common = {"provider_state": shown_state, "progress_percent": progress, "progress_counts": counts}
+
+    if state_class is StateClass.PENDING:
+        expiry_problem = _past_own_expiry(policy, body, obs.received_at)
+        if expiry_problem is not None:
+            return _escalate(Reason.INTEGRATION_FAILURE, "contradiction", expiry_problem, warnings=warnings, **common)
+        hint, hint_warnings = _poll_hint(policy, body, obs.received_at)
+        return _wait_decision(
+            policy,
+            bounds,
+            obs,
+            rng,
+            interpreted="pending",
+            explanation=f"provider state {shown_state!r} is pending",
+            poll_hint=hint,
+            warnings=warnings + hint_warnings,
+            **common,
+        )
+    if state_class is StateClass.SUCCESS:
+        values, missing = _required_fields(policy, body)
+        if missing:
+            return _escalate(
+                Reason.INTEGRATION_FAILURE,
+                "contradiction",
+                f"provider state {shown_state!r} means success but {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} missing or empty",
+                warnings=warnings,
+                **common,
+            )
+        result = {"values": values, "counts": counts}
+        if counts and counts.get("failed"):
+            if counts.get("succeeded") == 0:
+                return _complete(
+                    Status.FAILED,
+                    "failure",
+                    f"provider state {shown_state!r}, but every item failed",
+                    error=_error(policy, body, code="all_items_failed", state=shown_state),
+                    warnings=warnings,
+                    **common,
+                )
+            return _complete(
+                Status.PARTIALLY_SUCCEEDED,
+                "success",
+                f"provider state {shown_state!r} with {counts['failed']} failed items",
+                result=result,
+                warnings=warnings,
+                **common,
+            )
+        return _complete(
+            Status.SUCCEEDED,
+            "success",
+            f"provider state {shown_state!r} is success",
+            result=result,
+            warnings=warnings,
+            **common,
+        )
+    if state_class is StateClass.FAILURE:
+        return _complete(
+            Status.FAILED,
+            "failure",
+            f"provider state {shown_state!r} is failure",
+            error=_error(policy, body, code="provider_failed", state=shown_state),
+            warnings=warnings,
+            **common,
+        )
+    if state_class is StateClass.CANCELLED:
+        return _complete(
+            Status.CANCELLED,
+            "cancelled",
+            f"provider state {shown_state!r}: the job was cancelled",
+            error=_error(policy, body, code="provider_cancelled", state=shown_state),
+            warnings=warnings,
+            **common,
+        )
+    if state_class is StateClass.EXPIRED:
+        return _complete(
+            Status.EXPIRED,
+            "expired",
+            f"provider state {shown_state!r}: the job expired at the provider",
+            error=_error(policy, body, code="provider_expired", state=shown_state),
+            warnings=warnings,
+            **common,
+        )
+    return _escalate(
+        Reason.UNKNOWN_STATE,
+        "unknown",
+        f"provider state {shown_state} is not in the {policy.profile_slug} state table"
+        if not isinstance(raw_state, str)
+        else f"provider state {raw_state!r} is not in the {policy.profile_slug} state table",
+        warnings=warnings,
+        **common,
+    )
+
+
+def _complete(status: Status, interpreted: str, explanation: str, **extra: object) -> Decision:
+    return Decision(
+        action=Action.COMPLETE,
+        status=status,
+        interpreted_state=interpreted,
+        explanation=explanation,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _required_fields(policy: Policy, body: object) -> tuple[dict[str, object], list[str]]:
+    values: dict[str, object] = {}
+    missing: list[str] = []
+    for path in policy.required_result_fields:
+        value = extract(body, path)
+        if value is MISSING or value is None or value == "" or value == [] or value == {}:
+            missing.append(path)
+        else:
+            values[path] = value
+    return values, missing
+
+
+def _past_own_expiry(policy: Policy, body: object, now: datetime) -> str | None:
+    if not policy.expiry_field:
+        return None
+    raw = extract(body, policy.expiry_field)
+    if raw is MISSING or raw is None or not isinstance(raw, str):
+        return None
+    expires_at = parse_rfc3339(raw)
+    if expires_at is None or expires_at > now:
+        return None
+    return f"provider still reports the job pending, but its own expiry {raw} has passed"
+
+
+def _poll_hint(policy: Policy, body: object, now: datetime) -> tuple[Hint | None, tuple[str, ...]]:
+    """The body's own hint: seconds first, then a time; an invalid one is noted and ignored."""
+    notes: list[str] = []
+    candidates: list[Hint | None] = []
+    if policy.poll_hint_seconds_field:
+        raw = extract(body, policy.poll_hint_seconds_field)
+        if raw is not MISSING:
+            candidates.append(parse_poll_hint_seconds(raw, absurd_s=policy.hint_absurd_s))
+    if policy.poll_hint_time_field:
+        raw = extract(body, policy.poll_hint_time_field)
+        if raw is not MISSING:
+            candidates.append(parse_poll_hint_time(raw, now=now, absurd_s=policy.hint_absurd_s))
+    for hint in candidates:
+        if hint is None:
+            continue
+        if hint.delay_s is not None:
+            return hint, tuple(notes)
+        if hint.note:
+            notes.append(hint.note)
+    return None, tuple(notes)
+
+
+def _progress(policy: Policy, body: object) -> tuple[int | None, dict | None, tuple[str, ...]]:
+    warnings: list[str] = []
+    percent: int | None = None
+    if policy.progress_field:
+        raw = extract(body, policy.progress_field)
+        if isinstance(raw, int | float) and not isinstance(raw, bool) and raw == raw:  # NaN != NaN
+            percent = int(min(100, max(0, raw)))
+        elif raw is not MISSING and raw is not None:
+            warnings.append(f"ignored progress value {str(raw)[:40]!r}")
+    counts: dict | None = None
+    if policy.counts_fields:
+        found: dict[str, int] = {}
+        for name, path in policy.counts_fields.items():
+            raw = extract(body, path)
+            if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+                found[name] = raw
+        counts = found or None
+    return percent, counts, tuple(warnings)
+
+
+def _error(policy: Policy, body: object, *, code: str, state: str) -> dict:
+    """The provider's own error, preserved verbatim as JSON when it fits the cap."""
+    provider_error = body.get("error", body) if isinstance(body, dict) else body
+    encoded = json.dumps(provider_error, ensure_ascii=False)
+    if len(encoded.encode()) > policy.error_cap_bytes:
+        provider_error = {
+            "truncated": True,
+            "excerpt": encoded.encode()[: policy.error_cap_bytes].decode(errors="ignore"),
+        }
+    message = None
+    if isinstance(provider_error, dict):
+        message = provider_error.get("message") if isinstance(provider_error.get("message"), str) else None
+    return {
+        "code": code,
+        "message": message or f"The provider reported state {state!r}.",
+        "provider_error": provider_error,
+    }

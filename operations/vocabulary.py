@@ -1,0 +1,71 @@
+"""The fixed words of DESIGN.md: statuses, escalation reasons, delay sources.
+
+Plain string enums with no Django import, so pure decision code and the standalone client can
+share them; model fields use `choices_of(...)`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    NEEDS_ATTENTION = "needs_attention"
+    SUCCEEDED = "succeeded"
+    PARTIALLY_SUCCEEDED = "partially_succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    CLOSED = "closed"
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        Status.SUCCEEDED,
+        Status.PARTIALLY_SUCCEEDED,
+        Status.FAILED,
+        Status.CANCELLED,
+        Status.EXPIRED,
+        Status.CLOSED,
+    }
+)
+POLLABLE_STATUSES = frozenset({Status.PENDING, Status.RUNNING})
+NOT_DONE_STATUSES = frozenset({Status.PENDING, Status.RUNNING, Status.NEEDS_ATTENTION})
+
+
+class Reason(StrEnum):
+    """Why pollerdash stopped and handed an operation to a human (DESIGN.md section 7)."""
+
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    REQUEST_BUDGET_EXHAUSTED = "request_budget_exhausted"
+    RATE_LIMITED = "rate_limited"
+    UNKNOWN_STATE = "unknown_state"
+    AUTHORIZATION_DENIED = "authorization_denied"
+    PROVIDER_FAILURE = "provider_failure"
+    INTEGRATION_FAILURE = "integration_failure"
+    PER_CALL_APPROVAL = "per_call_approval"
+
+
+REASON_LABELS = {
+    Reason.DEADLINE_EXCEEDED: "Deadline exceeded",
+    Reason.REQUEST_BUDGET_EXHAUSTED: "Request budget spent",
+    Reason.RATE_LIMITED: "Rate limited",
+    Reason.UNKNOWN_STATE: "Unknown provider state",
+    Reason.AUTHORIZATION_DENIED: "Credential denied",
+    Reason.PROVIDER_FAILURE: "Provider failing",
+    Reason.INTEGRATION_FAILURE: "Integration failure",
+    Reason.PER_CALL_APPROVAL: "Approval needed",
+}
+
+
+class DelaySource(StrEnum):
+    PROVIDER_RETRY_AFTER = "provider_retry_after"
+    PROVIDER_POLL_HINT = "provider_poll_hint"
+    LOCAL_BACKOFF = "local_backoff"
+    MANUAL_EXTENSION = "manual_extension"
+
+
+def choices_of(enum: type[StrEnum]) -> list[tuple[str, str]]:
+    return [(member.value, member.value) for member in enum]

@@ -1,0 +1,223 @@
+"""pollerdash settings: one file, every value from the environment (see README "Configuration")."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from pollerdash.env import (
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_secret,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("POLLERDASH_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_secret("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set unless DEBUG=1")
+    # Development only: sessions, CSRF and list cursors are signed with this.
+    SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"  # noqa: S105
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "django_q",
+    "ninja",
+    "operations",
+    "escalations",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "pollerdash.urls"
+WSGI_APPLICATION = "pollerdash.wsgi.application"
+ASGI_APPLICATION = "pollerdash.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------------
+# SQLite (WAL, IMMEDIATE transactions, busy timeout) is the embedded default for a one-machine
+# trial; PostgreSQL is the source of truth in production (DATABASE_URL=postgres://...).
+DATABASES = {
+    "default": database_from_url(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'pollerdash.sqlite3'}"), base_dir=BASE_DIR
+    )
+}
+IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+if IS_POSTGRES and env_bool("DATABASE_POOL", False):
+    # The web process (uvicorn, one thread per request) shares a psycopg pool. qcluster and the
+    # dispatcher must not use it: the pool does not survive django-q2's fork (django-q2 #209).
+    DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 2, "max_size": env_int("DATABASE_POOL_SIZE", 10)}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    # Persistent connections: measured here, CONN_MAX_AGE=0 reconnects on every django-q2 queue
+    # operation and cuts throughput 4-8x (research/perf-anchors.md section 2).
+    DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth, sessions, i18n ------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "inbox"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+LANGUAGE_CODE = "en"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- Static files ---------------------------------------------------------------------------------
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# --- Logging: stdout, secrets scrubbed --------------------------------------------------------------
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact_secrets": {"()": "operations.redaction.RedactSecretsFilter"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {
+        "stdout": {
+            "class": "logging.StreamHandler",
+            "stream": sys.stdout,
+            "formatter": "plain",
+            "filters": ["redact_secrets"],
+        }
+    },
+    "root": {"handlers": ["stdout"], "level": LOG_LEVEL},
+    "loggers": {
+        "django": {"handlers": ["stdout"], "level": LOG_LEVEL, "propagate": False},
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
+}
+
+# --- Polling bounds (DESIGN.md section 4) ------------------------------------------------------------
+POLL_HTTP_CONNECT_TIMEOUT_S = env_float("POLL_HTTP_CONNECT_TIMEOUT_S", 5.0)
+POLL_HTTP_READ_TIMEOUT_S = env_float("POLL_HTTP_READ_TIMEOUT_S", 10.0)
+POLL_HTTP_TOTAL_TIMEOUT_S = env_float("POLL_HTTP_TOTAL_TIMEOUT_S", 30.0)
+POLL_BODY_CAP_BYTES = env_int("POLL_BODY_CAP_BYTES", 1024 * 1024)
+# A claim's lease must outlive the one request it covers (total timeout) plus the short wait for
+# the provider account's send slot; an expired lease lets the dispatcher hand the poll to another
+# worker with a new fence, which turns the late original into a no-op.
+POLL_LEASE_S = env_float("POLL_LEASE_S", POLL_HTTP_TOTAL_TIMEOUT_S + 30.0)
+# Provider hints are clamped to this ceiling; a longer wait than this is never trusted blindly.
+POLL_HINT_CAP_S = env_int("POLL_HINT_CAP_S", 15 * 60)
+# Floor for any provider-guided delay (Retry-After 0, past dates): never hammer the provider.
+POLL_HINT_FLOOR_S = env_float("POLL_HINT_FLOOR_S", 1.0)
+# 429 without Retry-After: a much longer local delay than ordinary backoff.
+POLL_RATE_LIMITED_DELAY_S = env_float("POLL_RATE_LIMITED_DELAY_S", 30.0)
+# Hard limits for registrations.
+OPERATION_MAX_DEADLINE_S = env_int("OPERATION_MAX_DEADLINE_S", 7 * 24 * 3600)
+OPERATION_MIN_DEADLINE_S = env_int("OPERATION_MIN_DEADLINE_S", 10)
+OPERATION_MAX_STATUS_REQUESTS = env_int("OPERATION_MAX_STATUS_REQUESTS", 10_000)
+PROVIDER_ERROR_CAP_BYTES = env_int("PROVIDER_ERROR_CAP_BYTES", 8 * 1024)
+
+# --- Dispatcher -------------------------------------------------------------------------------------
+DISPATCH_BATCH = env_int("DISPATCH_BATCH", 200)
+DISPATCH_IDLE_SLEEP_S = env_float("DISPATCH_IDLE_SLEEP_S", 0.25)
+
+# --- django-q2 (ORM broker on our own database, so an enqueue commits with the claim) ----------------
+Q_WORKERS = env_int("Q_WORKERS", 4)
+Q_CLUSTER = {
+    "name": "pollerdash",  # identical on every host: it is the queue key and the signing salt
+    "orm": "default",
+    "workers": Q_WORKERS,
+    # Tasks waiting in a cluster's memory are already locked with their retry clock running;
+    # keep that queue short so a task is never redelivered while it merely waits.
+    "queue_limit": Q_WORKERS,
+    # One row per dequeue: a larger bulk lets one cluster hoard due polls while others idle.
+    "bulk": 1,
+    "poll": 0.2,  # idle pusher sleep: the pickup latency floor (p95 0.24 s measured)
+    # Hard ceiling for a task: the HTTP request is capped at POLL_HTTP_TOTAL_TIMEOUT_S, plus the
+    # send-slot wait and two short transactions.
+    "timeout": env_int("Q_TIMEOUT", int(POLL_HTTP_TOTAL_TIMEOUT_S) + 15),
+    # Redelivery after `retry` seconds unacknowledged: far above timeout * (1 + queue_limit/workers)
+    # so a slow task is never run twice by django-q2; pollerdash's own lease and fence handle a
+    # dead worker sooner and safely.
+    "retry": env_int("Q_RETRY", 3 * (int(POLL_HTTP_TOTAL_TIMEOUT_S) + 15) + 15),
+    # pollerdash, not django-q2, decides whether and when to poll again: never rerun a failure.
+    "ack_failures": True,
+    "max_attempts": 1,
+    "save_limit": -1,  # poll outcomes live in StatusCheck; successes need no django-q2 row
+    "catch_up": False,
+    "recycle": 500,
+    "max_rss": 300_000,
+    "label": "Task queue",
+}
+
+# --- Audit log (DESIGN.md section 8) ----------------------------------------------------------------
+AUDIT_LOG_NAME = env_str("AUDIT_LOG_NAME", "pollerdash/audit")
+AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
+AUDIT_CHECKPOINT_INTERVAL_S = env_int("AUDIT_CHECKPOINT_INTERVAL_S", 60)
+
+# --- Agent API and callbacks ------------------------------------------------------------------------
+API_WAIT_DEFAULT_S = 25
+API_WAIT_MAX_S = 50
+CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
+CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
+DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+
+# --- Notifications ----------------------------------------------------------------------------------
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "pollerdash@localhost")
+NOTIFY_EMAILS = env_list("NOTIFY_EMAILS")
+NOTIFY_WEBHOOK_URL = env_secret("NOTIFY_WEBHOOK_URL")
+NOTIFY_REMINDER_S = env_int("NOTIFY_REMINDER_S", 15 * 60)
