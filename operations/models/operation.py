@@ -89,7 +89,7 @@ class Operation(models.Model):
             # One live watch per agent and provider job: a second register replays or conflicts.
             models.UniqueConstraint(
                 fields=["agent", "provider", "provider_job_id"],
-                condition=Q(status__in=sorted(NOT_DONE_STATUSES)),
+                condition=Q(status__in=sorted(s.value for s in NOT_DONE_STATUSES)),
                 name="one_live_operation_per_agent_job",
             ),
             models.CheckConstraint(
@@ -101,12 +101,12 @@ class Operation(models.Model):
             # The dispatcher's due scan touches only pollable rows.
             models.Index(
                 fields=["next_poll_at"],
-                condition=Q(status__in=sorted(POLLABLE_STATUSES)),
+                condition=Q(status__in=sorted(s.value for s in POLLABLE_STATUSES)),
                 name="operation_due_idx",
             ),
             models.Index(
                 fields=["deadline_at"],
-                condition=Q(status__in=sorted(POLLABLE_STATUSES)),
+                condition=Q(status__in=sorted(s.value for s in POLLABLE_STATUSES)),
                 name="operation_deadline_idx",
             ),
             models.Index(fields=["agent", "status", "created_at"], name="operation_agent_idx"),
