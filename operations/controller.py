@@ -159,7 +159,7 @@ def _charge(
     defers the poll instead (not charged).
     """
     rate = op.provider.rate_limit_per_s
-    while True:
+    for _attempt in range(3):
         with transaction.atomic():
             now = timezone.now()
             account = pacing.lock_account(op.account)
@@ -206,6 +206,10 @@ def _charge(
                 _defer(op=op, fence=fence, until=free_at, why=f"provider account {op.account} at its rate limit")
                 return PollResult.DEFERRED
         time.sleep(wait_s)
+    # The allowance kept moving away (a busy account): give the slot back rather than spin.
+    with transaction.atomic():
+        _defer(op=op, fence=fence, until=free_at, why=f"provider account {op.account} at its rate limit")
+    return PollResult.DEFERRED
 
 
 def _defer(*, op: Operation, fence: int, until: datetime, why: str) -> None:

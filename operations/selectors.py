@@ -28,3 +28,10 @@ def operation_page(*, status: str = "", page: str | int = 1) -> Page:
 
 def operation_checks(*, operation: Operation, limit: int = 500) -> list[StatusCheck]:
     return list(operation.checks.order_by("sent_at")[:limit])
+
+
+def open_escalation(*, operation: Operation) -> object | None:
+    """The operation's open decision card, if it has one."""
+    from escalations.models import Escalation
+
+    return Escalation.objects.filter(operation=operation, state=Escalation.State.OPEN).first()

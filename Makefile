@@ -1,0 +1,53 @@
+# Two commands: `make demo` (everything up on this machine) and `make test` (the whole suite).
+# SQLite by default; set DATABASE_URL=postgres://... to use PostgreSQL.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+WEB_PORT ?= 8000
+PROVIDER_PORT ?= 8765
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench clean venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+var/demo.env:
+	mkdir -p var
+	printf '%s\n' \
+	  'DEBUG=1' \
+	  'SITE_URL=http://127.0.0.1:$(WEB_PORT)' \
+	  'WEB_PORT=$(WEB_PORT)' \
+	  'PROVIDER_PORT=$(PROVIDER_PORT)' \
+	  "FAKE_PROVIDER_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
+	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
+	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1,localhost' \
+	  'Q_WORKERS=2' > $@
+
+demo: $(STAMP) var/demo.env
+	set -a && . ./var/demo.env && set +a && \
+	  $(BIN)/python manage.py migrate --no-input -v 0 && \
+	  $(BIN)/python manage.py demo --provider-url http://127.0.0.1:$(PROVIDER_PORT) && \
+	  echo "pollerdash is starting: open http://127.0.0.1:$(WEB_PORT)/ (Ctrl-C stops everything)" && \
+	  PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/honcho start -f Procfile -e var/demo.env
+
+test: $(STAMP)
+	SECRET_KEY=test-only-not-secret $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	SECRET_KEY=lint $(BIN)/python manage.py makemigrations --check --dry-run
+
+bench: $(STAMP)
+	SECRET_KEY=bench $(BIN)/python bench/controller.py
+
+clean:
+	rm -rf $(VENV) var

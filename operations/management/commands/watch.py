@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import getpass
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from operations.services import RegistrationError, operation_register
+
+
+class Command(BaseCommand):
+    help = "Register an operation to watch, as an operator, and print its id."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--provider", required=True, help="provider profile slug")
+        parser.add_argument("--job-id", required=True, help="the provider's job id")
+        parser.add_argument("--deadline-s", type=int, help="seconds from now (default: the profile's)")
+        parser.add_argument("--max-requests", type=int, help="status request budget (default: the profile's)")
+        parser.add_argument("--purpose", default="", help="why this job matters (shown to humans)")
+
+    def handle(self, *args: object, **options: object) -> None:
+        deadline_s = options["deadline_s"]
+        try:
+            operation = operation_register(
+                provider_slug=str(options["provider"]),
+                provider_job_id=str(options["job_id"]),
+                registered_by=f"operator:{getpass.getuser()}",
+                purpose=str(options["purpose"]),
+                deadline_at=timezone.now() + timedelta(seconds=deadline_s) if isinstance(deadline_s, int) else None,
+                max_status_requests=options["max_requests"],  # type: ignore[arg-type]
+            )
+        except RegistrationError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(operation.pk)

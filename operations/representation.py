@@ -1,0 +1,133 @@
+"""The Operation object of DESIGN.md section 9, shared by the API, MCP and `operation_status --json`.
+
+Every answer an agent gets says in words whether the job is done and what to do next, so an
+agent cannot mistake "accepted" or "still running" for "finished".
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+from operations.models import Operation
+from operations.vocabulary import REASON_LABELS, TERMINAL_STATUSES, Reason, Status
+
+API_PREFIX = "/api/v1/operations"
+RETRY_AFTER_MAX_S = 60
+NEEDS_ATTENTION_RETRY_S = 30
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def retry_after_s(op: Operation, *, now: datetime) -> int | None:
+    """When it is worth asking again: never sooner than pollerdash's own next look."""
+    if op.status in TERMINAL_STATUSES:
+        return None
+    if op.status == Status.NEEDS_ATTENTION:
+        return NEEDS_ATTENTION_RETRY_S
+    if op.next_poll_at is None:
+        return 1
+    seconds = math.ceil((op.next_poll_at - now).total_seconds()) + 1
+    return max(1, min(RETRY_AFTER_MAX_S, seconds))
+
+
+def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None) -> tuple[str, str]:
+    wait_call = f"GET {API_PREFIX}/{op.pk}/wait?timeout_s=25"
+    job = f"{op.provider.slug} job {op.provider_job_id}"
+    if op.status == Status.NEEDS_ATTENTION:
+        label = REASON_LABELS.get(Reason(escalation_reason), escalation_reason) if escalation_reason else "stopped"
+        return (
+            f"NOT DONE. pollerdash stopped waiting on {job} ({label}) and a human is deciding what happens "
+            f"next. Do not resubmit the job and do not report it as complete. Call {wait_call} or check "
+            f"again in {retry_s} s; it returns as soon as the human decides.",
+            "not_done_needs_human",
+        )
+    if op.status in (Status.PENDING, Status.RUNNING):
+        return (
+            f"NOT DONE. pollerdash is watching {job}. Do not report it as complete. Call {wait_call}, or "
+            f"check again in {retry_s} s (not sooner), or end your turn: GET {API_PREFIX}?view=open lists it "
+            "on your next run.",
+            "not_done_poll_later",
+        )
+    acked = op.acknowledged_at is not None
+    ack = "" if acked else f" Then acknowledge it with POST {API_PREFIX}/{op.pk}/ack."
+    if op.status == Status.SUCCEEDED:
+        return (f"DONE. {job} succeeded; the result is in `result`.{ack}", _done_code(acked, "read_result"))
+    if op.status == Status.PARTIALLY_SUCCEEDED:
+        return (
+            f"DONE. {job} partially succeeded: some items failed (see `result.counts`).{ack}",
+            _done_code(acked, "read_result"),
+        )
+    message = (op.error or {}).get("message") or op.status
+    return (
+        f"DONE. {job} ended {op.status}: {message}. Do not resubmit it automatically; report the outcome.{ack}",
+        _done_code(acked, "report_outcome"),
+    )
+
+
+def _done_code(acked: bool, action: str) -> str:
+    return "done_acknowledged" if acked else f"done_{action}_then_ack"
+
+
+def operation_object(op: Operation, *, open_escalation: object | None = None, now: datetime | None = None) -> dict:
+    """The JSON-ready Operation object. `open_escalation` is the open Escalation row, if any."""
+    now = now or timezone.now()
+    retry_s = retry_after_s(op, now=now)
+    reason = getattr(open_escalation, "reason", None)
+    hint, hint_code = _hint(op, escalation_reason=reason, retry_s=retry_s)
+    done = op.status in TERMINAL_STATUSES
+    escalation = None
+    if open_escalation is not None:
+        escalation = {
+            "reason": reason,
+            "opened_at": rfc3339(open_escalation.opened_at),  # type: ignore[attr-defined]
+            "url": f"{settings.SITE_URL}/operations/{op.pk}/",
+        }
+    result = op.result if done else None
+    error = op.error if done else None
+    return {
+        "object": "operation",
+        "id": op.pk,
+        "status": op.status,
+        "done": done,
+        "agent_hint": hint,
+        "hint_code": hint_code,
+        "provider": op.provider.slug,
+        "provider_job_id": op.provider_job_id,
+        "provider_status": op.last_provider_state or None,
+        "purpose": op.purpose,
+        "created_at": rfc3339(op.created_at),
+        "updated_at": rfc3339(op.updated_at),
+        "completed_at": rfc3339(op.completed_at),
+        "acknowledged_at": rfc3339(op.acknowledged_at),
+        "deadline": rfc3339(op.deadline_at),
+        "business_deadline": rfc3339(op.business_deadline_at),
+        "sequence": op.sequence,
+        "poll": {
+            "count": op.status_requests_used,
+            "max": op.max_status_requests,
+            "transport_failures": op.transport_failures_used,
+            "max_transport_failures": op.max_transport_failures,
+            "last_polled_at": rfc3339(op.last_polled_at),
+            "next_poll_at": rfc3339(op.next_poll_at),
+        },
+        "retry_after_s": retry_s,
+        "progress": {"percent": op.progress_percent, "counts": op.progress_counts},
+        "result": result,
+        "error": error,
+        "escalation": escalation,
+        "metadata": op.metadata or {},
+        "links": {
+            "self": f"{API_PREFIX}/{op.pk}",
+            "wait": f"{API_PREFIX}/{op.pk}/wait",
+            "ack": f"{API_PREFIX}/{op.pk}/ack",
+            "cancel": f"{API_PREFIX}/{op.pk}/cancel",
+        },
+    }

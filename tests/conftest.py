@@ -1,0 +1,274 @@
+"""Shared fixtures: a real fake provider over HTTP, profiles and operations, the secret canary.
+
+Tests talk to the fake provider over real loopback HTTP and count requests from its own log.
+Time is injected with time-machine; randomness with a seeded Random.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+# A credential that must never appear in any response, log record, stored row or error text.
+CANARY = "canary-secret-7f3e9a1c55d24b08"
+os.environ["FAKE_PROVIDER_TOKEN"] = CANARY
+
+T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+
+
+def is_postgres() -> bool:
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+def browser_available() -> bool:
+    return shutil.which("chromium") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """PostgreSQL-only tests belong to the PostgreSQL pass; missing browsers fail when required."""
+    require_browser = os.environ.get("REQUIRE_BROWSER") == "1"
+    deselected, kept = [], []
+    for item in items:
+        if item.get_closest_marker("postgres") and not is_postgres():
+            deselected.append(item)
+            continue
+        if item.get_closest_marker("browser") and not browser_available() and not require_browser:
+            item.add_marker(pytest.mark.skip(reason="no chromium on this machine (set REQUIRE_BROWSER=1 to fail)"))
+        kept.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    db = settings.DATABASES["default"]
+    return [f"pollerdash database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("REQUIRE_POSTGRES") == "1" and os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        import psycopg
+
+        db = settings.DATABASES["default"]
+        try:
+            psycopg.connect(
+                host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname="postgres", connect_timeout=5
+            ).close()
+        except psycopg.Error as exc:
+            pytest.exit(f"REQUIRE_POSTGRES=1 but PostgreSQL is unreachable: {exc}", returncode=3)
+    logging.getLogger().addHandler(_canary_log_handler)
+
+
+class _CanaryLogHandler(logging.Handler):
+    """Sees every log record raw (before redaction) and remembers any that carry the canary."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.leaks: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken record must not break the suite
+            text = str(record.msg)
+        if record.exc_info and record.exc_info[1] is not None:
+            text += str(record.exc_info[1])
+        if CANARY in text:
+            self.leaks.append(f"{record.name}: {text[:200]}")
+
+
+_canary_log_handler = _CanaryLogHandler()
+
+
+@pytest.fixture(autouse=True)
+def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test: no log record, response or stored row may hold the canary credential."""
+    from django.core.handlers.base import BaseHandler
+
+    leaks: list[str] = []
+    original = BaseHandler.get_response
+
+    def get_response(self: BaseHandler, req: object) -> object:
+        response = original(self, req)
+        if not getattr(response, "streaming", False) and CANARY.encode() in response.content:
+            leaks.append(f"response to {getattr(req, 'path', '?')}")
+        return response
+
+    BaseHandler.get_response = get_response  # type: ignore[method-assign]
+    start = len(_canary_log_handler.leaks)
+    try:
+        yield
+    finally:
+        BaseHandler.get_response = original  # type: ignore[method-assign]
+    leaks += _canary_log_handler.leaks[start:]
+    if _uses_db(request):
+        leaks += _canary_rows()
+    if request.node.get_closest_marker("canary_planted"):
+        return
+    assert not leaks, f"the canary credential leaked: {leaks}"
+
+
+def _uses_db(request: pytest.FixtureRequest) -> bool:
+    names = set(request.fixturenames)
+    return bool(names & {"db", "transactional_db", "django_db_setup"}) or bool(
+        request.node.get_closest_marker("django_db")
+    )
+
+
+def _canary_rows() -> list[str]:
+    from escalations.models import Decision, Escalation
+    from operations.models import AuditEntry, CallbackDelivery, Operation, StatusCheck
+
+    found = []
+    try:
+        for model in (Operation, StatusCheck, Escalation, Decision, CallbackDelivery):
+            for row in model.objects.all().values():
+                if CANARY in repr(row):
+                    found.append(f"{model.__name__} row")
+        for body in AuditEntry.objects.values_list("body", flat=True):
+            if CANARY.encode() in bytes(body):
+                found.append("AuditEntry body")
+    except Exception:  # noqa: BLE001 - the test's own transaction may be unusable; its failure shows
+        connection.close_if_unusable_or_obsolete()
+    return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "canary_planted: the test plants the canary on purpose")
+
+
+# --- fake provider, profiles, operations ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fake_provider() -> Iterator[object]:
+    from operations.fakeprovider import FakeProvider
+
+    provider = FakeProvider().start()
+    try:
+        yield provider
+    finally:
+        provider.stop()
+
+
+def job_id(scenario: str, **params: object) -> str:
+    """A unique scenario job id, e.g. job_id("slow_success", polls=3)."""
+    parts = [scenario, *(f"{key}={value}" for key, value in params.items()), f"id={uuid.uuid4().hex[:12]}"]
+    return "__".join(parts)
+
+
+@pytest.fixture
+def make_profile(db: None, fake_provider: object) -> Callable[..., object]:
+    from operations.models import ProviderAccount, ProviderProfile
+
+    def make(**overrides: object) -> ProviderProfile:
+        base = fake_provider.base_url  # type: ignore[attr-defined]
+        slug = str(overrides.pop("slug", f"fake-{uuid.uuid4().hex[:8]}"))
+        fields: dict[str, object] = {
+            "name": "Fake export",
+            "account": slug,
+            "status_url": f"{base}/v1/jobs/{{job_id}}",
+            "job_id_pattern": r"^[A-Za-z0-9_.:=+-]{1,200}$",
+            "state_field": "state",
+            "pending_states": ["queued", "running"],
+            "success_states": ["succeeded"],
+            "failure_states": ["failed"],
+            "cancelled_states": ["cancelled"],
+            "expired_states": ["expired"],
+            "required_result_fields": ["result.output_url"],
+            "expiry_field": "expires_at",
+            "progress_field": "progress_percent",
+            "counts_fields": {
+                "total": "summary.processed",
+                "succeeded": "summary.succeeded",
+                "failed": "summary.failed",
+            },
+            "poll_hint_seconds_field": "poll_after_seconds",
+            "poll_hint_time_field": "next_check_at",
+            "request_id_header": "X-Request-Id",
+            "credential_env": "FAKE_PROVIDER_TOKEN",
+            "auth_scheme": "Bearer",
+            "base_delay_s": 5,
+            "max_delay_s": 120,
+            "jitter_floor": 0.5,
+            "default_deadline_s": 2400,
+            "default_max_status_requests": 12,
+            "default_max_transport_failures": 3,
+            "not_found_grace_s": 60,
+            # Tests freeze the clock; pacing has its own tests with a real limit.
+            "rate_limit_per_s": 10_000,
+            "cancel_method": "POST",
+            "cancel_url": f"{base}/v1/jobs/{{job_id}}/cancel",
+            "console_url": f"{base}/console/{{job_id}}",
+            "approval_mode": "session",
+            "extension_options": [{"minutes": 15, "checks": 4}, {"minutes": 60, "checks": 8}],
+            "max_extensions": 3,
+        }
+        fields.update(overrides)
+        profile = ProviderProfile.objects.create(slug=slug, **fields)
+        ProviderAccount.objects.get_or_create(name=profile.account)
+        return profile
+
+    return make
+
+
+@pytest.fixture
+def profile(make_profile: Callable[..., object]) -> object:
+    return make_profile()
+
+
+@pytest.fixture
+def clock(time_machine: object) -> object:
+    """The injected clock, frozen at T0; tests move it with clock.move_to(...) / clock.shift(...)."""
+    time_machine.move_to(T0, tick=False)  # type: ignore[attr-defined]
+    return time_machine
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    return random.Random(1234)
+
+
+@pytest.fixture
+def make_operation(profile: object) -> Callable[..., object]:
+    from operations.services import operation_register
+
+    def make(job: str, *, provider: object | None = None, **kwargs: object) -> object:
+        kwargs.setdefault("registered_by", "operator:test")
+        return operation_register(
+            provider_slug=(provider or profile).slug,  # type: ignore[attr-defined]
+            provider_job_id=job,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    return make
+
+
+@pytest.fixture
+def drive(clock: object, rng: random.Random) -> Callable[..., list[str]]:
+    """Poll an operation the way the dispatcher would: at each due time, once, until it stops."""
+    from operations.controller import poll_once
+    from operations.models import Operation
+    from operations.vocabulary import POLLABLE_STATUSES
+
+    def run(operation: object, *, max_polls: int = 50) -> list[str]:
+        results: list[str] = []
+        for _ in range(max_polls):
+            op = Operation.objects.get(pk=operation.pk)  # type: ignore[attr-defined]
+            if op.status not in POLLABLE_STATUSES:
+                break
+            if op.next_poll_at is not None and op.next_poll_at > datetime.now(UTC):
+                clock.move_to(op.next_poll_at, tick=False)  # type: ignore[attr-defined]
+            results.append(str(poll_once(operation_id=op.pk, fence=op.fence, rng=rng)))
+        return results
+
+    return run

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from operations.polling.gate import Gate, before_send
+from operations.vocabulary import Reason
+
+NOW = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+
+
+def gate(**overrides: object):  # noqa: ANN201
+    args: dict[str, object] = {
+        "status": "running",
+        "now": NOW,
+        "deadline_at": NOW + timedelta(minutes=10),
+        "requests_used": 2,
+        "max_requests": 12,
+        "next_poll_at": NOW,
+    }
+    args.update(overrides)
+    return before_send(**args)  # type: ignore[arg-type]
+
+
+def test_a_due_operation_within_bounds_may_poll() -> None:
+    assert gate().gate is Gate.POLL
+
+
+def test_terminal_and_escalated_operations_are_left_alone() -> None:
+    for status in ("succeeded", "failed", "closed", "needs_attention"):
+        assert gate(status=status).gate is Gate.STOP
+
+
+def test_the_deadline_is_checked_before_anything_else() -> None:
+    result = gate(deadline_at=NOW, requests_used=12, next_poll_at=NOW + timedelta(hours=1))
+    assert (result.gate, result.reason) == (Gate.ESCALATE, Reason.DEADLINE_EXCEEDED)
+
+
+def test_a_spent_budget_escalates_without_a_request() -> None:
+    result = gate(requests_used=12)
+    assert (result.gate, result.reason) == (Gate.ESCALATE, Reason.REQUEST_BUDGET_EXHAUSTED)
+
+
+def test_not_yet_due_is_not_polled() -> None:
+    assert gate(next_poll_at=NOW + timedelta(seconds=1)).gate is Gate.NOT_DUE
+
+
+def test_a_long_overdue_operation_gets_one_poll_not_a_burst() -> None:
+    assert gate(next_poll_at=NOW - timedelta(days=3)).gate is Gate.POLL
+
+
+def test_per_call_approval_needs_an_approved_check() -> None:
+    assert gate(per_call_approval=True).reason is Reason.PER_CALL_APPROVAL
+    assert gate(per_call_approval=True, approved_checks=1).gate is Gate.POLL
