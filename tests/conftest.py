@@ -66,6 +66,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         except psycopg.Error as exc:
             pytest.exit(f"REQUIRE_POSTGRES=1 but PostgreSQL is unreachable: {exc}", returncode=3)
     logging.getLogger().addHandler(_canary_log_handler)
+    if is_postgres():
+        _install_flush_bypass()
 
 
 class _CanaryLogHandler(logging.Handler):
@@ -272,3 +274,34 @@ def drive(clock: object, rng: random.Random) -> Callable[..., list[str]]:
         return results
 
     return run
+
+
+AUDIT_TABLES = ("operations_auditentry", "operations_auditcheckpoint")
+
+
+def _set_audit_triggers(*, enabled: bool) -> None:
+    with connection.cursor() as cursor:
+        for table in AUDIT_TABLES:
+            for trigger in (f"{table}_no_change", f"{table}_no_truncate"):
+                state = "ENABLE ALWAYS" if enabled else "DISABLE"
+                cursor.execute(f"ALTER TABLE {table} {state} TRIGGER {trigger}")
+
+
+def _install_flush_bypass() -> None:
+    """Let pytest-django empty the append-only audit tables between transactional tests.
+
+    The triggers refuse TRUNCATE for everyone, which is the point; the test harness is the table
+    owner and switches them off only around its own flush, so every test runs with them on.
+    """
+    from django.test.testcases import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+
+    def fixture_teardown(self: TransactionTestCase) -> None:
+        _set_audit_triggers(enabled=False)
+        try:
+            original(self)
+        finally:
+            _set_audit_triggers(enabled=True)
+
+    TransactionTestCase._fixture_teardown = fixture_teardown  # type: ignore[method-assign]

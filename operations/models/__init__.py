@@ -2,7 +2,8 @@ from operations.models.account import ProviderAccount
 from operations.models.agent import Agent, AgentToken, IdempotencyKey
 from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead
 from operations.models.authorization import Authorization
-from operations.models.callback import CallbackDelivery
+from operations.models.callback import CallbackDelivery, CallbackEndpoint
+from operations.models.heartbeat import ProcessHeartbeat
 from operations.models.operation import Operation
 from operations.models.profile import ProviderProfile
 from operations.models.status_check import StatusCheck
@@ -15,8 +16,10 @@ __all__ = [
     "AuditHead",
     "Authorization",
     "CallbackDelivery",
+    "CallbackEndpoint",
     "IdempotencyKey",
     "Operation",
+    "ProcessHeartbeat",
     "ProviderAccount",
     "ProviderProfile",
     "StatusCheck",

@@ -49,3 +49,16 @@ class CallbackDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.event_type}"
+
+
+class CallbackEndpoint(models.Model):
+    """Delivery state of one callback URL across operations: a 410 disables it for good."""
+
+    url = models.CharField(max_length=2048, unique=True)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.CharField(max_length=300, blank=True)
+    last_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.url

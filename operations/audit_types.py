@@ -1,0 +1,70 @@
+"""The entry types of the audit chain and the exact keys of each type's `data`.
+
+`audit.append` fills absent keys with null and refuses unknown ones, so each type has exactly one
+canonical shape. Add a type here before appending it.
+"""
+
+from __future__ import annotations
+
+DATA_KEYS: dict[str, tuple[str, ...]] = {
+    "operation.registered": (
+        "provider",
+        "provider_job_id",
+        "account",
+        "purpose",
+        "registered_by",
+        "deadline",
+        "business_deadline",
+        "max_requests",
+        "max_transport_failures",
+        "next_poll_at",
+    ),
+    "controller.decision": (
+        "state",
+        "next_poll_at",
+        "delay_source",
+        "delay_ms",
+        "request_count",
+        "max_requests",
+        "transport_failures",
+        "max_transport_failures",
+        "deadline",
+        "http_status",
+        "provider_state",
+        "provider_request_id",
+        "retry_after",
+        "interpreted_state",
+        "decision",
+        "reason",
+    ),
+    "escalation.opened": (
+        "escalation_id",
+        "reason",
+        "detail",
+        "request_count",
+        "max_requests",
+        "deadline",
+    ),
+    "provider.paused": ("account", "paused_until", "http_status", "reason"),
+    "operation.cancelled": ("state", "reason", "cancel_state", "http_status"),
+    "operation.acknowledged": ("state",),
+    "human.decision": (
+        "escalation_id",
+        "decision_id",
+        "option",
+        "outcome",
+        "comment",
+        "card_version",
+        "card_sha256",
+        "state",
+        "new_deadline",
+        "new_max_requests",
+        "authorization_number",
+        "http_status",
+    ),
+    "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url"),
+    "human.refused": ("escalation_id", "option", "card_version", "reason"),
+    "callback.failed": ("event_id", "event_type", "attempts", "http_status", "reason"),
+}
+
+
