@@ -33,7 +33,7 @@ def forwards(apps, schema_editor):
             f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_no_truncate",
         ]
     for statement in statements:
-        schema_editor.execute(statement)
+        schema_editor.execute(statement, params=None)
 
 
 def backwards(apps, schema_editor):

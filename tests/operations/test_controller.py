@@ -20,6 +20,11 @@ from tests.conftest import T0, job_id
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _frozen_clock(clock):  # noqa: ANN001, ANN202 - every test here starts at T0
+    return clock
+
+
 def reload(op: Operation) -> Operation:
     return Operation.objects.get(pk=op.pk)
 
