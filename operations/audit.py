@@ -22,6 +22,7 @@ ENTRY_TAG = b"pollerdash/audit/entry/v1\n"
 GENESIS_PREV = "0" * 64
 VERSION = 1
 
+
 class AuditError(Exception):
     """The entry could not be appended; the surrounding decision must not commit."""
 
@@ -72,24 +73,32 @@ def build_data(entry_type: str, data: Mapping[str, object]) -> dict[str, object]
     return full
 
 
-def _lock_head(log: str) -> AuditHead:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW transaction_isolation")
-            isolation = cursor.fetchone()[0]
-            if isolation != "read committed":
-                # Under REPEATABLE READ the head read after the lock wait would be a stale
-                # snapshot: refuse rather than risk a fork.
-                raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
-            cursor.execute("SET LOCAL lock_timeout = '5s'")
+def _lock_head(log: str) -> tuple[int, str]:
+    """Lock the chain head row for this transaction and return (seq, head_hash)."""
+    if connection.vendor != "postgresql":
+        # SQLite: IMMEDIATE transactions already serialise every writer on the database lock.
+        head, _ = AuditHead.objects.get_or_create(log=log, defaults={"seq": 0, "head_hash": GENESIS_PREV})
+        return head.seq, head.head_hash
+    with connection.cursor() as cursor:
+        for _ in range(2):
             cursor.execute(
-                "INSERT INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s) "
-                "ON CONFLICT (log) DO NOTHING",
+                "SELECT seq, head_hash, current_setting('transaction_isolation') "
+                "FROM operations_audithead WHERE log = %s FOR UPDATE",
+                [log],
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                seq, head_hash, isolation = row
+                if isolation != "read committed":
+                    # Under REPEATABLE READ the head read after the lock wait would be a stale
+                    # snapshot: refuse rather than risk a fork.
+                    raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
+                return seq, head_hash
+            cursor.execute(
+                "INSERT INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s) ON CONFLICT (log) DO NOTHING",
                 [log, GENESIS_PREV],
             )
-    else:
-        AuditHead.objects.get_or_create(log=log, defaults={"seq": 0, "head_hash": GENESIS_PREV})
-    return AuditHead.objects.select_for_update().get(log=log)
+    raise AuditError("the audit head row could not be created")
 
 
 def append(
@@ -107,14 +116,14 @@ def append(
     full_data = build_data(entry_type, data)
     actor_obj = {"kind": str(actor["kind"]), "id": str(actor["id"])}
     when = at or timezone.now()
-    head = _lock_head(log)
-    seq = head.seq + 1
+    head_seq, head_hash = _lock_head(log)
+    seq = head_seq + 1
     body = canonical(
         {
             "v": VERSION,
             "log": log,
             "seq": seq,
-            "prev": head.head_hash,
+            "prev": head_hash,
             "at": iso(when),
             "type": entry_type,
             "actor": actor_obj,
@@ -126,7 +135,7 @@ def append(
     entry = AuditEntry.objects.create(
         log=log,
         seq=seq,
-        prev_hash=head.head_hash,
+        prev_hash=head_hash,
         entry_hash=digest,
         body=body,
         at=when,

@@ -199,7 +199,9 @@ def _charge(
                     started_at=started_at,
                     sent_at=now,
                 )
-                op.refresh_from_db()
+                op.fence, op.status = fence + 1, Status.RUNNING
+                op.status_requests_used += 1
+                op.approved_checks = 0
                 return op, check
             wait_s = (free_at - now).total_seconds()
             if wait_s > MAX_SLOT_WAIT_S:

@@ -36,8 +36,11 @@ def allowance(rate_per_s: float) -> Allowance:
 
 def lock_account(name: str) -> ProviderAccount:
     """The account row, locked for this transaction (created on first use)."""
-    account, _ = ProviderAccount.objects.get_or_create(name=name)
-    return ProviderAccount.objects.select_for_update().get(pk=account.pk)
+    account = ProviderAccount.objects.select_for_update().filter(name=name).first()
+    if account is None:
+        ProviderAccount.objects.get_or_create(name=name)
+        account = ProviderAccount.objects.select_for_update().get(name=name)
+    return account
 
 
 def next_free_send(*, account: str, rate_per_s: float, now: datetime) -> datetime:

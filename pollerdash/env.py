@@ -64,6 +64,9 @@ def database_from_url(url: str, *, base_dir: Path) -> dict:
         }
     if parts.scheme in {"postgres", "postgresql", "pgsql"}:
         options = dict(parse_qsl(parts.query))
+        # No lock in pollerdash is meant to be held for long (the audit head, an account row):
+        # fail a stuck wait after 10 s instead of piling every writer up behind it.
+        options.setdefault("options", "-c lock_timeout=10s")
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")),

@@ -1,0 +1,74 @@
+"""Shared set-up for benchmarks: a scratch PostgreSQL database and the fake provider process.
+
+Benchmarks are not tests: they print figures. Each uses its own database so it never touches a
+developer's data or a test run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def django_on_scratch_postgres(name: str) -> str:
+    """Point Django at a fresh database NAME on the local PostgreSQL, migrated. Returns the URL."""
+    import psycopg
+
+    base = os.environ.get("BENCH_PG", "postgres://root@127.0.0.1:5432")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"{base}/{name}"
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pollerdash.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return url
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_fake_provider() -> tuple[subprocess.Popen, str]:
+    """The fake provider in its own process, as in production (it does not share our GIL)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "operations.fakeprovider", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, url
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("fake provider did not start")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
