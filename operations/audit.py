@@ -95,7 +95,8 @@ def _lock_head(log: str) -> tuple[int, str]:
                     raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
                 return seq, head_hash
             cursor.execute(
-                "INSERT INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s) ON CONFLICT (log) DO NOTHING",
+                "INSERT INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s) "
+                "ON CONFLICT (log) DO NOTHING",
                 [log, GENESIS_PREV],
             )
     raise AuditError("the audit head row could not be created")
