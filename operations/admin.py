@@ -1,0 +1,324 @@
+"""Django admin for the operations app.
+
+Profiles are edited here through the same validation as `loadprofiles`. Everything that is a
+record of what happened (operations, status checks, authorizations, the audit chain, callbacks)
+is view-only: changes to those go through the services, which bump sequences and append to the
+audit chain, never through a form. Secrets (token hashes, webhook secrets) are never shown.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from operations.models import (
+    Agent,
+    AgentToken,
+    AuditCheckpoint,
+    AuditEntry,
+    AuditHead,
+    Authorization,
+    CallbackDelivery,
+    IdempotencyKey,
+    Operation,
+    ProviderAccount,
+    ProviderProfile,
+    StatusCheck,
+)
+from operations.profiles import FIELD_TO_KEY, KEY_TO_FIELD, raw_from_model_values, validate_profile
+
+
+class ViewOnlyAdmin(admin.ModelAdmin):
+    """Shows every field of a record and allows no add, change or delete."""
+
+    # Fields never shown (secrets, raw bytes shown decoded by a method instead).
+    hidden_fields: tuple[str, ...] = ()
+    # Display methods shown after the model's own fields.
+    extra_fields: tuple[str, ...] = ()
+
+    def get_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        names = [f.name for f in self.model._meta.fields if f.name not in self.hidden_fields]
+        return [*names, *self.extra_fields]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return self.get_fields(request, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+def _as_text(raw: bytes | memoryview | None) -> SafeString:
+    # BinaryField comes back as memoryview on PostgreSQL and bytes on SQLite.
+    text = bytes(raw or b"").decode("utf-8", errors="replace")
+    return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)
+
+
+# --- provider profiles and accounts -------------------------------------------------------------------
+
+
+class ProviderProfileForm(forms.ModelForm):
+    """Runs operations.profiles.validate_profile, so the admin cannot save what loadprofiles would refuse."""
+
+    account = forms.CharField(max_length=64, required=False, help_text="Provider account; defaults to the slug.")
+
+    class Meta:
+        model = ProviderProfile
+        fields = list(KEY_TO_FIELD.values())
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean()
+        # A field whose input could not even be parsed (bad JSON, a word in a number) already
+        # carries its error; repeating it as "is required" would only confuse.
+        unparsed = set(self.errors)
+        raw = raw_from_model_values(values={name: cleaned[name] for name in FIELD_TO_KEY if name in cleaned})
+        result = validate_profile(raw=raw)
+        if isinstance(result, list):
+            for problem in result:
+                field_name = KEY_TO_FIELD.get(problem.key)
+                if field_name in unparsed:
+                    continue
+                self.add_error(field_name if field_name in self.fields else None, f"{problem.key}: {problem.message}")
+            return cleaned
+        # Save exactly what loadprofiles would: defaults filled in, floats as floats.
+        cleaned.update(result.model_values())
+        return cleaned
+
+
+@admin.register(ProviderProfile)
+class ProviderProfileAdmin(admin.ModelAdmin):
+    form = ProviderProfileForm
+    list_display = ("slug", "name", "account", "approval_mode", "rate_limit_per_s")
+    list_filter = ("approval_mode", "account")
+    search_fields = ("slug", "name", "account")
+    readonly_fields = ("created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("slug", "name", "account", "approval_mode")}),
+        ("Status endpoint", {"fields": ("status_url", "job_id_pattern", "request_id_header")}),
+        ("Credential", {"fields": ("credential_env", "auth_scheme")}),
+        (
+            "State table",
+            {
+                "fields": (
+                    "state_field",
+                    "pending_states",
+                    "success_states",
+                    "failure_states",
+                    "cancelled_states",
+                    "expired_states",
+                )
+            },
+        ),
+        (
+            "Result and progress",
+            {
+                "fields": (
+                    "required_result_fields",
+                    "expiry_field",
+                    "progress_field",
+                    "counts_fields",
+                    "poll_hint_seconds_field",
+                    "poll_hint_time_field",
+                )
+            },
+        ),
+        (
+            "Polling policy",
+            {
+                "fields": (
+                    "base_delay_s",
+                    "max_delay_s",
+                    "jitter_floor",
+                    "default_deadline_s",
+                    "default_max_status_requests",
+                    "default_max_transport_failures",
+                    "not_found_grace_s",
+                    "rate_limit_per_s",
+                )
+            },
+        ),
+        (
+            "Escalation",
+            {"fields": ("cancel_method", "cancel_url", "console_url", "extension_options", "max_extensions")},
+        ),
+        ("Record", {"fields": ("created_at", "updated_at")}),
+    )
+
+    def save_model(self, request: HttpRequest, obj: ProviderProfile, form: forms.ModelForm, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        # As loadprofiles does: the account's pacing row exists before any operation needs it.
+        ProviderAccount.objects.get_or_create(name=obj.account)
+
+
+@admin.register(ProviderAccount)
+class ProviderAccountAdmin(admin.ModelAdmin):
+    """Accounts come from profiles; an operator may lift or annotate a provider-wide pause."""
+
+    list_display = ("name", "paused_until", "pause_reason", "next_send_at", "updated_at")
+    search_fields = ("name",)
+    fields = ("name", "paused_until", "pause_reason", "next_send_at", "updated_at")
+    # Renaming would detach the account from the profiles and operations that name it.
+    readonly_fields = ("name", "next_send_at", "updated_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+# --- operations and their records -----------------------------------------------------------------
+
+
+@admin.register(Operation)
+class OperationAdmin(ViewOnlyAdmin):
+    list_display = (
+        "id",
+        "provider",
+        "status",
+        "requests",
+        "deadline_at",
+        "next_poll_at",
+        "lease_owner",
+        "lease_expires_at",
+        "fence",
+    )
+    list_filter = ("status", "provider")
+    search_fields = ("id", "provider_job_id", "purpose")
+    list_select_related = ("provider",)
+
+    @admin.display(description="requests used/max")
+    def requests(self, obj: Operation) -> str:
+        return f"{obj.status_requests_used}/{obj.max_status_requests}"
+
+
+@admin.register(StatusCheck)
+class StatusCheckAdmin(ViewOnlyAdmin):
+    list_display = (
+        "operation",
+        "sent_at",
+        "http_status",
+        "provider_state",
+        "interpreted_state",
+        "decision",
+        "delay_source",
+        "next_poll_at",
+        "fence",
+    )
+    list_filter = ("interpreted_state", "decision", "delay_source")
+    search_fields = ("operation__id", "provider_request_id")
+
+
+@admin.register(Authorization)
+class AuthorizationAdmin(ViewOnlyAdmin):
+    list_display = (
+        "operation",
+        "number",
+        "kind",
+        "granted_by_label",
+        "granted_at",
+        "deadline_at",
+        "max_status_requests",
+        "max_transport_failures",
+    )
+    list_filter = ("kind",)
+    search_fields = ("operation__id", "granted_by_label")
+
+
+@admin.register(CallbackDelivery)
+class CallbackDeliveryAdmin(ViewOnlyAdmin):
+    list_display = ("id", "operation", "event_type", "state", "attempts", "last_http_status", "next_attempt_at")
+    list_filter = ("state", "event_type")
+    search_fields = ("id", "operation__id")
+    hidden_fields = ("payload",)
+    extra_fields = ("payload_text",)
+
+    @admin.display(description="payload")
+    def payload_text(self, obj: CallbackDelivery) -> SafeString:
+        return _as_text(obj.payload)
+
+
+# --- audit chain ----------------------------------------------------------------------------------
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ViewOnlyAdmin):
+    list_display = ("seq", "log", "type", "operation_id", "at", "entry_hash")
+    list_filter = ("type",)
+    search_fields = ("operation_id", "entry_hash")
+    # The stored bytes are what was hashed; shown decoded, never as an editable blob.
+    hidden_fields = ("body",)
+    extra_fields = ("body_text",)
+
+    @admin.display(description="body")
+    def body_text(self, obj: AuditEntry) -> SafeString:
+        return _as_text(obj.body)
+
+
+@admin.register(AuditCheckpoint)
+class AuditCheckpointAdmin(ViewOnlyAdmin):
+    list_display = ("log", "size", "signed_at", "key_id", "head_hash")
+    list_filter = ("key_id",)
+
+
+@admin.register(AuditHead)
+class AuditHeadAdmin(ViewOnlyAdmin):
+    list_display = ("log", "seq", "head_hash")
+
+
+# --- agents ---------------------------------------------------------------------------------------
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("name", "created_at")
+    search_fields = ("name",)
+    # webhook_secret is deliberately absent: it is shown once by create_agent_token, never again.
+    fields = ("name", "created_at")
+    readonly_fields = ("created_at",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # An agent made here would have no webhook secret; create_agent_token makes both.
+        return False
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "agent", "created_at", "last_used_at", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("prefix", "agent__name")
+    list_select_related = ("agent",)
+    # token_sha256 is never shown: the prefix is enough to tell tokens apart.
+    fields = ("agent", "prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = fields
+    actions = ("revoke_tokens",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Tokens are made by create_agent_token, the only place the token itself is ever shown.
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # Revoke instead: the row keeps the record of when the token was used and stopped.
+        return False
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
+        # Already revoked tokens keep their original revocation time.
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(IdempotencyKey)
+class IdempotencyKeyAdmin(ViewOnlyAdmin):
+    list_display = ("key", "agent", "operation", "created_at")
+    search_fields = ("key", "operation__id", "agent__name")
