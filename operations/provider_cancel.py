@@ -1,0 +1,80 @@
+"""Sending the documented cancel request to a provider (used by human decisions and agent cancels)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from operations import http
+from operations.models import Operation
+from operations.polling.states import MISSING, describe_state, extract
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    # confirmed | forwarded | not_supported | failed_to_forward | not_documented
+    state: str
+    http_status: int | None = None
+    provider_state: str | None = None
+    provider_request_id: str = ""
+    detail: str = ""
+
+    @property
+    def confirmed(self) -> bool:
+        return self.state == "confirmed"
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "http_status": self.http_status,
+            "provider_state": self.provider_state,
+            "provider_request_id": self.provider_request_id,
+            "detail": self.detail,
+        }
+
+
+def send_provider_cancel(*, operation: Operation) -> CancelResult:
+    """Send the profile's cancel request once and say what the provider made of it.
+
+    The job counts as cancelled only when the provider answers 2xx with a state from the profile's
+    cancelled set; "accepted" or "cancelling" is only forwarded, and the job stays watched.
+    """
+    profile = operation.provider
+    if not profile.has_cancel:
+        return CancelResult(state="not_documented", detail=f"{profile.slug} documents no cancel request")
+    from urllib.parse import quote
+
+    url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
+    raw = http.send(
+        method=profile.cancel_method,
+        url=url,
+        headers=http.credential_headers(credential_env=profile.credential_env, auth_scheme=profile.auth_scheme),
+    )
+    request_id = ""
+    if profile.request_id_header:
+        request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
+    if raw.transport_error is not None:
+        return CancelResult(
+            state="failed_to_forward",
+            provider_request_id=request_id,
+            detail=raw.transport_detail or raw.transport_error,
+        )
+    status = raw.http_status
+    if status in (405, 501):
+        return CancelResult(state="not_supported", http_status=status, provider_request_id=request_id)
+    if status is None or not 200 <= status < 300:
+        return CancelResult(state="failed_to_forward", http_status=status, provider_request_id=request_id)
+    provider_state = None
+    try:
+        body = json.loads(raw.body or b"null")
+        value = extract(body, profile.state_field)
+        provider_state = None if value is MISSING else describe_state(value)
+    except ValueError:
+        body = None
+    confirmed = provider_state is not None and provider_state in set(profile.cancelled_states)
+    return CancelResult(
+        state="confirmed" if confirmed else "forwarded",
+        http_status=status,
+        provider_state=provider_state,
+        provider_request_id=request_id,
+    )
