@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from operations import http
 from operations.models import Operation
@@ -42,8 +43,6 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
     profile = operation.provider
     if not profile.has_cancel:
         return CancelResult(state="not_documented", detail=f"{profile.slug} documents no cancel request")
-    from urllib.parse import quote
-
     url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
     raw = http.send(
         method=profile.cancel_method,
