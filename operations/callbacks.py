@@ -51,3 +51,11 @@ def record_event(*, operation: Operation, event_type: str) -> CallbackDelivery |
         },
     )
     return delivery
+
+
+def dispatch_due_callbacks(*, limit: int = 100) -> int:
+    """Hand due callback deliveries to workers; returns how many. Called by `dispatch_polls` each pass.
+
+    The agent-API work fills this in (claim due rows, enqueue `operations.tasks.deliver_callback`).
+    """
+    return 0
