@@ -18,11 +18,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-# A credential that must never appear in any response, log record, stored row or error text.
-CANARY = "canary-secret-7f3e9a1c55d24b08"
-os.environ["FAKE_PROVIDER_TOKEN"] = CANARY
+from tests.support import CANARY, T0, canary_log_handler, canary_rows, job_id
 
-T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+os.environ["FAKE_PROVIDER_TOKEN"] = CANARY
+__all__ = ["CANARY", "T0", "job_id"]
 
 
 def is_postgres() -> bool:
@@ -65,30 +64,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             ).close()
         except psycopg.Error as exc:
             pytest.exit(f"REQUIRE_POSTGRES=1 but PostgreSQL is unreachable: {exc}", returncode=3)
-    logging.getLogger().addHandler(_canary_log_handler)
     if is_postgres():
         _install_flush_bypass()
-
-
-class _CanaryLogHandler(logging.Handler):
-    """Sees every log record raw (before redaction) and remembers any that carry the canary."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.leaks: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken record must not break the suite
-            text = str(record.msg)
-        if record.exc_info and record.exc_info[1] is not None:
-            text += str(record.exc_info[1])
-        if CANARY in text:
-            self.leaks.append(f"{record.name}: {text[:200]}")
-
-
-_canary_log_handler = _CanaryLogHandler()
 
 
 @pytest.fixture(autouse=True)
@@ -106,14 +83,20 @@ def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         return response
 
     BaseHandler.get_response = get_response  # type: ignore[method-assign]
-    start = len(_canary_log_handler.leaks)
+    # First in line (Django's logging set-up may have replaced the handlers), so it sees each
+    # record before the redaction filter scrubs it in place.
+    for name in ("", "django"):
+        handlers = logging.getLogger(name).handlers
+        if canary_log_handler not in handlers:
+            handlers.insert(0, canary_log_handler)
+    start = len(canary_log_handler.leaks)
     try:
         yield
     finally:
         BaseHandler.get_response = original  # type: ignore[method-assign]
-    leaks += _canary_log_handler.leaks[start:]
+    leaks += canary_log_handler.leaks[start:]
     if _uses_db(request):
-        leaks += _canary_rows()
+        leaks += canary_rows()
     if request.node.get_closest_marker("canary_planted"):
         return
     assert not leaks, f"the canary credential leaked: {leaks}"
@@ -124,24 +107,6 @@ def _uses_db(request: pytest.FixtureRequest) -> bool:
     return bool(names & {"db", "transactional_db", "django_db_setup"}) or bool(
         request.node.get_closest_marker("django_db")
     )
-
-
-def _canary_rows() -> list[str]:
-    from escalations.models import Decision, Escalation
-    from operations.models import AuditEntry, CallbackDelivery, Operation, StatusCheck
-
-    found = []
-    try:
-        for model in (Operation, StatusCheck, Escalation, Decision, CallbackDelivery):
-            for row in model.objects.all().values():
-                if CANARY in repr(row):
-                    found.append(f"{model.__name__} row")
-        for body in AuditEntry.objects.values_list("body", flat=True):
-            if CANARY.encode() in bytes(body):
-                found.append("AuditEntry body")
-    except Exception:  # noqa: BLE001 - the test's own transaction may be unusable; its failure shows
-        connection.close_if_unusable_or_obsolete()
-    return found
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -160,12 +125,6 @@ def fake_provider() -> Iterator[object]:
         yield provider
     finally:
         provider.stop()
-
-
-def job_id(scenario: str, **params: object) -> str:
-    """A unique scenario job id, e.g. job_id("slow_success", polls=3)."""
-    parts = [scenario, *(f"{key}={value}" for key, value in params.items()), f"id={uuid.uuid4().hex[:12]}"]
-    return "__".join(parts)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 
 from operations.controller import poll_once
 from operations.models import Operation
-from tests.conftest import job_id
+from tests.support import job_id
 
 pytestmark = pytest.mark.django_db
 

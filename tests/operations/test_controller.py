@@ -15,7 +15,7 @@ from operations import http
 from operations.controller import PollResult, poll_once
 from operations.models import AuditEntry, Operation, ProviderAccount, StatusCheck
 from operations.vocabulary import DelaySource, Reason, Status
-from tests.conftest import T0, job_id
+from tests.support import T0, job_id
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from operations.models import AuditEntry, Authorization, Operation
 from operations.services import RegistrationError, operation_register
 from operations.vocabulary import Status
-from tests.conftest import T0, job_id
+from tests.support import T0, job_id
 
 pytestmark = pytest.mark.django_db
 
