@@ -61,10 +61,21 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "new_max_requests",
         "authorization_number",
         "http_status",
+        "next_poll_at",
+        "pending_state",
+        "confirms_decision_id",
     ),
     "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url"),
-    "human.refused": ("escalation_id", "option", "card_version", "reason"),
+    "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason"),
+    # cancel_at_provider: the provider's answer to the one cancel request a human decided to send.
+    "provider.cancel_response": (
+        "escalation_id",
+        "decision_id",
+        "cancel_state",
+        "http_status",
+        "provider_state",
+        "provider_request_id",
+        "state",
+    ),
     "callback.failed": ("event_id", "event_type", "attempts", "http_status", "reason"),
 }
-
-
