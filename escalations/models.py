@@ -37,6 +37,11 @@ class Escalation(models.Model):
     )
     last_notified_at = models.DateTimeField(null=True, blank=True)
     notifications_sent = models.PositiveIntegerField(default=0)
+    # cancel_at_provider: the one cancel request sent from this card and the provider's answer
+    # ({"state", "http_status", "provider_state", "provider_request_id", "detail", "decision_id", "sent_at"}).
+    cancel_response = models.JSONField(null=True, blank=True)
+    # Why the card closed: the decision that ended it, or what superseded it.
+    closed_reason = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["-opened_at"]
@@ -45,7 +50,10 @@ class Escalation(models.Model):
                 fields=["operation"], condition=Q(state="open"), name="one_open_escalation_per_operation"
             )
         ]
-        indexes = [models.Index(fields=["state", "opened_at"], name="escalation_state_idx")]
+        indexes = [
+            models.Index(fields=["state", "opened_at"], name="escalation_state_idx"),
+            models.Index(fields=["assignee", "state"], name="escalation_assignee_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.operation_id} {self.reason}"
@@ -87,7 +95,11 @@ class Decision(models.Model):
 
     class Meta:
         ordering = ["-decided_at"]
-        indexes = [models.Index(fields=["decided_at"], name="decision_time_idx")]
+        indexes = [
+            models.Index(fields=["decided_at"], name="decision_time_idx"),
+            models.Index(fields=["operation", "decided_at"], name="decision_operation_idx"),
+            models.Index(fields=["user", "decided_at"], name="decision_user_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.option} by {self.user_id} ({self.outcome})"
