@@ -48,6 +48,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "provider.paused": ("account", "paused_until", "http_status", "reason"),
     "operation.cancelled": ("state", "reason", "cancel_state", "http_status"),
     "operation.acknowledged": ("state",),
+    "operation.cancel_forwarded": ("cancel_state", "http_status", "provider_state", "provider_request_id", "detail"),
     "human.decision": (
         "escalation_id",
         "decision_id",
