@@ -7,3 +7,15 @@ def run_poll(operation_id: str, fence: int) -> str:
     from operations.controller import poll_once
 
     return str(poll_once(operation_id=operation_id, fence=fence))
+
+
+def deliver_callback(delivery_id: str, attempt: int) -> str:
+    from operations.callbacks import deliver
+
+    return deliver(delivery_id=delivery_id, attempt=attempt)
+
+
+def forward_provider_cancel(operation_id: str) -> str:
+    from operations.services import provider_cancel_forward
+
+    return provider_cancel_forward(operation_id=operation_id)
