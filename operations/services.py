@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from ulid import ULID
 
 from operations import audit
-from operations.models import Agent, Authorization, Operation, ProviderAccount, ProviderProfile
+from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
+from operations.vocabulary import NOT_DONE_STATUSES, Status
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 PURPOSE_MAX = 280
@@ -219,3 +220,352 @@ def operation_register(
 def _actor(registered_by: str) -> dict[str, str]:
     kind, _, name = registered_by.partition(":")
     return {"kind": kind or "operator", "id": name or registered_by}
+
+
+# --- agent API: registration with replay, acknowledgement, agent cancel ------------------------------
+
+IDEMPOTENCY_KEY_TTL = timedelta(days=7)
+# A claimed key whose request never finished (a crashed process) is released after this long.
+IDEMPOTENCY_CLAIM_STALE = timedelta(seconds=60)
+
+
+class OperationNotFound(Exception):
+    """No such operation for this agent (unknown ids and other agents' ids look the same)."""
+
+
+@dataclass
+class OperationConflict(Exception):
+    """The request clashes with the operation's state; `code` is the API problem code."""
+
+    code: str
+    message: str
+    operation: Operation | None = None
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+@dataclass(frozen=True)
+class AgentRegistration:
+    """What an agent asked to watch, already type-checked by the API layer."""
+
+    provider: str
+    provider_job_id: str
+    purpose: str = ""
+    deadline_at: datetime | None = None
+    business_deadline_at: datetime | None = None
+    max_status_requests: int | None = None
+    request_fingerprint: str = ""
+    callback_url: str = ""
+    metadata: dict | None = None
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the request in canonical form: equal requests hash alike."""
+        import hashlib
+
+        import rfc8785
+
+        canonical = rfc8785.dumps(
+            {
+                "provider": self.provider,
+                "provider_job_id": self.provider_job_id,
+                "purpose": self.purpose,
+                "deadline": audit.iso(self.deadline_at),
+                "business_deadline": audit.iso(self.business_deadline_at),
+                "max_status_requests": self.max_status_requests,
+                "request_fingerprint": self.request_fingerprint,
+                "callback_url": self.callback_url,
+                "metadata": self.metadata or {},
+            }
+        )
+        return hashlib.sha256(canonical).hexdigest()
+
+
+@dataclass(frozen=True)
+class RegisterOutcome:
+    operation: Operation
+    # True when an earlier registration was returned instead of a new one.
+    replayed: bool
+
+
+def _agent_actor(agent: Agent) -> dict[str, str]:
+    return {"kind": "agent", "id": agent.name}
+
+
+def _same_registration(op: Operation, request: AgentRegistration) -> bool:
+    """Whether a repeated registration asks for the same watch as the live operation.
+
+    Fields the agent left out are not compared (a default deadline is computed from "now", so two
+    identical requests a minute apart would otherwise never match).
+    """
+    if (
+        op.purpose != request.purpose
+        or op.request_fingerprint != request.request_fingerprint
+        or op.callback_url != request.callback_url
+        or (op.metadata or {}) != (request.metadata or {})
+        or op.business_deadline_at != request.business_deadline_at
+    ):
+        return False
+    first = op.authorizations.filter(number=1).first()
+    if first is None:
+        return False
+    if request.deadline_at is not None and first.deadline_at != request.deadline_at:
+        return False
+    return request.max_status_requests is None or first.max_status_requests == request.max_status_requests
+
+
+def _live_operation(*, agent: Agent, request: AgentRegistration) -> Operation | None:
+    return (
+        Operation.objects.select_related("provider")
+        .filter(
+            agent=agent,
+            provider__slug=request.provider,
+            provider_job_id=request.provider_job_id,
+            status__in=sorted(NOT_DONE_STATUSES),
+        )
+        .first()
+    )
+
+
+def _replay_or_conflict(op: Operation, request: AgentRegistration) -> RegisterOutcome:
+    if _same_registration(op, request):
+        return RegisterOutcome(operation=op, replayed=True)
+    raise OperationConflict(
+        "operation_exists",
+        f"{op.pk} already watches {request.provider} job {request.provider_job_id} with different "
+        "settings; use that operation (or cancel it first) instead of registering again",
+        op,
+    )
+
+
+def _claim_idempotency_key(*, agent: Agent, key: str, request_hash: str) -> RegisterOutcome | None:
+    """Claim KEY for this request, or answer from the earlier request that used it."""
+    for _ in range(3):
+        now = timezone.now()
+        try:
+            with transaction.atomic():
+                IdempotencyKey.objects.create(agent=agent, key=key, request_hash=request_hash)
+            return None
+        except IntegrityError:
+            pass
+        existing = IdempotencyKey.objects.select_related("operation__provider").filter(agent=agent, key=key).first()
+        if existing is None:
+            continue
+        expired = existing.created_at < now - IDEMPOTENCY_KEY_TTL
+        abandoned = existing.operation_id is None and existing.created_at < now - IDEMPOTENCY_CLAIM_STALE
+        if expired or abandoned:
+            IdempotencyKey.objects.filter(pk=existing.pk, created_at=existing.created_at).delete()
+            continue
+        if existing.request_hash != request_hash:
+            raise OperationConflict(
+                "idempotency_key_reused",
+                "this Idempotency-Key was first used with a different request body; use a new key for a new request",
+                existing.operation,
+            )
+        if existing.operation is None:
+            raise OperationConflict(
+                "idempotency_key_in_flight",
+                "the first request with this Idempotency-Key is still being processed; retry in a second",
+            )
+        return RegisterOutcome(operation=existing.operation, replayed=True)
+    raise OperationConflict("idempotency_key_in_flight", "this Idempotency-Key is contended; retry in a second")
+
+
+def operation_register_for_agent(
+    *, agent: Agent, request: AgentRegistration, idempotency_key: str | None = None
+) -> RegisterOutcome:
+    """Register a watch for an agent, replaying earlier registrations instead of duplicating them.
+
+    - the same Idempotency-Key with the same request answers with the operation it created; with
+      another request it is refused (`idempotency_key_reused`);
+    - the same (agent, provider, provider_job_id) while that operation is not done answers with it
+      when the request matches and is refused (`operation_exists`) when it does not.
+    Nothing is written when the request is refused.
+    """
+    from operations.callbacks import callback_url_problem
+
+    if request.callback_url:
+        problem = callback_url_problem(request.callback_url)
+        if problem is not None:
+            raise RegistrationError(
+                [FieldProblem("callback.url", "callback_url_rejected", f"the callback URL {problem}")]
+            )
+    if idempotency_key is not None:
+        answered = _claim_idempotency_key(agent=agent, key=idempotency_key, request_hash=request.fingerprint())
+        if answered is not None:
+            return answered
+    try:
+        live = _live_operation(agent=agent, request=request)
+        if live is not None:
+            outcome = _replay_or_conflict(live, request)
+        else:
+            try:
+                with transaction.atomic():
+                    op = operation_register(
+                        provider_slug=request.provider,
+                        provider_job_id=request.provider_job_id,
+                        registered_by=f"agent:{agent.name}",
+                        agent=agent,
+                        purpose=request.purpose,
+                        deadline_at=request.deadline_at,
+                        business_deadline_at=request.business_deadline_at,
+                        max_status_requests=request.max_status_requests,
+                        request_fingerprint=request.request_fingerprint,
+                        callback_url=request.callback_url,
+                        metadata=request.metadata,
+                    )
+                    if idempotency_key is not None:
+                        IdempotencyKey.objects.filter(agent=agent, key=idempotency_key).update(operation=op)
+                outcome = RegisterOutcome(operation=op, replayed=False)
+            except IntegrityError:
+                # A concurrent registration of the same job won the partial unique constraint.
+                live = _live_operation(agent=agent, request=request)
+                if live is None:
+                    raise
+                outcome = _replay_or_conflict(live, request)
+        if idempotency_key is not None and outcome.replayed:
+            IdempotencyKey.objects.filter(agent=agent, key=idempotency_key, operation__isnull=True).update(
+                operation=outcome.operation
+            )
+        return outcome
+    except BaseException:
+        if idempotency_key is not None:
+            # Release the claim so a corrected request may use the same key; nothing else was written.
+            IdempotencyKey.objects.filter(agent=agent, key=idempotency_key, operation__isnull=True).delete()
+        raise
+
+
+def _agent_operation_locked(*, agent: Agent, operation_id: str) -> Operation:
+    op = Operation.objects.select_for_update().select_related("provider").filter(pk=operation_id, agent=agent).first()
+    if op is None:
+        raise OperationNotFound(operation_id)
+    return op
+
+
+def operation_acknowledge(*, agent: Agent, operation_id: str) -> Operation:
+    """The agent has read the outcome: the operation leaves its open list. Idempotent."""
+    with transaction.atomic():
+        op = _agent_operation_locked(agent=agent, operation_id=operation_id)
+        if not op.done:
+            raise OperationConflict(
+                "operation_not_done",
+                f"{op.pk} is {op.status}, not done; acknowledge it only after it finishes",
+                op,
+            )
+        if op.acknowledged_at is not None:
+            return op
+        now = timezone.now()
+        op.acknowledged_at = now
+        op.sequence += 1
+        op.updated_at = now
+        op.save(update_fields=["acknowledged_at", "sequence", "updated_at"])
+        audit.append(
+            entry_type="operation.acknowledged",
+            actor=_agent_actor(agent),
+            operation_id=op.pk,
+            data={"state": str(op.status)},
+            at=now,
+        )
+    return op
+
+
+WATCH_CANCELLED = "watch_cancelled"
+
+
+def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = "") -> Operation:
+    """Stop watching: the operation is `closed` with error.code `watch_cancelled`, at once.
+
+    Where the profile documents a cancel request, it is forwarded to the provider by a worker
+    (`operations.tasks.forward_provider_cancel`, enqueued in this transaction), so the agent's call
+    never waits on the provider; `cancel_state` shows how far it got. A repeated cancel answers
+    with the same operation; cancelling an operation that ended another way is refused.
+    """
+    from django_q.tasks import async_task
+
+    from operations.callbacks import EVENT_COMPLETED, record_event
+
+    if (problem := _check_text("reason", reason, limit=PURPOSE_MAX)) is not None:
+        raise RegistrationError([problem])
+    with transaction.atomic():
+        op = _agent_operation_locked(agent=agent, operation_id=operation_id)
+        if op.done:
+            if op.status == Status.CLOSED and (op.error or {}).get("code") == WATCH_CANCELLED:
+                return op
+            raise OperationConflict(
+                "operation_already_terminal", f"{op.pk} already finished as {op.status}; nothing to cancel", op
+            )
+        now = timezone.now()
+        was = op.status
+        forward = op.provider.has_cancel
+        op.status = Status.CLOSED
+        op.completed_at = now
+        op.next_poll_at = None
+        op.result = None
+        provider_note = (
+            " A cancel request is being sent to the provider."
+            if forward
+            else " The provider documents no cancel request, so the job may still run there."
+        )
+        op.error = {
+            "code": WATCH_CANCELLED,
+            "message": "The agent cancelled the watch; pollerdash stopped polling." + provider_note,
+            "provider_error": None,
+        }
+        op.cancel_requested_at = now
+        op.cancel_reason = reason
+        op.cancel_state = "requested" if forward else "not_documented"
+        op.sequence += 1
+        op.updated_at = now
+        op.save()
+        if was == Status.NEEDS_ATTENTION:
+            _supersede_open_escalation(operation=op)
+        record_event(operation=op, event_type=EVENT_COMPLETED)
+        if forward:
+            async_task("operations.tasks.forward_provider_cancel", op.pk, task_name=f"cancel {op.pk}", group="cancels")
+        audit.append(
+            entry_type="operation.cancelled",
+            actor=_agent_actor(agent),
+            operation_id=op.pk,
+            data={"state": str(op.status), "reason": reason, "cancel_state": op.cancel_state, "http_status": None},
+            at=now,
+        )
+    return op
+
+
+def _supersede_open_escalation(*, operation: Operation) -> None:
+    """The card a human was deciding on no longer applies: the agent ended the watch."""
+    from escalations.services import escalation_supersede
+
+    escalation_supersede(operation=operation, reason="the agent cancelled the watch")
+
+
+def provider_cancel_forward(*, operation_id: str) -> str:
+    """Send the provider's documented cancel request for an agent-cancelled operation, once."""
+    from operations.provider_cancel import send_provider_cancel
+
+    claimed = Operation.objects.filter(pk=operation_id, cancel_state="requested").update(cancel_state="forwarding")
+    if not claimed:
+        return "stale"
+    op = Operation.objects.select_related("provider").get(pk=operation_id)
+    result = send_provider_cancel(operation=op)
+    with transaction.atomic():
+        op = Operation.objects.select_for_update().get(pk=operation_id)
+        now = timezone.now()
+        op.cancel_state = result.state
+        op.sequence += 1
+        op.updated_at = now
+        op.save(update_fields=["cancel_state", "sequence", "updated_at"])
+        audit.append(
+            entry_type="operation.cancel_forwarded",
+            actor=audit.SYSTEM_CONTROLLER,
+            operation_id=op.pk,
+            data={
+                "cancel_state": result.state,
+                "http_status": result.http_status,
+                "provider_state": result.provider_state,
+                "provider_request_id": result.provider_request_id or None,
+                "detail": result.detail[:300] or None,
+            },
+            at=now,
+        )
+    return result.state
