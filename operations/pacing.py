@@ -12,11 +12,15 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from operations.models import ProviderAccount, StatusCheck
+from operations.models import Operation, ProviderAccount, StatusCheck
+from operations.vocabulary import POLLABLE_STATUSES
 
-# The window is stretched a little past one second so that jitter between our clock and the
-# provider's arrival times cannot fit one request too many into any real one-second window.
+# The window is stretched past one second so that the spread between the moment a request is
+# charged (StatusCheck.sent_at) and the moment it reaches the provider cannot fit one request
+# too many into any real one-second window: a relative margin, plus an absolute one for the
+# scheduling noise of a busy host (a worker descheduled between its charge and its send).
 WINDOW_MARGIN = 1.03
+WINDOW_SLACK_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -26,10 +30,10 @@ class Allowance:
 
 
 def allowance(rate_per_s: float) -> Allowance:
-    """N requests per window: rate 10/s -> 10 per 1.03 s; rate 0.5/s -> 1 per 2.06 s."""
+    """N requests per window: rate 10/s -> 10 per 1.08 s; rate 0.5/s -> 1 per 2.11 s."""
     base_s = max(1.0, 1.0 / rate_per_s)
     return Allowance(
-        window=timedelta(seconds=base_s * WINDOW_MARGIN),
+        window=timedelta(seconds=base_s * WINDOW_MARGIN + WINDOW_SLACK_S),
         max_in_window=max(1, math.floor(rate_per_s * base_s)),
     )
 
@@ -63,3 +67,38 @@ def next_free_send(*, account: str, rate_per_s: float, now: datetime) -> datetim
 def sends_in_window(*, account: str, rate_per_s: float, now: datetime) -> int:
     rule = allowance(rate_per_s)
     return StatusCheck.objects.filter(account=account, sent_at__gt=now - rule.window).count()
+
+
+def claimed_unsent(*, account: str, now: datetime) -> int:
+    """Claims the dispatcher handed to workers that have not been charged yet (live leases only).
+
+    A worker's charge clears `claimed_at`, and from then on the request counts in the window
+    instead, so every admitted claim is counted exactly once until it leaves the window.
+    """
+    return (
+        Operation.objects.filter(
+            account=account,
+            status__in=sorted(POLLABLE_STATUSES),
+            next_poll_at__lte=now,  # claimed operations are due: this keeps the scan on the due index
+            claimed_at__isnull=False,
+            lease_expires_at__gt=now,
+        )
+        .order_by()
+        .count()
+    )
+
+
+def admissible(*, account: str, rate_per_s: float, now: datetime) -> int:
+    """How many more claims the dispatcher may hand out for this account right now.
+
+    The allowance of the current window minus what was already sent in it and what was claimed
+    but not yet sent. Call with the account row locked (like the charge), so two dispatchers
+    cannot both spend the same room. The charge re-checks the exact limit at send time.
+    """
+    rule = allowance(rate_per_s)
+    sent = (
+        StatusCheck.objects.filter(account=account, sent_at__gt=now - rule.window)
+        .order_by()[: rule.max_in_window]
+        .count()
+    )
+    return max(0, rule.max_in_window - sent - claimed_unsent(account=account, now=now))

@@ -1,0 +1,307 @@
+"""The dispatcher's steps: hand due polls to django-q2 workers on time, one owner per operation.
+
+django-q2's own scheduler ticks only every ~30 s and has no eta, so `manage.py dispatch_polls`
+runs these steps in a loop on every host (any number of dispatchers may run at once):
+
+1. `sweep_deadlines`: an operation whose deadline passed while no poll was due goes to a human
+   (`deadline_exceeded`) at once, without a status request, unless a live lease holds it (the
+   worker holding it escalates it itself).
+2. `requeue_expired_leases`: a claim whose lease ran out (its worker died or hung) loses it: the
+   fence moves, so the late original can write nothing; the request it may have sent stays
+   charged. The operation is due, so the next step claims it again.
+3. `claim_due`: claims due operations and enqueues `operations.tasks.run_poll(operation_id,
+   fence)` in the same transaction (the ORM broker writes into our database, so the claim and the
+   task commit together or not at all). Rows are claimed with SELECT ... FOR UPDATE SKIP LOCKED on
+   PostgreSQL and a compare-and-set update on SQLite. Per provider account, no more claims are
+   admitted than the rate allowance has room for right now, and none while the account is paused.
+4. `dispatch_callbacks`: hands due completion callbacks to workers.
+
+Every step returns how much work it did, so the loop sleeps only when a whole pass did nothing,
+and tests call one step at a time. Locks are taken in the order used everywhere else: provider
+account rows (sorted by name), then operation rows, then the audit head last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Min, Q, QuerySet
+from django.utils import timezone
+from django_q.brokers import Broker, get_broker
+from django_q.models import OrmQ
+from django_q.tasks import async_task
+
+from operations import pacing
+from operations.controller import escalate_without_request
+from operations.models import Operation, ProcessHeartbeat, ProviderAccount, ProviderProfile
+from operations.vocabulary import POLLABLE_STATUSES, Reason
+
+logger = logging.getLogger(__name__)
+
+POLL_TASK = "operations.tasks.run_poll"
+POLL_TASK_GROUP = "polls"
+HEARTBEAT_KIND = "dispatcher"
+
+_POLLABLE = sorted(POLLABLE_STATUSES)
+
+
+def dispatcher_name() -> str:
+    return f"{HEARTBEAT_KIND}@{socket.gethostname()}:{os.getpid()}"
+
+
+def _unleased(now: datetime) -> Q:
+    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
+
+
+def due_unclaimed(*, now: datetime) -> QuerySet[Operation]:
+    """Pollable operations whose next poll is due and that no live lease holds."""
+    return Operation.objects.filter(status__in=_POLLABLE, next_poll_at__lte=now).filter(_unleased(now)).order_by()
+
+
+# --- 1. deadline sweep ----------------------------------------------------------------------------------
+
+
+def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
+    """Escalate pollable operations whose deadline has passed; returns how many.
+
+    No status request is sent: the deadline is a hard bound. An operation under a live lease is
+    left to the worker that holds it (its own gate escalates it before sending).
+    """
+    now = now or timezone.now()
+    rows = list(
+        Operation.objects.filter(status__in=_POLLABLE, deadline_at__lte=now)
+        .filter(_unleased(now))
+        .order_by("deadline_at")
+        .values_list("pk", "fence", "deadline_at", "next_poll_at")[:limit]
+    )
+    escalated = 0
+    for pk, fence, deadline_at, next_poll_at in rows:
+        waiting = f"; the next poll was due at {next_poll_at:%Y-%m-%d %H:%M:%S} UTC" if next_poll_at else ""
+        explanation = f"the deadline {deadline_at:%Y-%m-%d %H:%M:%S} UTC passed{waiting}; no request was sent"
+        # Fenced: a claim or a poll that moved the fence since we read it wins, and we skip.
+        if escalate_without_request(
+            operation_id=pk, fence=fence, reason=Reason.DEADLINE_EXCEEDED, explanation=explanation
+        ):
+            escalated += 1
+    return escalated
+
+
+# --- 2. expired leases ----------------------------------------------------------------------------------
+
+
+def requeue_expired_leases(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Take expired claims away from their holders (fence + 1); returns how many.
+
+    The request the dead holder may have sent stays charged (it was charged before sending); the
+    operation is still due, so `claim_due` hands it to a live worker with the new fence.
+    """
+    now = now or timezone.now()
+    rows = list(
+        Operation.objects.filter(status__in=_POLLABLE, next_poll_at__lte=now, lease_expires_at__lte=now)
+        .order_by("lease_expires_at")
+        .values_list("pk", "fence", "lease_owner", "lease_expires_at")[:limit]
+    )
+    requeued = 0
+    for pk, fence, owner, expired_at in rows:
+        moved = Operation.objects.filter(pk=pk, fence=fence, lease_expires_at=expired_at).update(
+            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None, send_not_before=None
+        )
+        if moved:
+            requeued += 1
+            logger.warning(
+                "lease of %s on %s (fence %s) expired at %s; poll re-queued with fence %s",
+                owner or "?",
+                pk,
+                fence,
+                expired_at.isoformat(),
+                fence + 1,
+            )
+    return requeued
+
+
+# --- 3. claim and enqueue -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    operation_id: str
+    fence: int  # the fence the task carries (the claim's own)
+    due_at: datetime
+
+
+def queue_room() -> int:
+    """How many more tasks may wait in django-q2's queue before the dispatcher holds back.
+
+    When workers fall behind, piling more claims into the queue only lets their leases expire
+    while they wait; due operations stay unclaimed instead, which the oldest-due metric shows.
+    """
+    return settings.DISPATCH_MAX_QUEUED - OrmQ.objects.order_by().count()
+
+
+def _account_rates(accounts: list[str]) -> dict[str, float]:
+    """The binding rate per account: the lowest of the profiles that share it."""
+    rates: dict[str, float] = {}
+    profiles = ProviderProfile.objects.filter(account__in=accounts).order_by()
+    for account, rate in profiles.values_list("account", "rate_limit_per_s"):
+        rates[account] = min(rate, rates.get(account, rate))
+    return rates
+
+
+def _lock_accounts(accounts: list[str]) -> list[ProviderAccount]:
+    query = ProviderAccount.objects.filter(name__in=accounts).order_by("name")
+    if connection.vendor == "postgresql":
+        # Sorted by name: two dispatchers never wait on each other in opposite orders.
+        query = query.select_for_update()
+    return list(query)
+
+
+def _claim_rows(*, account: str, now: datetime, take: int, owner: str) -> list[Claim]:
+    lease_until = now + timedelta(seconds=settings.POLL_LEASE_S)
+    query = due_unclaimed(now=now).filter(account=account).order_by("next_poll_at")
+    claims: list[Claim] = []
+    if connection.vendor == "postgresql":
+        rows = list(query.select_for_update(skip_locked=True).values_list("pk", "fence", "next_poll_at")[:take])
+        if not rows:
+            return []
+        # The rows are ours until commit: one UPDATE claims them all, each keeping its own due time.
+        Operation.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(
+            fence=F("fence") + 1,
+            lease_owner=owner,
+            lease_expires_at=lease_until,
+            claimed_at=now,
+            claim_due_at=F("next_poll_at"),
+            send_not_before=None,
+        )
+        return [Claim(pk, fence + 1, due_at) for pk, fence, due_at in rows]
+    # SQLite has no row locks: claim each row by compare-and-set on its fence.
+    for pk, fence, due_at in query.values_list("pk", "fence", "next_poll_at")[:take]:
+        won = (
+            Operation.objects.filter(pk=pk, fence=fence)
+            .filter(_unleased(now))
+            .update(
+                fence=fence + 1,
+                lease_owner=owner,
+                lease_expires_at=lease_until,
+                claimed_at=now,
+                claim_due_at=due_at,
+                send_not_before=None,
+            )
+        )
+        if won:
+            claims.append(Claim(pk, fence + 1, due_at))
+    return claims
+
+
+def claim_due(
+    *, owner: str, now: datetime | None = None, limit: int | None = None, broker: Broker | None = None
+) -> list[Claim]:
+    """Claim due operations and enqueue one poll task per claim, in one transaction.
+
+    Per provider account: skipped while paused; at most `pacing.admissible` claims, so the rate
+    limit holds across every dispatcher and host (the charge enforces it exactly at send time).
+    """
+    now = now or timezone.now()
+    limit = settings.DISPATCH_BATCH if limit is None else limit
+    accounts = sorted(set(due_unclaimed(now=now).values_list("account", flat=True).distinct()))
+    if not accounts:
+        return []
+    limit = min(limit, queue_room())
+    if limit <= 0:
+        return []
+    broker = broker or get_broker()
+    rates = _account_rates(accounts)
+    claims: list[Claim] = []
+    with transaction.atomic():
+        for account in _lock_accounts(accounts):
+            if account.paused_until and account.paused_until > now:
+                continue
+            if account.name not in rates:
+                continue
+            room = pacing.admissible(account=account.name, rate_per_s=rates[account.name], now=now)
+            take = min(limit - len(claims), room)
+            if take <= 0:
+                continue
+            claimed = _claim_rows(account=account.name, now=now, take=take, owner=owner)
+            for claim in claimed:
+                # In the claim's transaction: the ORM broker's row commits with it or not at all.
+                async_task(
+                    POLL_TASK,
+                    claim.operation_id,
+                    claim.fence,
+                    broker=broker,
+                    group=POLL_TASK_GROUP,
+                    task_name=f"poll-{claim.operation_id}-{claim.fence}",
+                )
+            claims.extend(claimed)
+            if len(claims) >= limit:
+                break
+    return claims
+
+
+# --- 4. callbacks ---------------------------------------------------------------------------------------
+
+
+def dispatch_callbacks(*, limit: int = 100) -> int:
+    from operations.callbacks import dispatch_due_callbacks
+
+    return dispatch_due_callbacks(limit=limit)
+
+
+# --- the pass, the idle sleep and the heartbeat ----------------------------------------------------------
+
+
+@dataclass
+class PassResult:
+    swept: int = 0
+    requeued: int = 0
+    claimed: int = 0
+    callbacks: int = 0
+
+    @property
+    def did_work(self) -> bool:
+        return bool(self.swept or self.requeued or self.claimed or self.callbacks)
+
+
+def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None = None) -> PassResult:
+    """One pass of every step, in order; the deadline sweep first so no claim is spent on it."""
+    now = now or timezone.now()
+    result = PassResult()
+    result.swept = sweep_deadlines(now=now)
+    result.requeued = requeue_expired_leases(now=now)
+    result.claimed = len(claim_due(owner=owner, now=now, broker=broker))
+    result.callbacks = dispatch_callbacks(limit=settings.DISPATCH_BATCH)
+    return result
+
+
+def idle_sleep_s(*, now: datetime | None = None) -> float:
+    """How long an idle dispatcher may sleep: at most DISPATCH_IDLE_SLEEP_S, less when the next
+    poll or deadline is nearer."""
+    now = now or timezone.now()
+    cap = settings.DISPATCH_IDLE_SLEEP_S
+    upcoming = Operation.objects.filter(status__in=_POLLABLE).order_by()
+    nearest = [
+        upcoming.filter(next_poll_at__gt=now).aggregate(t=Min("next_poll_at"))["t"],
+        upcoming.filter(deadline_at__gt=now).aggregate(t=Min("deadline_at"))["t"],
+    ]
+    waits = [(t - now).total_seconds() for t in nearest if t is not None]
+    return max(0.0, min([cap, *waits]))
+
+
+def record_heartbeat(*, name: str, started_at: datetime, info: dict, now: datetime | None = None) -> None:
+    """Say this process is alive (the system panel lists processes by their last heartbeat)."""
+    now = now or timezone.now()
+    ProcessHeartbeat.objects.update_or_create(
+        name=name,
+        defaults={"kind": HEARTBEAT_KIND, "started_at": started_at, "last_seen_at": now, "info": info},
+    )
+
+
+def forget_heartbeat(*, name: str) -> None:
+    """A clean exit removes the row: only crashed processes linger (as stale) on the panel."""
+    ProcessHeartbeat.objects.filter(name=name).delete()

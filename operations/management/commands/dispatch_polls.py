@@ -1,0 +1,98 @@
+"""`manage.py dispatch_polls [--once]`: the dispatcher loop (steps in operations/dispatch.py).
+
+Runs on every host next to `qcluster`; any number may run at once. Each pass sweeps deadlines,
+re-queues expired leases, claims due operations (enqueueing their poll tasks in the same
+transaction) and hands due callbacks to workers. It sleeps only when a pass did nothing (at most
+DISPATCH_IDLE_SLEEP_S, less when the next due time is nearer), stops cleanly on SIGTERM or SIGINT
+(the current step finishes, exit status 0), and survives database outages by reconnecting with a
+short backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import Error as DatabaseError
+from django.db import close_old_connections, connection
+from django.utils import timezone
+from django_q.brokers import get_broker
+
+from operations import dispatch
+
+logger = logging.getLogger("operations.dispatch")
+
+MAX_BACKOFF_S = 5.0
+
+
+class Command(BaseCommand):
+    help = "Dispatch due polls to django-q2 workers, sweep deadlines and expired leases (loop until SIGTERM)."
+
+    def add_arguments(self, parser) -> None:  # noqa: ANN001 - argparse parser
+        parser.add_argument("--once", action="store_true", help="run one pass and exit (for tests and cron)")
+
+    def handle(self, *args: object, once: bool = False, **options: object) -> None:
+        name = dispatch.dispatcher_name()
+        broker = get_broker()
+        if once:
+            result = dispatch.run_pass(owner=name, broker=broker)
+            self.stdout.write(
+                f"swept {result.swept}, requeued {result.requeued}, claimed {result.claimed}, "
+                f"callbacks {result.callbacks}"
+            )
+            return
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        started_at = timezone.now()
+        totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0}
+        last_heartbeat = 0.0
+        backoff = 0.0
+        logger.info(
+            "%s started (batch %s, idle sleep <= %s s)", name, settings.DISPATCH_BATCH, settings.DISPATCH_IDLE_SLEEP_S
+        )
+        while not stop.is_set():
+            try:
+                # A request boundary for a long-running process: drops a connection past its
+                # CONN_MAX_AGE or broken by a database restart, so the next query reconnects.
+                close_old_connections()
+                result = dispatch.run_pass(owner=name, broker=broker)
+                totals["passes"] += 1
+                totals["swept"] += result.swept
+                totals["requeued"] += result.requeued
+                totals["claimed"] += result.claimed
+                totals["callbacks"] += result.callbacks
+                if time.monotonic() - last_heartbeat >= settings.DISPATCH_HEARTBEAT_S:
+                    dispatch.record_heartbeat(name=name, started_at=started_at, info=dict(totals))
+                    last_heartbeat = time.monotonic()
+                if backoff:
+                    logger.warning("%s: database reachable again", name)
+                    backoff = 0.0
+                if not result.did_work:
+                    stop.wait(dispatch.idle_sleep_s())
+            except DatabaseError as exc:
+                # The database went away (restart, failover, network): nothing was committed
+                # half-way, so drop the connection and try again shortly.
+                backoff = min(MAX_BACKOFF_S, backoff * 2 or 0.25)
+                logger.warning("%s: database error (%s); retrying in %.2f s", name, type(exc).__name__, backoff)
+                connection.close()
+                stop.wait(backoff)
+            except Exception:
+                # A bug must not stop dispatching for every other operation: log it and carry on.
+                backoff = min(MAX_BACKOFF_S, backoff * 2 or 0.25)
+                logger.exception("%s: pass failed; retrying in %.2f s", name, backoff)
+                stop.wait(backoff)
+        try:
+            dispatch.forget_heartbeat(name=name)
+        except DatabaseError:
+            logger.warning("%s: could not remove its heartbeat row on exit", name)
+        logger.info("%s stopped after %s passes", name, totals["passes"])

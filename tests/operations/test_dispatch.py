@@ -1,0 +1,458 @@
+"""The dispatcher's steps, one at a time, against the real fake provider and django-q2's ORM queue.
+
+A test plays the worker by running the queued task payloads exactly as django-q2 would (the
+function path and arguments from the signed package). Requests are counted from the provider's
+log; time is the injected clock. Concurrency between dispatchers is in the PostgreSQL-only tests
+at the end; real processes are in tests/integration/.
+"""
+
+from __future__ import annotations
+
+import pydoc
+import threading
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, connections
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
+
+from escalations.models import Escalation
+from operations import dispatch, http
+from operations.controller import PollResult
+from operations.models import AuditEntry, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
+from operations.vocabulary import Reason, Status
+from tests.support import T0, job_id
+
+OWNER = "dispatcher@test:1"
+
+
+@pytest.fixture(autouse=True)
+def _frozen_clock(clock):  # noqa: ANN001, ANN202 - every test here starts at T0
+    return clock
+
+
+def reload(op: Operation) -> Operation:
+    return Operation.objects.get(pk=op.pk)
+
+
+def queued() -> list[tuple[str, int]]:
+    """(operation_id, fence) of every task waiting in django-q2's queue, oldest first."""
+    return [
+        tuple(SignedPackage.loads(p)["args"]) for p in OrmQ.objects.order_by("id").values_list("payload", flat=True)
+    ]
+
+
+def work(*, only: set[str] | None = None) -> dict[str, str]:
+    """Be a django-q2 worker: run queued tasks (all, or those of some operations) and ack them."""
+    results = {}
+    for row in list(OrmQ.objects.order_by("id")):
+        task = SignedPackage.loads(row.payload)
+        if only is not None and task["args"][0] not in only:
+            continue
+        row.delete()
+        results[task["args"][0]] = pydoc.locate(task["func"])(*task["args"], **task["kwargs"])
+    return results
+
+
+def status_requests(fake_provider, op: Operation) -> list[dict]:  # noqa: ANN001
+    return [r for r in fake_provider.requests(job_id=op.provider_job_id) if r["kind"] == "status"]
+
+
+def claim(**kwargs: object) -> list[dispatch.Claim]:
+    return dispatch.claim_due(owner=OWNER, **kwargs)
+
+
+# --- claiming ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_claims_due_operations_and_enqueues_one_poll_task_each(make_operation, settings):
+    ops = [make_operation(job_id("slow_success")) for _ in range(3)]
+    claims = claim(now=T0 + timedelta(seconds=0.2))
+    assert sorted(c.operation_id for c in claims) == sorted(op.pk for op in ops)
+    assert sorted(queued()) == sorted((op.pk, 1) for op in ops)
+    for op in ops:
+        op = reload(op)
+        assert (op.fence, op.lease_owner) == (1, OWNER)
+        assert op.lease_expires_at == T0 + timedelta(seconds=0.2 + settings.POLL_LEASE_S)
+        assert op.claimed_at == T0 + timedelta(seconds=0.2)
+        assert op.claim_due_at == T0  # the due time it serves: dispatch lag is measured from it
+
+
+@pytest.mark.django_db
+def test_it_leaves_future_leased_and_finished_operations_alone(make_operation, clock):
+    future = make_operation(job_id("slow_success"))
+    Operation.objects.filter(pk=future.pk).update(next_poll_at=T0 + timedelta(seconds=5))
+    leased = make_operation(job_id("slow_success"))
+    Operation.objects.filter(pk=leased.pk).update(lease_owner="w:1", lease_expires_at=T0 + timedelta(seconds=30))
+    finished = make_operation(job_id("slow_success"))
+    Operation.objects.filter(pk=finished.pk).update(status=Status.SUCCEEDED)
+    with_human = make_operation(job_id("slow_success"))
+    Operation.objects.filter(pk=with_human.pk).update(status=Status.NEEDS_ATTENTION)
+    assert claim(now=T0) == []
+    assert OrmQ.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_second_pass_does_not_claim_an_operation_twice(make_operation):
+    op = make_operation(job_id("slow_success"))
+    assert len(claim(now=T0)) == 1
+    assert claim(now=T0 + timedelta(seconds=1)) == []
+    assert queued() == [(op.pk, 1)]
+
+
+@pytest.mark.django_db
+def test_a_claim_and_its_task_commit_together_or_not_at_all(make_operation, monkeypatch):
+    ops = [make_operation(job_id("slow_success")) for _ in range(3)]
+    real_async_task = dispatch.async_task
+    calls = []
+
+    def enqueue_then_fail(*args: object, **kwargs: object) -> str:
+        calls.append(args)
+        if len(calls) == 2:
+            raise ConnectionError("broker write failed")
+        return real_async_task(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "async_task", enqueue_then_fail)
+    with pytest.raises(ConnectionError):
+        claim(now=T0)
+    assert OrmQ.objects.count() == 0
+    assert [reload(op).fence for op in ops] == [0, 0, 0]
+    assert all(reload(op).lease_owner == "" for op in ops)
+
+
+@pytest.mark.django_db
+def test_the_worker_polls_the_claim_and_records_the_dispatch_lag(make_operation, clock, fake_provider):
+    op = make_operation(job_id("slow_success", polls=1))
+    claim(now=T0 + timedelta(seconds=0.1))
+    clock.move_to(T0 + timedelta(seconds=0.4), tick=False)
+    assert work() == {op.pk: PollResult.POLLED}
+    check = StatusCheck.objects.get(operation=op)
+    assert check.due_at == T0 and check.dispatch_lag_s == pytest.approx(0.4)
+    op = reload(op)
+    assert op.status == Status.RUNNING and op.lease_owner == "" and op.next_poll_at > T0
+    assert len(status_requests(fake_provider, op)) == 1
+
+
+@pytest.mark.django_db
+def test_a_redelivered_task_is_a_no_op(make_operation, fake_provider):
+    op = make_operation(job_id("slow_success", polls=1))
+    claim(now=T0)
+    payload = OrmQ.objects.get().payload
+    work()
+    # django-q2 is at-least-once: the same package again (after `retry`, or a crash) does nothing.
+    OrmQ.objects.create(key="pollerdash", payload=payload, lock=T0)
+    assert work() == {op.pk: PollResult.STALE}
+    assert len(status_requests(fake_provider, op)) == 1 == reload(op).status_requests_used
+
+
+@pytest.mark.django_db
+def test_back_pressure_holds_claims_while_the_queue_is_full(make_operation, settings):
+    settings.DISPATCH_MAX_QUEUED = 2
+    for _ in range(5):
+        make_operation(job_id("slow_success"))
+    assert len(claim(now=T0)) == 2
+    assert claim(now=T0) == []  # two tasks wait: nothing more until workers take them
+    work()
+    assert len(claim(now=T0 + timedelta(seconds=0.1))) == 2
+
+
+@pytest.mark.django_db
+def test_the_command_runs_one_pass(make_operation):
+    op = make_operation(job_id("slow_success"))
+    out = StringIO()
+    call_command("dispatch_polls", "--once", stdout=out)
+    assert "claimed 1" in out.getvalue()
+    assert queued() == [(op.pk, 1)]
+
+
+# --- provider-account pacing ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_claims_per_account_never_exceed_the_rate_allowance(make_profile, make_operation, clock, fake_provider):
+    slow = make_profile(rate_limit_per_s=2)
+    fast = make_profile()
+    throttled = [make_operation(job_id("never_finishes"), provider=slow) for _ in range(5)]
+    free = [make_operation(job_id("never_finishes"), provider=fast) for _ in range(3)]
+    first = claim(now=T0)
+    assert sum(c.operation_id in {op.pk for op in throttled} for c in first) == 2
+    assert {op.pk for op in free} <= {c.operation_id for c in first}
+    # Claimed but not yet sent counts against the window, as does sent.
+    assert claim(now=T0 + timedelta(seconds=0.1)) == []
+    work()
+    assert claim(now=T0 + timedelta(seconds=0.2)) == []
+    window = T0 + timedelta(seconds=1.2)
+    clock.move_to(window, tick=False)
+    assert len(claim(now=window)) == 2
+    work()
+    sent = sorted(StatusCheck.objects.filter(account=slow.account).values_list("sent_at", flat=True))
+    assert len(sent) == 4
+    assert sent[2] - sent[0] > timedelta(seconds=1)
+
+
+@pytest.mark.django_db
+def test_a_paused_account_gets_no_claims_until_the_pause_ends(make_profile, make_operation):
+    paused = make_profile()
+    other = make_profile()
+    held = make_operation(job_id("slow_success"), provider=paused)
+    free = make_operation(job_id("slow_success"), provider=other)
+    ProviderAccount.objects.filter(name=paused.account).update(paused_until=T0 + timedelta(seconds=30))
+    assert [c.operation_id for c in claim(now=T0)] == [free.pk]
+    assert claim(now=T0 + timedelta(seconds=29)) == []
+    assert [c.operation_id for c in claim(now=T0 + timedelta(seconds=30))] == [held.pk]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_after_on_one_operation_pauses_every_operation_of_the_account(
+    make_profile, make_operation, clock, fake_provider, status
+):
+    shared = make_profile()
+    elsewhere = make_profile()
+    throttled = make_operation(job_id("retry_after_seconds", value=30, status=status), provider=shared)
+    siblings = [make_operation(job_id("slow_success", polls=0), provider=shared) for _ in range(2)]
+    unrelated = make_operation(job_id("slow_success", polls=0), provider=elsewhere)
+    assert len(claim(now=T0)) == 4
+    assert work(only={throttled.pk}) == {throttled.pk: PollResult.POLLED}
+    # The siblings were already claimed: the pause moved them to its end, so their workers
+    # give the claims back without sending anything.
+    results = work()
+    assert results[unrelated.pk] == PollResult.POLLED
+    for sibling in siblings:
+        assert results[sibling.pk] != PollResult.POLLED and status_requests(fake_provider, sibling) == []
+        assert reload(sibling).next_poll_at == T0 + timedelta(seconds=30)
+    for moment in (T0 + timedelta(seconds=1), T0 + timedelta(seconds=29)):
+        clock.move_to(moment, tick=False)
+        assert claim(now=moment) == []
+    resume = T0 + timedelta(seconds=30)
+    clock.move_to(resume, tick=False)
+    assert {c.operation_id for c in claim(now=resume)} == {throttled.pk, *(s.pk for s in siblings)}
+    work()
+    assert len(status_requests(fake_provider, throttled)) == 2
+    for sibling in siblings:
+        assert reload(sibling).status == Status.SUCCEEDED
+    first_sibling_send = StatusCheck.objects.filter(operation__in=siblings).order_by("sent_at").first().sent_at
+    assert first_sibling_send >= resume
+
+
+# --- deadline sweep ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_deadline_that_passes_while_no_poll_is_due_is_escalated_without_a_request(
+    make_operation, clock, fake_provider
+):
+    deadline = T0 + timedelta(seconds=20)
+    op = make_operation(job_id("retry_after_seconds", value=3600), deadline_at=deadline)
+    claim(now=T0)
+    work()
+    assert reload(op).next_poll_at == deadline  # the provider's hour is capped at the deadline
+    before = len(status_requests(fake_provider, op))
+    clock.move_to(deadline - timedelta(seconds=1), tick=False)
+    assert dispatch.sweep_deadlines(now=deadline - timedelta(seconds=1)) == 0
+    clock.move_to(deadline, tick=False)
+    result = dispatch.run_pass(owner=OWNER, now=deadline)
+    assert (result.swept, result.claimed) == (1, 0)
+    op = reload(op)
+    assert op.status == Status.NEEDS_ATTENTION and op.next_poll_at is None
+    escalation = Escalation.objects.get(operation=op, state="open")
+    assert escalation.reason == Reason.DEADLINE_EXCEEDED
+    assert "no request was sent" in escalation.detail
+    assert len(status_requests(fake_provider, op)) == before == op.status_requests_used
+    assert AuditEntry.objects.filter(operation_id=op.pk, type="escalation.opened").exists()
+
+
+@pytest.mark.django_db
+def test_the_sweep_leaves_an_operation_to_the_worker_holding_its_lease(make_operation, clock, fake_provider):
+    deadline = T0 + timedelta(seconds=15)
+    op = make_operation(job_id("slow_success"), deadline_at=deadline)
+    Operation.objects.filter(pk=op.pk).update(next_poll_at=deadline - timedelta(seconds=1))
+    moment = deadline - timedelta(seconds=1)
+    clock.move_to(moment, tick=False)
+    assert len(claim(now=moment)) == 1
+    clock.move_to(deadline, tick=False)
+    assert dispatch.sweep_deadlines(now=deadline) == 0  # a live lease holds it
+    assert work() == {op.pk: PollResult.ESCALATED}  # its worker's gate escalates, before sending
+    assert Escalation.objects.get(operation=op).reason == Reason.DEADLINE_EXCEEDED
+    assert status_requests(fake_provider, op) == []
+
+
+# --- expired leases ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_claim_whose_worker_died_is_requeued_and_the_charged_request_stays_charged(
+    make_operation, clock, monkeypatch, settings, fake_provider
+):
+    op = make_operation(job_id("slow_success", polls=0))
+    claim(now=T0)
+    original_fence = queued()[0][1]
+
+    def die(**kwargs: object) -> None:
+        raise SystemExit("worker killed between the charge and the send")
+
+    monkeypatch.setattr(http, "send", die)
+    with pytest.raises(SystemExit):
+        work()
+    monkeypatch.undo()
+    assert reload(op).status_requests_used == 1
+    clock.move_to(T0 + timedelta(seconds=settings.POLL_LEASE_S - 1), tick=False)
+    assert dispatch.run_pass(owner=OWNER).did_work is False  # the lease still holds
+    expiry = T0 + timedelta(seconds=settings.POLL_LEASE_S + 0.1)
+    clock.move_to(expiry, tick=False)
+    result = dispatch.run_pass(owner=OWNER, now=expiry)
+    assert (result.requeued, result.claimed) == (1, 1)
+    (task,) = queued()
+    assert task[1] > original_fence + 1
+    work()
+    op = reload(op)
+    assert op.status == Status.SUCCEEDED and op.status_requests_used == 2
+    assert len(status_requests(fake_provider, op)) == 1  # the dead worker never reached the provider
+    # The served due time is the original one: the takeover shows up as dispatch lag.
+    check = StatusCheck.objects.get(operation=op, received_at__isnull=False)
+    assert check.due_at == T0 and check.dispatch_lag_s >= settings.POLL_LEASE_S
+
+
+@pytest.mark.django_db
+def test_a_late_original_after_a_takeover_writes_nothing(make_operation, clock, monkeypatch, settings, fake_provider):
+    op = make_operation(job_id("slow_success", polls=0), max_status_requests=2)
+    claim(now=T0)
+    real_send = http.send
+    takeover = {}
+
+    def hang_past_the_lease(**kwargs: object) -> http.RawResponse:
+        response = real_send(**kwargs)
+        # While this answer is "in flight", the lease runs out and another worker takes over.
+        monkeypatch.setattr(http, "send", real_send)
+        later = T0 + timedelta(seconds=settings.POLL_LEASE_S + 1)
+        clock.move_to(later, tick=False)
+        takeover["pass"] = dispatch.run_pass(owner=OWNER, now=later)
+        takeover["work"] = work()
+        return response
+
+    monkeypatch.setattr(http, "send", hang_past_the_lease)
+    assert work() == {op.pk: PollResult.STALE}
+    assert takeover["pass"].requeued == 1 and takeover["work"] == {op.pk: PollResult.POLLED}
+    op = reload(op)
+    assert op.status == Status.SUCCEEDED and op.status_requests_used == 2 == op.max_status_requests
+    assert len(status_requests(fake_provider, op)) == 2
+    late, winner = StatusCheck.objects.filter(operation=op).order_by("sent_at")
+    assert late.received_at is None and late.decision == ""  # charged, and nothing else written
+    assert winner.decision == "succeeded"
+    decisions = AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count()
+    assert decisions == 1
+
+
+# --- the pass, idle sleep, heartbeat -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_pass_reports_whether_it_did_work_and_calls_the_callback_step_once(make_operation, monkeypatch):
+    calls = []
+    real = dispatch.dispatch_callbacks
+
+    def spy(*, limit: int) -> int:
+        calls.append(limit)
+        return real(limit=limit)
+
+    monkeypatch.setattr(dispatch, "dispatch_callbacks", spy)
+    assert dispatch.run_pass(owner=OWNER, now=T0).did_work is False
+    make_operation(job_id("slow_success"))
+    assert dispatch.run_pass(owner=OWNER, now=T0).claimed == 1
+    assert len(calls) == 2
+
+
+@pytest.mark.django_db
+def test_an_idle_dispatcher_sleeps_less_when_the_next_due_time_is_nearer(make_operation, settings):
+    assert dispatch.idle_sleep_s(now=T0) == settings.DISPATCH_IDLE_SLEEP_S
+    op = make_operation(job_id("slow_success"))
+    Operation.objects.filter(pk=op.pk).update(next_poll_at=T0 + timedelta(seconds=0.1))
+    assert dispatch.idle_sleep_s(now=T0) == pytest.approx(0.1)
+    Operation.objects.filter(pk=op.pk).update(
+        next_poll_at=T0 + timedelta(seconds=60), deadline_at=T0 + timedelta(seconds=0.05)
+    )
+    assert dispatch.idle_sleep_s(now=T0) == pytest.approx(0.05)
+
+
+@pytest.mark.django_db
+def test_the_heartbeat_row_says_the_dispatcher_is_alive(clock):
+    dispatch.record_heartbeat(name=OWNER, started_at=T0, info={"claimed": 3})
+    clock.move_to(T0 + timedelta(seconds=5), tick=False)
+    dispatch.record_heartbeat(name=OWNER, started_at=T0, info={"claimed": 7})
+    beat = ProcessHeartbeat.objects.get(name=OWNER)
+    assert (beat.kind, beat.last_seen_at, beat.info) == ("dispatcher", T0 + timedelta(seconds=5), {"claimed": 7})
+    dispatch.forget_heartbeat(name=OWNER)
+    assert not ProcessHeartbeat.objects.exists()
+
+
+# --- two dispatchers at once (PostgreSQL: row locks) ------------------------------------------------------
+
+
+def _in_thread(target, *args: object) -> threading.Thread:  # noqa: ANN001
+    def run() -> None:
+        try:
+            target(*args)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_dispatcher_skips_rows_another_transaction_holds(make_operation):
+    ops = [make_operation(job_id("slow_success")) for _ in range(4)]
+    held_ids = {ops[0].pk, ops[1].pk}
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_two_rows() -> None:
+        from django.db import transaction
+
+        with transaction.atomic():
+            list(Operation.objects.select_for_update().filter(pk__in=held_ids))
+            locked.set()
+            release.wait(10)
+
+    holder = _in_thread(hold_two_rows)
+    assert locked.wait(10)
+    try:
+        claims = claim(now=T0)  # does not wait for the held rows: SKIP LOCKED
+    finally:
+        release.set()
+        holder.join(10)
+    assert {c.operation_id for c in claims} == {ops[2].pk, ops[3].pk}
+    assert {c.operation_id for c in claim(now=T0)} == held_ids
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_dispatchers_claim_each_due_operation_once(make_profile, make_operation):
+    limited = make_profile(rate_limit_per_s=7)
+    unlimited = make_profile()
+    ops = [make_operation(job_id("slow_success"), provider=unlimited) for _ in range(60)]
+    ops += [make_operation(job_id("slow_success"), provider=limited) for _ in range(20)]
+    start = threading.Barrier(3)
+    found: list[list[dispatch.Claim]] = []
+
+    def dispatcher(name: str) -> None:
+        start.wait(10)
+        for _ in range(10):
+            found.append(dispatch.claim_due(owner=name, now=T0, limit=7))
+
+    threads = [_in_thread(dispatcher, f"dispatcher@t:{i}") for i in range(2)]
+    start.wait(10)
+    for thread in threads:
+        thread.join(30)
+    claimed = [c.operation_id for batch in found for c in batch]
+    assert len(claimed) == len(set(claimed)) == OrmQ.objects.count()
+    limited_ids = {op.pk for op in ops[60:]}
+    # Both dispatchers together admitted no more than the account's allowance (7 per window).
+    assert sum(pk in limited_ids for pk in claimed) == 7
+    assert len(claimed) == 60 + 7
+    assert connection.vendor == "postgresql"
