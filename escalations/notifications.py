@@ -1,0 +1,185 @@
+"""Telling people a card needs a decision: email and a Slack-compatible JSON webhook.
+
+A card's notification is enqueued (django-q2, ORM broker) inside the transaction that opens it
+and sent by a worker afterwards, so a slow mail server or webhook never holds a database lock and
+a rolled-back escalation never notifies anyone. Reminders repeat every NOTIFY_REMINDER_S while a
+card stays undecided; they only remind — nothing is ever decided by timeout.
+
+Messages carry the facts of the card and a deep link to it, never a credential. The webhook URL
+itself is a secret (it authorises posting to a channel): it is registered with the log redactor
+and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import httpx
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import F, Q
+from django.urls import reverse
+from django.utils import timezone
+
+from escalations.models import Escalation
+from escalations.options import human_duration
+from operations.redaction import register_secret
+from operations.vocabulary import REASON_LABELS, Reason
+
+logger = logging.getLogger(__name__)
+
+OPENED = "opened"
+REMINDER = "reminder"
+WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
+REMINDERS_PER_RUN = 100
+SUBJECT_MAX = 180
+
+
+def configured() -> bool:
+    return bool(settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL)
+
+
+def enqueue(*, escalation_id: int, kind: str) -> None:
+    """Queue the notification task; call inside the transaction that opened (or claimed) the card."""
+    if not configured():
+        return
+    from django_q.tasks import async_task
+
+    async_task("escalations.tasks.notify_escalation", escalation_id, kind, task_name=f"notify-{escalation_id}-{kind}")
+
+
+def card_link(escalation: Escalation) -> str:
+    path = reverse("operation_detail", args=[escalation.operation_id])
+    return f"{settings.SITE_URL}{path}#card-{escalation.pk}"
+
+
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    text: str
+    chat: str  # Slack mrkdwn, with user data escaped
+    link: str
+
+
+def compose(*, escalation: Escalation, kind: str, now: datetime) -> Message:
+    """The notification for one card (escalation with operation and provider loaded)."""
+    op = escalation.operation
+    try:
+        label = REASON_LABELS[Reason(escalation.reason)]
+    except ValueError:
+        label = escalation.reason
+    link = card_link(escalation)
+    waited = human_duration(now - escalation.opened_at)
+    head = "Decision needed" if kind == OPENED else f"Reminder: still undecided after {waited}"
+    job = f"{op.provider.slug} job {op.provider_job_id}"
+    subject = _one_line(f"[pollerdash] {head}: {label} — {job} ({op.pk})")[:SUBJECT_MAX]
+    if op.business_deadline_at is None:
+        business = "none"
+    elif op.business_deadline_at > now:
+        business = f"{_utc(op.business_deadline_at)} (in {human_duration(op.business_deadline_at - now)})"
+    else:
+        business = f"{_utc(op.business_deadline_at)} (passed {human_duration(now - op.business_deadline_at)} ago)"
+    lines = [
+        "pollerdash stopped waiting on a job and a person must decide what happens next."
+        if kind == OPENED
+        else f"This card has waited {waited} for a decision.",
+        "",
+        f"Reason:            {label}",
+        f"Why it stopped:    {escalation.detail}",
+        f"Operation:         {op.pk}",
+        f"Provider job:      {job}",
+        f"Purpose:           {op.purpose or '—'}",
+        f"Requests used:     {op.status_requests_used} of {op.max_status_requests}",
+        f"Business deadline: {business}",
+        f"Open since:        {_utc(escalation.opened_at)}",
+        "",
+        f"Decide on the card: {link}",
+        "",
+        "The card offers bounded options only; nothing is decided by timeout.",
+    ]
+    chat = (
+        f"*{_slack(head)}* — {_slack(label)}: <{link}|{_slack(op.pk)}> · {_slack(job)}"
+        f"\n{_slack(op.purpose or 'no purpose given')} · {op.status_requests_used}/{op.max_status_requests} requests"
+        f" · business deadline {_slack(business)}"
+    )
+    return Message(subject=subject, text="\n".join(lines), chat=chat, link=link)
+
+
+def deliver(*, escalation_id: int, kind: str) -> str:
+    """Send one card's notification by every configured channel. Returns a short outcome."""
+    escalation = Escalation.objects.select_related("operation__provider").filter(pk=escalation_id).first()
+    if escalation is None or escalation.state != Escalation.State.OPEN:
+        return "skipped: card no longer open"
+    message = compose(escalation=escalation, kind=kind, now=timezone.now())
+    sent = []
+    if settings.NOTIFY_EMAILS:
+        try:
+            send_mail(message.subject, message.text, settings.DEFAULT_FROM_EMAIL, list(settings.NOTIFY_EMAILS))
+            sent.append("email")
+        except Exception as exc:  # noqa: BLE001 - one failed channel must not stop the other
+            logger.warning("escalation %s: notification email failed (%s)", escalation_id, type(exc).__name__)
+    if settings.NOTIFY_WEBHOOK_URL and post_webhook(url=settings.NOTIFY_WEBHOOK_URL, message=message, kind=kind):
+        sent.append("webhook")
+    update = {"notifications_sent": F("notifications_sent") + 1}
+    if kind == OPENED:
+        update["last_notified_at"] = timezone.now()
+    Escalation.objects.filter(pk=escalation_id).update(**update)
+    return "sent: " + (", ".join(sent) or "nothing (every channel failed)")
+
+
+def post_webhook(*, url: str, message: Message, kind: str) -> bool:
+    """POST `{"text": ...}` (Slack-compatible) plus a structured copy; True on a 2xx answer."""
+    register_secret(url)
+    payload = {"text": message.chat, "pollerdash": {"event": f"escalation.{kind}", "url": message.link}}
+    try:
+        with httpx.Client(timeout=WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False) as client:
+            response = client.post(url, json=payload)
+    except httpx.HTTPError as exc:
+        logger.warning("notification webhook failed (%s)", type(exc).__name__)
+        return False
+    if not 200 <= response.status_code < 300:
+        logger.warning("notification webhook answered HTTP %s", response.status_code)
+        return False
+    return True
+
+
+def enqueue_due_reminders(*, now: datetime, limit: int = REMINDERS_PER_RUN) -> int:
+    """Claim open cards whose last notification is older than NOTIFY_REMINDER_S; queue a reminder each.
+
+    The claim is a compare-and-set on `last_notified_at`, so two schedulers never remind twice.
+    """
+    if not configured() or settings.NOTIFY_REMINDER_S <= 0:
+        return 0
+    cutoff = now - timedelta(seconds=settings.NOTIFY_REMINDER_S)
+    due = (
+        Escalation.objects.filter(state=Escalation.State.OPEN)
+        .filter(Q(last_notified_at__lte=cutoff) | Q(last_notified_at__isnull=True, opened_at__lte=cutoff))
+        .order_by("opened_at")
+        .values_list("pk", "last_notified_at")[:limit]
+    )
+    queued = 0
+    for pk, last in due:
+        with transaction.atomic():
+            claimed = Escalation.objects.filter(pk=pk, state=Escalation.State.OPEN, last_notified_at=last).update(
+                last_notified_at=now
+            )
+            if claimed:
+                enqueue(escalation_id=pk, kind=REMINDER)
+                queued += 1
+    return queued
+
+
+def _utc(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _slack(text: str) -> str:
+    # Slack's three control characters; escaping them keeps agent-supplied text from forming links.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,53 @@
+"""Fixtures for escalation tests: people with roles, and operations stopped for a human by the real controller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from escalations.models import Escalation
+from operations.models import Operation
+from tests.support import T0, job_id
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., object]:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    def make(username: str, role: str | None = "responder", **extra: object) -> object:
+        user = get_user_model().objects.create_user(username=username, password="pw-" + username, **extra)
+        if role:
+            user.groups.add(Group.objects.get_or_create(name=role)[0])
+        return user
+
+    return make
+
+
+@pytest.fixture
+def alice(make_user: Callable[..., object]) -> object:
+    return make_user("alice")
+
+
+@pytest.fixture
+def bob(make_user: Callable[..., object]) -> object:
+    return make_user("bob")
+
+
+@pytest.fixture
+def stopped(
+    make_operation: Callable[..., Operation], drive: Callable[..., list[str]], clock: object
+) -> Callable[..., Escalation]:
+    """An operation driven by the real controller against the fake provider until a human is needed."""
+
+    def make(scenario: str = "never_finishes", *, provider: object | None = None, **kwargs: object) -> Escalation:
+        params = kwargs.pop("params", {})
+        kwargs.setdefault("deadline_at", T0 + timedelta(seconds=60))
+        kwargs.setdefault("max_status_requests", 100)
+        op = make_operation(job_id(scenario, **params), provider=provider, **kwargs)  # type: ignore[arg-type]
+        drive(op)
+        return Escalation.objects.select_related("operation").get(operation=op, state=Escalation.State.OPEN)
+
+    return make
