@@ -228,6 +228,14 @@ AUDIT_CHECKPOINT_INTERVAL_S = env_int("AUDIT_CHECKPOINT_INTERVAL_S", 60)
 # --- Agent API and callbacks ------------------------------------------------------------------------
 API_WAIT_DEFAULT_S = 25
 API_WAIT_MAX_S = 50
+# One watcher per web process re-reads every awaited operation in one query this often; a wait
+# returns at most about this long after the operation finished.
+API_WAIT_CHECK_INTERVAL_S = env_float("API_WAIT_CHECK_INTERVAL_S", 0.25)
+# Concurrent waits one agent may hold on one web process (429 too_many_waits beyond).
+API_WAIT_MAX_PER_AGENT = env_int("API_WAIT_MAX_PER_AGENT", 200)
+# Database threads for the async API code (waits): their number, not the number of waits, bounds
+# the threads and connections the web process uses for them.
+API_DB_THREADS = env_int("API_DB_THREADS", 4)
 CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
