@@ -7,7 +7,7 @@ agent cannot mistake "accepted" or "still running" for "finished".
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -38,22 +38,25 @@ def retry_after_s(op: Operation, *, now: datetime) -> int | None:
     return max(1, min(RETRY_AFTER_MAX_S, seconds))
 
 
-def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None) -> tuple[str, str]:
+def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None, now: datetime) -> tuple[str, str]:
     wait_call = f"GET {API_PREFIX}/{op.pk}/wait?timeout_s=25"
     job = f"{op.provider.slug} job {op.provider_job_id}"
+    not_before = rfc3339(now + timedelta(seconds=retry_s or 0))
     if op.status == Status.NEEDS_ATTENTION:
         label = REASON_LABELS.get(Reason(escalation_reason), escalation_reason) if escalation_reason else "stopped"
         return (
             f"NOT DONE. pollerdash stopped waiting on {job} ({label}) and a human is deciding what happens "
-            f"next. Do not resubmit the job and do not report it as complete. Call {wait_call} or check "
-            f"again in {retry_s} s; it returns as soon as the human decides.",
+            f"next. Do not resubmit the job and do not report it as complete. Call {wait_call} (it returns "
+            f"as soon as the human decides), or check again with GET {API_PREFIX}/{op.pk} no earlier than "
+            f"{not_before} ({retry_s} s).",
             "not_done_needs_human",
         )
     if op.status in (Status.PENDING, Status.RUNNING):
         return (
-            f"NOT DONE. pollerdash is watching {job}. Do not report it as complete. Call {wait_call}, or "
-            f"check again in {retry_s} s (not sooner), or end your turn: GET {API_PREFIX}?view=open lists it "
-            "on your next run.",
+            f"NOT DONE. pollerdash is watching {job}. Do not report it as complete. Call {wait_call} now "
+            f"(it returns when the job finishes), or check again with GET {API_PREFIX}/{op.pk} no earlier "
+            f"than {not_before} ({retry_s} s), or end your turn: GET {API_PREFIX}?view=open lists it on "
+            "your next run.",
             "not_done_poll_later",
         )
     acked = op.acknowledged_at is not None
@@ -65,7 +68,7 @@ def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None) 
             f"DONE. {job} partially succeeded: some items failed (see `result.counts`).{ack}",
             _done_code(acked, "read_result"),
         )
-    message = (op.error or {}).get("message") or op.status
+    message = str((op.error or {}).get("message") or op.status).rstrip(".")
     return (
         f"DONE. {job} ended {op.status}: {message}. Do not resubmit it automatically; report the outcome.{ack}",
         _done_code(acked, "report_outcome"),
@@ -81,7 +84,7 @@ def operation_object(op: Operation, *, open_escalation: object | None = None, no
     now = now or timezone.now()
     retry_s = retry_after_s(op, now=now)
     reason = getattr(open_escalation, "reason", None)
-    hint, hint_code = _hint(op, escalation_reason=reason, retry_s=retry_s)
+    hint, hint_code = _hint(op, escalation_reason=reason, retry_s=retry_s, now=now)
     done = op.status in TERMINAL_STATUSES
     escalation = None
     if open_escalation is not None:
@@ -90,8 +93,7 @@ def operation_object(op: Operation, *, open_escalation: object | None = None, no
             "opened_at": rfc3339(open_escalation.opened_at),  # type: ignore[attr-defined]
             "url": f"{settings.SITE_URL}/operations/{op.pk}/",
         }
-    result = op.result if done else None
-    error = op.error if done else None
+    result, error = _outcome(op) if done else (None, None)
     return {
         "object": "operation",
         "id": op.pk,
@@ -123,11 +125,39 @@ def operation_object(op: Operation, *, open_escalation: object | None = None, no
         "result": result,
         "error": error,
         "escalation": escalation,
+        "cancel": _cancel(op),
+        "warnings": list(op.warnings or []),
         "metadata": op.metadata or {},
         "links": {
             "self": f"{API_PREFIX}/{op.pk}",
-            "wait": f"{API_PREFIX}/{op.pk}/wait",
+            "wait": f"{API_PREFIX}/{op.pk}/wait?timeout_s=25",
             "ack": f"{API_PREFIX}/{op.pk}/ack",
             "cancel": f"{API_PREFIX}/{op.pk}/cancel",
         },
+    }
+
+
+SUCCESS_STATUSES = frozenset({Status.SUCCEEDED, Status.PARTIALLY_SUCCEEDED})
+
+
+def _outcome(op: Operation) -> tuple[dict | None, dict | None]:
+    """(result, error) of a done operation: exactly one of them is set, whatever the row holds."""
+    if op.status in SUCCESS_STATUSES and op.result is not None:
+        return op.result, None
+    if op.error is not None:
+        return None, op.error
+    return None, {
+        "code": str(op.status),
+        "message": f"The operation ended {op.status} without a recorded result.",
+        "provider_error": None,
+    }
+
+
+def _cancel(op: Operation) -> dict | None:
+    if op.cancel_requested_at is None:
+        return None
+    return {
+        "requested_at": rfc3339(op.cancel_requested_at),
+        "reason": op.cancel_reason or None,
+        "state": op.cancel_state or None,
     }

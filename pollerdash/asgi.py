@@ -5,4 +5,9 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pollerdash.settings")
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+# Agent API waits run on the event loop alone (no thread per open wait): see operations/api_asgi.py.
+from operations.api_asgi import with_threadless_api  # noqa: E402 - needs the app registry loaded above
+
+application = with_threadless_api(django_application)

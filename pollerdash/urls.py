@@ -8,6 +8,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("operations.api")),
     path("", include("operations.urls")),
     path("", include("escalations.urls")),
 ]

@@ -1,0 +1,219 @@
+"""Bounded waits that hold no thread: one shared watcher per process wakes every waiter.
+
+A wait is a coroutine parked on a future. One watcher task per event loop re-reads the status of
+every awaited operation in a single query each tick (API_WAIT_CHECK_INTERVAL_S) and resolves the
+futures of those that finished or need a human. So 500 waits cost 500 parked futures and one
+query per tick, not 500 threads or 500 polling loops.
+
+Database work from async code runs on a small dedicated thread pool (`run_db`), so the number of
+threads and database connections the web process uses does not grow with the number of waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from operations import api_selectors
+from operations.api_problems import ApiProblem
+from operations.representation import operation_object
+from operations.vocabulary import TERMINAL_STATUSES, Status
+
+T = TypeVar("T")
+WAKE_STATUSES = frozenset({*TERMINAL_STATUSES, Status.NEEDS_ATTENTION})
+CHUNK = 500
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=settings.API_DB_THREADS, thread_name_prefix="api-db")
+        return _executor
+
+
+def _call(fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+    # These threads live outside Django's request cycle: drop broken or expired connections here.
+    close_old_connections()
+    return fn(*args, **kwargs)
+
+
+async def run_db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run synchronous ORM code on the API's database threads."""
+    return await asyncio.get_running_loop().run_in_executor(_pool(), _call, fn, args, kwargs)
+
+
+def shutdown_db_threads() -> None:
+    """Close the database threads' connections and stop them (tests, process shutdown)."""
+    global _executor
+    with _executor_lock:
+        executor, _executor = _executor, None
+    if executor is None:
+        return
+    workers = executor._max_workers
+    barrier = threading.Barrier(workers)
+
+    def close() -> None:
+        connections.close_all()
+        # Every job waits for the others, so each of the pool's threads runs exactly one close.
+        try:
+            barrier.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            pass
+
+    for future in [executor.submit(close) for _ in range(workers)]:
+        future.result()
+    executor.shutdown(wait=True)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    operation_id: str
+    agent_id: int
+    future: asyncio.Future
+    # Wake when the sequence passes this value (event streams); None: wake on done/needs_attention.
+    after_sequence: int | None = None
+
+
+@dataclass
+class Watcher:
+    """The per-event-loop watcher: one status query per tick for all waiters."""
+
+    loop: asyncio.AbstractEventLoop
+    waiters: dict[str, set[_Waiter]] = field(default_factory=dict)
+    per_agent: dict[int, int] = field(default_factory=dict)
+    task: asyncio.Task | None = None
+
+    def add(self, waiter: _Waiter) -> None:
+        if self.per_agent.get(waiter.agent_id, 0) >= settings.API_WAIT_MAX_PER_AGENT:
+            raise ApiProblem(
+                "too_many_waits",
+                f"You already have {settings.API_WAIT_MAX_PER_AGENT} waits open on this server; let one "
+                "finish, or check with GET instead.",
+                headers={"Retry-After": "5"},
+            )
+        self.per_agent[waiter.agent_id] = self.per_agent.get(waiter.agent_id, 0) + 1
+        self.waiters.setdefault(waiter.operation_id, set()).add(waiter)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run(), name="pollerdash-wait-watcher")
+
+    def remove(self, waiter: _Waiter) -> None:
+        group = self.waiters.get(waiter.operation_id)
+        if group is not None and waiter in group:
+            group.discard(waiter)
+            if not group:
+                del self.waiters[waiter.operation_id]
+            left = self.per_agent.get(waiter.agent_id, 1) - 1
+            if left:
+                self.per_agent[waiter.agent_id] = left
+            else:
+                self.per_agent.pop(waiter.agent_id, None)
+        if not self.waiters and self.task is not None and not self.task.done():
+            # Nothing to watch: stop, so no task outlives a short-lived event loop.
+            self.task.cancel()
+            self.task = None
+
+    async def _run(self) -> None:
+        interval = settings.API_WAIT_CHECK_INTERVAL_S
+        while self.waiters:
+            await asyncio.sleep(interval)
+            ids = list(self.waiters)
+            rows: list[tuple[str, str, int]] = []
+            try:
+                for start in range(0, len(ids), CHUNK):
+                    rows += await run_db(api_selectors.statuses, operation_ids=ids[start : start + CHUNK])
+            except Exception:  # noqa: BLE001 - a database hiccup must not end every wait; retry next tick
+                continue
+            for operation_id, status, sequence in rows:
+                for waiter in list(self.waiters.get(operation_id, ())):
+                    if waiter.future.done():
+                        continue
+                    if waiter.after_sequence is None:
+                        if status in WAKE_STATUSES:
+                            waiter.future.set_result(status)
+                    elif sequence > waiter.after_sequence:
+                        waiter.future.set_result(status)
+
+
+_watchers: dict[asyncio.AbstractEventLoop, Watcher] = {}
+
+
+def watcher() -> Watcher:
+    loop = asyncio.get_running_loop()
+    found = _watchers.get(loop)
+    if found is None:
+        for old in [key for key in _watchers if key.is_closed()]:
+            del _watchers[old]
+        found = _watchers[loop] = Watcher(loop=loop)
+    return found
+
+
+async def wait_for_change(*, agent_id: int, operation_id: str, timeout_s: float, after_sequence: int | None) -> bool:
+    """Park until the operation finishes/needs a human (or its sequence passes `after_sequence`)."""
+    if timeout_s <= 0:
+        return False
+    hub = watcher()
+    waiter = _Waiter(
+        operation_id=operation_id,
+        agent_id=agent_id,
+        future=hub.loop.create_future(),
+        after_sequence=after_sequence,
+    )
+    hub.add(waiter)
+    try:
+        await asyncio.wait_for(waiter.future, timeout=timeout_s)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        hub.remove(waiter)
+
+
+def _load(*, agent_id: int, operation_id: str) -> dict | None:
+    op = api_selectors.agent_operation(agent_id=agent_id, operation_id=operation_id)
+    if op is None:
+        return None
+    return operation_object(op, open_escalation=api_selectors.open_escalation(operation=op))
+
+
+def not_found(operation_id: str) -> ApiProblem:
+    return ApiProblem(
+        "operation_not_found",
+        f"You have no operation {operation_id[:40]!r}. List yours with GET /api/v1/operations?view=open.",
+        extra={"operation_id": operation_id[:40]},
+    )
+
+
+async def wait_result(*, agent_id: int, operation_id: str, requested_s: int, applied_s: int) -> dict:
+    """The wait_result object: returns early when the operation is done or needs a human."""
+    started = time.monotonic()
+    obj = await run_db(_load, agent_id=agent_id, operation_id=operation_id)
+    if obj is None:
+        raise not_found(operation_id)
+    if obj["status"] not in WAKE_STATUSES:
+        await wait_for_change(agent_id=agent_id, operation_id=operation_id, timeout_s=applied_s, after_sequence=None)
+        obj = await run_db(_load, agent_id=agent_id, operation_id=operation_id)
+        if obj is None:
+            raise not_found(operation_id)
+    stopped = obj["status"] in WAKE_STATUSES
+    return {
+        "object": "wait_result",
+        "operation_id": operation_id,
+        "timed_out": not stopped,
+        "done": obj["done"],
+        "waited_s": round(time.monotonic() - started),
+        "requested_timeout_s": requested_s,
+        "applied_timeout_s": applied_s,
+        "operation": obj,
+    }
