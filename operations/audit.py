@@ -1,7 +1,20 @@
 """The hash-chained audit log: one global chain of every decision (DESIGN.md section 8).
 
 `append` is the only writer. It runs last inside the business transaction, under a row lock on
-the chain head, so the decision and its entry commit together or not at all (fail closed).
+the chain head, so the decision and its entry commit together or not at all (fail closed): any
+problem raises, and the caller's transaction - the decision itself - rolls back.
+
+Entry bytes are RFC 8785 canonical JSON, produced once here and stored verbatim; the verifier
+hashes exactly those bytes (never a re-serialisation of columns: research/anchors-audit.md 2.7).
+To keep one canonical shape in every language, an entry holds integers only (no floats), ASCII
+keys, RFC 3339 times with six fractional digits, and every key of its type (null when empty).
+
+Concurrency: on PostgreSQL the head row is locked with SELECT ... FOR UPDATE, which re-reads the
+newest head after waiting - correct only in READ COMMITTED, so any other isolation level is
+refused (a REPEATABLE READ snapshot would read a stale head). UNIQUE (log, seq) and UNIQUE (log,
+prev_hash) reject a fork even if a writer bypassed the lock. On SQLite, IMMEDIATE transactions
+serialise every writer on the database lock. Before linking, the head row is checked against the
+stored last entry, so a tampered head row stops appends instead of forking the chain.
 """
 
 from __future__ import annotations
@@ -16,11 +29,16 @@ from django.db import connection
 from django.utils import timezone
 
 from operations.audit_types import DATA_KEYS
+from operations.audit_verify import ENTRY_TAG, GENESIS_PREV
 from operations.models import AuditEntry, AuditHead
 
-ENTRY_TAG = b"pollerdash/audit/entry/v1\n"
-GENESIS_PREV = "0" * 64
 VERSION = 1
+# Longer strings (provider text, comments) are cut with a marker: an entry stays bounded and a
+# provider cannot block the recording of a decision by answering with a huge state string.
+MAX_TEXT = 4000
+MAX_BODY_BYTES = 64 * 1024
+MAX_ACTOR_CHARS = 200
+OPERATION_ID_CHARS = 32
 
 
 class AuditError(Exception):
@@ -37,27 +55,50 @@ def iso(value: datetime | None) -> str | None:
 
 
 def canonical(entry: Mapping[str, object]) -> bytes:
-    return rfc8785.dumps(entry)
+    try:
+        return rfc8785.dumps(entry)
+    except rfc8785.CanonicalizationError as exc:
+        raise AuditError(f"entry cannot be canonicalised: {exc}") from None
 
 
 def entry_hash(body: bytes) -> str:
     return hashlib.sha256(ENTRY_TAG + body).hexdigest()
 
 
-def _check_values(value: object, path: str) -> None:
-    # Integers only: floats are the main cross-implementation hazard of canonical JSON.
+def _text(value: str) -> str:
+    # Lone surrogates (from \ud800 escapes in provider JSON) are not UTF-8: replace, don't fail.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    if len(value) > MAX_TEXT:
+        value = f"{value[:MAX_TEXT]}… [{len(value) - MAX_TEXT} more characters not recorded]"
+    return value
+
+
+def _clean(value: object, path: str) -> object:
+    """The value as it will be hashed; AuditError for anything without one canonical form."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) > 2**53 - 1:
+            raise AuditError(f"integer at {path} is outside the interoperable range")
+        return value
+    if isinstance(value, str):
+        return _text(value)
     if isinstance(value, float):
+        # Integers only: floats are the main cross-implementation hazard of canonical JSON.
         raise AuditError(f"float at {path}: audit entries hold integers only")
     if isinstance(value, dict):
+        cleaned = {}
         for key, item in value.items():
-            if not isinstance(key, str):
-                raise AuditError(f"non-string key at {path}")
-            _check_values(item, f"{path}.{key}")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_values(item, f"{path}[{index}]")
-    elif not (value is None or isinstance(value, str | int | bool)):
-        raise AuditError(f"{type(value).__name__} at {path} is not JSON")
+            if not isinstance(key, str) or not key.isascii():
+                raise AuditError(f"key {key!r} at {path}: keys are ASCII strings")
+            cleaned[key] = _clean(item, f"{path}.{key}")
+        return cleaned
+    if isinstance(value, list | tuple):
+        return [_clean(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    raise AuditError(f"{type(value).__name__} at {path} is not JSON (format times with audit.iso)")
 
 
 def build_data(entry_type: str, data: Mapping[str, object]) -> dict[str, object]:
@@ -68,38 +109,65 @@ def build_data(entry_type: str, data: Mapping[str, object]) -> dict[str, object]
     unknown = set(data) - set(keys)
     if unknown:
         raise AuditError(f"unknown data keys for {entry_type}: {sorted(unknown)}")
-    full = {key: data.get(key) for key in keys}
-    _check_values(full, "data")
-    return full
+    return {key: _clean(data.get(key), f"data.{key}") for key in keys}
+
+
+def _actor(actor: Mapping[str, str]) -> dict[str, str]:
+    kind, ident = actor.get("kind"), actor.get("id")
+    if not isinstance(kind, str) or not isinstance(ident, str) or not kind or not ident:
+        raise AuditError("an actor has a non-empty kind and id")
+    if len(kind) > MAX_ACTOR_CHARS or len(ident) > MAX_ACTOR_CHARS:
+        raise AuditError("actor kind or id too long")
+    return {"kind": _text(kind), "id": _text(ident)}
+
+
+_HEAD_SQL = {
+    # One round trip: lock the head, read the stored hash of the entry it names, and the isolation.
+    "postgresql": (
+        "SELECT h.seq, h.head_hash, e.entry_hash, current_setting('transaction_isolation') "
+        "FROM operations_audithead h LEFT JOIN operations_auditentry e ON e.log = h.log AND e.seq = h.seq "
+        "WHERE h.log = %s FOR UPDATE OF h"
+    ),
+    "sqlite": (
+        "SELECT h.seq, h.head_hash, e.entry_hash, 'read committed' "
+        "FROM operations_audithead h LEFT JOIN operations_auditentry e ON e.log = h.log AND e.seq = h.seq "
+        "WHERE h.log = %s"
+    ),
+}
+_CREATE_HEAD_SQL = {
+    "postgresql": (
+        "INSERT INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s) ON CONFLICT (log) DO NOTHING"
+    ),
+    "sqlite": "INSERT OR IGNORE INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s)",
+}
 
 
 def _lock_head(log: str) -> tuple[int, str]:
     """Lock the chain head row for this transaction and return (seq, head_hash)."""
-    if connection.vendor != "postgresql":
-        # SQLite: IMMEDIATE transactions already serialise every writer on the database lock.
-        head, _ = AuditHead.objects.get_or_create(log=log, defaults={"seq": 0, "head_hash": GENESIS_PREV})
-        return head.seq, head.head_hash
+    vendor = connection.vendor
+    if vendor not in _HEAD_SQL:
+        raise AuditError(f"audit append is not implemented for {vendor}")
     with connection.cursor() as cursor:
         for _ in range(2):
-            cursor.execute(
-                "SELECT seq, head_hash, current_setting('transaction_isolation') "
-                "FROM operations_audithead WHERE log = %s FOR UPDATE",
-                [log],
-            )
+            cursor.execute(_HEAD_SQL[vendor], [log])
             row = cursor.fetchone()
             if row is not None:
-                seq, head_hash, isolation = row
-                if isolation != "read committed":
-                    # Under REPEATABLE READ the head read after the lock wait would be a stale
-                    # snapshot: refuse rather than risk a fork.
-                    raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
-                return seq, head_hash
-            cursor.execute(
-                "INSERT INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s) "
-                "ON CONFLICT (log) DO NOTHING",
-                [log, GENESIS_PREV],
-            )
-    raise AuditError("the audit head row could not be created")
+                break
+            cursor.execute(_CREATE_HEAD_SQL[vendor], [log, GENESIS_PREV])
+        else:
+            raise AuditError("the audit head row could not be created")
+    seq, head_hash, stored_hash, isolation = row
+    if isolation != "read committed":
+        # Under REPEATABLE READ or SERIALIZABLE the head read after the lock wait would come from
+        # a stale snapshot: refuse rather than risk a fork.
+        raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
+    consistent = stored_hash is None and head_hash == GENESIS_PREV if seq == 0 else stored_hash == head_hash
+    if not consistent:
+        raise AuditError(
+            f"the audit head (seq {seq}) disagrees with the stored chain; nothing is appended until "
+            "`manage.py audit_verify` passes"
+        )
+    return seq, head_hash
 
 
 def append(
@@ -113,10 +181,13 @@ def append(
     """Append one entry to the chain. Must run inside the business transaction, as its last write."""
     if not connection.in_atomic_block:
         raise AuditError("audit.append must run inside the decision's transaction")
+    if operation_id is not None and (not isinstance(operation_id, str) or len(operation_id) > OPERATION_ID_CHARS):
+        raise AuditError("operation_id must be a string of at most 32 characters")
     log = settings.AUDIT_LOG_NAME
     full_data = build_data(entry_type, data)
-    actor_obj = {"kind": str(actor["kind"]), "id": str(actor["id"])}
+    actor_obj = _actor(actor)
     when = at or timezone.now()
+    at_text = iso(when)
     head_seq, head_hash = _lock_head(log)
     seq = head_seq + 1
     body = canonical(
@@ -125,13 +196,15 @@ def append(
             "log": log,
             "seq": seq,
             "prev": head_hash,
-            "at": iso(when),
+            "at": at_text,
             "type": entry_type,
             "actor": actor_obj,
             "operation_id": operation_id,
             "data": full_data,
         }
     )
+    if len(body) > MAX_BODY_BYTES:
+        raise AuditError(f"{entry_type} entry of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
     digest = entry_hash(body)
     entry = AuditEntry.objects.create(
         log=log,
