@@ -34,6 +34,8 @@ var/demo.env:
 demo: $(STAMP) var/demo.env
 	set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
+	  { [ -z "$$AUDIT_SIGNING_KEY_FILE" ] || [ -f "$$AUDIT_SIGNING_KEY_FILE" ] || \
+	    $(BIN)/python manage.py audit_keys --generate "$$AUDIT_SIGNING_KEY_FILE"; } && \
 	  $(BIN)/python manage.py demo --provider-url http://127.0.0.1:$(PROVIDER_PORT) && \
 	  echo "pollerdash is starting: open http://127.0.0.1:$(WEB_PORT)/ (Ctrl-C stops everything)" && \
 	  PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/honcho start -f Procfile -e var/demo.env

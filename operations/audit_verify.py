@@ -772,7 +772,7 @@ def read_pin(path: str) -> Note:
         raise UsageError(f"--pin {path} is not a checkpoint: {exc}") from None
 
 
-def _load_keys(path: str) -> list[VerifierKey]:
+def load_keys(path: str) -> list[VerifierKey]:
     try:
         with open(path, encoding="utf-8") as handle:
             return parse_keys(handle.read(1 << 20))
@@ -815,7 +815,7 @@ def run(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None) -> 
     """The command without printing: (exit status, the JSON object it prints)."""
     try:
         args = build_parser().parse_args(argv)
-        keys = _load_keys(args.keys)
+        keys = load_keys(args.keys)
         pins = [read_pin(path) for path in args.pin]
         if args.file == "-":
             stream = stdin or sys.stdin.buffer
@@ -828,7 +828,7 @@ def run(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None) -> 
     except UsageError as exc:
         return EXIT_USAGE, {"ok": False, "reason": "USAGE", "detail": str(exc)}
     except OSError as exc:
-        return EXIT_USAGE, {"ok": False, "reason": "IO", "detail": f"{exc.strerror or exc}"}
+        return EXIT_USAGE, {"ok": False, "reason": "IO", "detail": f"{exc.strerror or exc}: {exc.filename}"}
     except VerifyFailure as exc:
         return EXIT_TAMPERED, exc.as_dict()
     return EXIT_OK, result

@@ -31,11 +31,11 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, models, transaction
 from django.utils import timezone
 
 from operations import audit_verify as av
-from operations.models import AuditCheckpoint, AuditEntry, ProcessHeartbeat
+from operations.models import AuditCheckpoint, AuditEntry, AuditHead, ProcessHeartbeat
 
 logger = logging.getLogger("pollerdash.audit.signer")
 
@@ -55,7 +55,10 @@ class CheckpointRefused(CheckpointError):
 
     def __init__(self, failure: av.VerifyFailure) -> None:
         where = f" at seq {failure.seq}" if failure.seq is not None else ""
-        super().__init__(f"audit chain verification failed{where}: {failure.reason}: {failure.detail}")
+        hint = ""
+        if failure.reason == av.UNKNOWN_KEY:
+            hint = " (after a key rotation, list the earlier key lines in AUDIT_VERIFIER_KEYS_FILE)"
+        super().__init__(f"audit chain verification failed{where}: {failure.reason}: {failure.detail}{hint}")
         self.failure = failure
 
 
@@ -132,7 +135,7 @@ def trusted_keys(signing: Ed25519PrivateKey | None = None) -> list[av.VerifierKe
         signing = load_signing_key()
     if signing is not None:
         keys.append(verifier_key(signing))
-    extra = getattr(settings, "AUDIT_VERIFIER_KEYS_FILE", "")
+    extra = settings.AUDIT_VERIFIER_KEYS_FILE
     if extra:
         try:
             keys += av.parse_keys(_resolve(extra).read_text())
@@ -371,3 +374,53 @@ class Signer:
             self.tick()
             # Wake at least every few seconds so a stop request and the heartbeat stay prompt.
             sleep(min(self.seconds_until_due(), 5.0) or 0.05)
+
+
+# --- the whole chain in the database (manage.py audit_verify) ------------------------------------------
+
+
+def verify_chain(*, keys: list[av.VerifierKey]) -> dict[str, object]:
+    """Verify every stored entry (bytes, links, columns) and every stored checkpoint (signature,
+    place, head), streaming in chunks; then the head row. Raises VerifyFailure on the first problem.
+    Entries after the newest checkpoint are normal here (the signer signs each minute): counted."""
+    log = settings.AUDIT_LOG_NAME
+    verifier = av.ChainVerifier(keys=keys, log=log, scope="full", allow_unsigned_tail=True)
+    pending = _iter_checkpoints(log)
+    checkpoint = next(pending, None)
+    while checkpoint is not None and checkpoint[0] == 0:
+        verifier.checkpoint(checkpoint[1], number=0)
+        checkpoint = next(pending, None)
+    for seq, prev_hash, digest, body in iter_entries(log=log, after=0):
+        feed_stored_entry(verifier, seq=seq, prev_hash=prev_hash, digest=digest, body=body)
+        while checkpoint is not None and checkpoint[0] <= seq:
+            verifier.checkpoint(checkpoint[1], number=seq)
+            checkpoint = next(pending, None)
+    if checkpoint is not None:
+        # A checkpoint signed a size the stored chain does not reach: entries were removed.
+        verifier.checkpoint(checkpoint[1], number=verifier.head_seq)
+    result = verifier.finish()
+    head = AuditHead.objects.filter(log=log).values_list("seq", "head_hash").first()
+    if head is not None and head != (verifier.head_seq, verifier.head):
+        raise av.VerifyFailure(
+            av.LINK_BREAK,
+            f"the head row (seq {head[0]}) disagrees with the stored chain (seq {verifier.head_seq})",
+            seq=head[0],
+        )
+    return result
+
+
+def _iter_checkpoints(log: str) -> Iterator[tuple[int, str]]:
+    """(size, note) of every stored checkpoint in (size, insertion) order, in bounded chunks."""
+    last = (-1, 0)
+    while True:
+        rows = list(
+            AuditCheckpoint.objects.filter(log=log)
+            .filter(models.Q(size__gt=last[0]) | models.Q(size=last[0], pk__gt=last[1]))
+            .order_by("size", "pk")
+            .values_list("size", "pk", "note")[:VERIFY_CHUNK]
+        )
+        for size, _pk, note in rows:
+            yield size, note
+        if len(rows) < VERIFY_CHUNK:
+            return
+        last = (rows[-1][0], rows[-1][1])

@@ -224,6 +224,8 @@ LOGGING["loggers"]["django-q"] = {"level": env_str("Q_LOG_LEVEL", "WARNING")}
 AUDIT_LOG_NAME = env_str("AUDIT_LOG_NAME", "pollerdash/audit")
 AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
 AUDIT_CHECKPOINT_INTERVAL_S = env_int("AUDIT_CHECKPOINT_INTERVAL_S", 60)
+# Verifier key lines (manage.py audit_keys) of earlier signing keys, trusted after a rotation.
+AUDIT_VERIFIER_KEYS_FILE = env_str("AUDIT_VERIFIER_KEYS_FILE", "")
 
 # --- Agent API and callbacks ------------------------------------------------------------------------
 API_WAIT_DEFAULT_S = 25
