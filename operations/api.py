@@ -451,7 +451,7 @@ _docs(
 def list_operations(
     request: HttpRequest,
     view: str | None = Query(None, pattern="^open$", description="only `open` exists"),
-    limit: str | None = Query(None, pattern=r"^[0-9]{1,4}$", description="1-100 (larger is lowered to 100)"),
+    limit: str | None = Query(None, pattern=r"^[0-9]{1,6}$", description="1-100 (larger is lowered to 100)"),
     cursor: str | None = Query(None, max_length=500, description="next_cursor of the previous page"),
 ) -> HttpResponse:
     reject_unknown_query(request, {"view", "limit", "cursor"})

@@ -159,6 +159,11 @@ def watcher() -> Watcher:
     return found
 
 
+def open_waits() -> int:
+    """How many waits are parked in this process right now (all event loops)."""
+    return sum(len(group) for hub in list(_watchers.values()) for group in list(hub.waiters.values()))
+
+
 async def wait_for_change(*, agent_id: int, operation_id: str, timeout_s: float, after_sequence: int | None) -> bool:
     """Park until the operation finishes/needs a human (or its sequence passes `after_sequence`)."""
     if timeout_s <= 0:

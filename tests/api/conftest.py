@@ -8,6 +8,7 @@ committed data (`transactional_db`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
@@ -134,6 +135,10 @@ def live_api(django_db_setup: None, _close_api_db_threads: None) -> Iterator[Liv
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        # Django's ASGI handler gives each request a short-lived thread with its own database
+        # connection; collecting those threads' state closes the connections before the test
+        # database is dropped.
+        gc.collect()
 
 
 def run_async(coro: object) -> object:
