@@ -352,7 +352,7 @@ def _registration(payload: RegisterIn) -> services.AgentRegistration:
         business_deadline_at=when(payload.business_deadline, "business_deadline"),
         max_status_requests=payload.max_status_requests,
         request_fingerprint=payload.request_fingerprint or "",
-        callback_url=payload.callback.url if payload.callback is not None else "",
+        callback_url=payload.callback.url if payload.callback is not None else None,
         metadata=payload.metadata,
     )
 

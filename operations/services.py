@@ -256,7 +256,8 @@ class AgentRegistration:
     business_deadline_at: datetime | None = None
     max_status_requests: int | None = None
     request_fingerprint: str = ""
-    callback_url: str = ""
+    # None: no callback. An empty string was sent on purpose and is refused like any bad URL.
+    callback_url: str | None = None
     metadata: dict | None = None
 
     def fingerprint(self) -> str:
@@ -301,7 +302,7 @@ def _same_registration(op: Operation, request: AgentRegistration) -> bool:
     if (
         op.purpose != request.purpose
         or op.request_fingerprint != request.request_fingerprint
-        or op.callback_url != request.callback_url
+        or op.callback_url != (request.callback_url or "")
         or (op.metadata or {}) != (request.metadata or {})
         or op.business_deadline_at != request.business_deadline_at
     ):
@@ -384,7 +385,7 @@ def operation_register_for_agent(
     """
     from operations.callbacks import callback_url_problem
 
-    if request.callback_url:
+    if request.callback_url is not None:
         problem = callback_url_problem(request.callback_url)
         if problem is not None:
             raise RegistrationError(
@@ -411,7 +412,7 @@ def operation_register_for_agent(
                         business_deadline_at=request.business_deadline_at,
                         max_status_requests=request.max_status_requests,
                         request_fingerprint=request.request_fingerprint,
-                        callback_url=request.callback_url,
+                        callback_url=request.callback_url or "",
                         metadata=request.metadata,
                     )
                     if idempotency_key is not None:
