@@ -376,7 +376,7 @@ def _conflict_problem(exc: services.OperationConflict) -> ApiProblem:
         extra["operation"] = _render(exc.operation)
     if exc.code == "idempotency_key_in_flight":
         headers["Retry-After"] = "1"
-    return ApiProblem(exc.code, exc.message[0].upper() + exc.message[1:] + ".", extra=extra, headers=headers)
+    return ApiProblem(exc.code, exc.message + ".", extra=extra, headers=headers)
 
 
 @api.post(

@@ -333,7 +333,7 @@ def _replay_or_conflict(op: Operation, request: AgentRegistration) -> RegisterOu
         return RegisterOutcome(operation=op, replayed=True)
     raise OperationConflict(
         "operation_exists",
-        f"{op.pk} already watches {request.provider} job {request.provider_job_id} with different "
+        f"Operation {op.pk} already watches {request.provider} job {request.provider_job_id} with different "
         "settings; use that operation (or cancel it first) instead of registering again",
         op,
     )
@@ -360,16 +360,16 @@ def _claim_idempotency_key(*, agent: Agent, key: str, request_hash: str) -> Regi
         if existing.request_hash != request_hash:
             raise OperationConflict(
                 "idempotency_key_reused",
-                "this Idempotency-Key was first used with a different request body; use a new key for a new request",
+                "This Idempotency-Key was first used with a different request body; use a new key for a new request",
                 existing.operation,
             )
         if existing.operation is None:
             raise OperationConflict(
                 "idempotency_key_in_flight",
-                "the first request with this Idempotency-Key is still being processed; retry in a second",
+                "The first request with this Idempotency-Key is still being processed; retry in a second",
             )
         return RegisterOutcome(operation=existing.operation, replayed=True)
-    raise OperationConflict("idempotency_key_in_flight", "this Idempotency-Key is contended; retry in a second")
+    raise OperationConflict("idempotency_key_in_flight", "This Idempotency-Key is contended; retry in a second")
 
 
 def operation_register_for_agent(
@@ -450,7 +450,7 @@ def operation_acknowledge(*, agent: Agent, operation_id: str) -> Operation:
         if not op.done:
             raise OperationConflict(
                 "operation_not_done",
-                f"{op.pk} is {op.status}, not done; acknowledge it only after it finishes",
+                f"Operation {op.pk} is {op.status}, not done; acknowledge it only after it finishes",
                 op,
             )
         if op.acknowledged_at is not None:
@@ -493,7 +493,9 @@ def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = 
             if op.status == Status.CLOSED and (op.error or {}).get("code") == WATCH_CANCELLED:
                 return op
             raise OperationConflict(
-                "operation_already_terminal", f"{op.pk} already finished as {op.status}; nothing to cancel", op
+                "operation_already_terminal",
+                f"Operation {op.pk} already finished as {op.status}; nothing to cancel",
+                op,
             )
         now = timezone.now()
         was = op.status
