@@ -377,6 +377,7 @@ def _failed_attempt(
         _finish(delivery, state=CallbackDelivery.State.FAILED, http_status=http_status, error=error)
         _escalate(delivery, reason=f"{delivery.attempts} attempts failed; last: {error}")
         return "failed"
+    delivery.last_http_status = http_status
     CallbackDelivery.objects.filter(pk=delivery.pk, attempts=delivery.attempts).update(
         next_attempt_at=timezone.now() + timedelta(seconds=delay),
         last_http_status=http_status,
@@ -388,6 +389,7 @@ def _failed_attempt(
 
 def _finish(delivery: CallbackDelivery, *, state: str, http_status: int | None, error: str) -> None:
     now = timezone.now()
+    delivery.state, delivery.last_http_status, delivery.last_error = state, http_status, error[:300]
     fields: dict[str, object] = {
         "state": state,
         "next_attempt_at": None,
@@ -431,3 +433,33 @@ def _escalate(delivery: CallbackDelivery, *, reason: str) -> None:
             },
         )
     logger.error("operation %s: %s", delivery.operation_id, warning)
+    _notify_people(delivery, reason=reason)
+
+
+def _notify_people(delivery: CallbackDelivery, *, reason: str) -> None:
+    """Tell on-call by the escalation channels (NOTIFY_EMAILS, NOTIFY_WEBHOOK_URL), after commit."""
+    from django.core.mail import send_mail
+
+    from escalations.notifications import Message, post_webhook
+
+    if not (settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL):
+        return
+    link = f"{settings.SITE_URL}/operations/{delivery.operation_id}/"
+    text = (
+        f"pollerdash could not deliver the {delivery.event_type} callback {delivery.pk} of operation "
+        f"{delivery.operation_id}: {reason}.\n\nThe agent can still read the outcome (the operation stays in "
+        f"its open list until acknowledged); check the agent's callback endpoint.\n\n{link}"
+    )
+    message = Message(
+        subject=f"[pollerdash] Callback not delivered: {delivery.operation_id}",
+        text=text,
+        chat=f"*Callback not delivered* for <{link}|{delivery.operation_id}>: {reason}",
+        link=link,
+    )
+    if settings.NOTIFY_EMAILS:
+        try:
+            send_mail(message.subject, message.text, settings.DEFAULT_FROM_EMAIL, list(settings.NOTIFY_EMAILS))
+        except Exception as exc:  # noqa: BLE001 - a failed channel must not stop the other
+            logger.warning("callback failure email not sent (%s)", type(exc).__name__)
+    if settings.NOTIFY_WEBHOOK_URL:
+        post_webhook(url=settings.NOTIFY_WEBHOOK_URL, message=message, kind="callback_failed")

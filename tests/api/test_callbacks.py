@@ -253,7 +253,10 @@ def test_redirects_are_not_followed_and_count_as_failures(completed_with_callbac
     assert CallbackDelivery.objects.get(operation=op).last_http_status == 301
 
 
-def test_410_disables_the_endpoint_and_puts_it_in_front_of_people(completed_with_callback, receiver, api):
+def test_410_disables_the_endpoint_and_puts_it_in_front_of_people(completed_with_callback, receiver, api, settings):
+    from django.core import mail
+
+    settings.NOTIFY_EMAILS = ["oncall@example.com"]
     receiver.statuses = [410]
     op = completed_with_callback()
     assert deliver_due() == ["disabled"]
@@ -265,6 +268,9 @@ def test_410_disables_the_endpoint_and_puts_it_in_front_of_people(completed_with
         obj = api.get(f"/api/v1/operations/{operation.pk}").json()
         assert any("not delivered" in warning for warning in obj["warnings"])
         assert AuditEntry.objects.filter(operation_id=operation.pk, type="callback.failed").count() == 1
+    assert [message.subject for message in mail.outbox] == [
+        f"[pollerdash] Callback not delivered: {operation.pk}" for operation in (op, second)
+    ]
 
 
 def test_exhausted_retries_escalate_and_the_operation_stays_open(completed_with_callback, receiver, api, clock):

@@ -326,3 +326,18 @@ def test_openapi_document_lists_every_endpoint(api):
     }
     assert set(paths["/api/v1/operations"]) == {"get", "post"}
     assert paths["/api/v1/operations"]["post"]["responses"]["422"]["content"]["application/problem+json"]
+
+
+def test_cancel_while_a_human_is_deciding_supersedes_the_card(api, register, drive):
+    from escalations.models import Escalation
+
+    created = register("unknown_state")
+    drive(Operation.objects.get(pk=created["id"]))
+    card = Escalation.objects.get(operation_id=created["id"])
+    assert card.state == "open"
+    response = api.post(f"/api/v1/operations/{created['id']}/cancel", {"reason": "not needed"})
+    assert response.status_code == 202
+    obj = check_operation(response.json())
+    assert obj["status"] == "closed" and obj["escalation"] is None
+    card.refresh_from_db()
+    assert card.state == "superseded" and card.version == 2
