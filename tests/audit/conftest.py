@@ -1,0 +1,71 @@
+"""Fixtures for the audit log tests: a real signing key, real appends, real exports.
+
+`sample_export` builds an export the way production does (append, sign on a clock, export) so
+the tamper tests start from genuine bytes:
+
+    header, e1..e4, cp(4), e5..e8, cp(8), e9..e11, cp(11, the closing checkpoint)
+
+with the checkpoints a minute apart on the injected clock (the last one at T0 + 4 min).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from operations import audit_verify as av
+from operations import checkpoints
+from operations.audit_export import stream_export
+from tests.audit.helpers import OP_A, OP_B, Sample, append_entries
+from tests.support import T0
+
+
+@pytest.fixture
+def signing_key(tmp_path: Path, settings: object) -> av.VerifierKey:
+    path = tmp_path / "audit-signing-key.pem"
+    key = checkpoints.generate_key_file(path)
+    settings.AUDIT_SIGNING_KEY_FILE = str(path)  # type: ignore[attr-defined]
+    settings.AUDIT_VERIFIER_KEYS_FILE = ""  # type: ignore[attr-defined]
+    settings.AUDIT_LOG_NAME = "pollerdash/audit"  # type: ignore[attr-defined]
+    return key
+
+
+@pytest.fixture
+def keys_file(tmp_path: Path, signing_key: av.VerifierKey) -> Path:
+    path = tmp_path / "pollerdash-audit.keys"
+    path.write_text(f"# pollerdash audit verifier keys\n{signing_key.line}\n")
+    return path
+
+
+@pytest.fixture
+def sample_export(db: None, clock: object, signing_key: av.VerifierKey) -> Sample:
+    append_entries(4, operation_id=OP_A)
+    clock.move_to(T0 + timedelta(seconds=1), tick=False)  # type: ignore[attr-defined]
+    checkpoints.sign_checkpoint()
+    clock.move_to(T0 + timedelta(seconds=61), tick=False)  # type: ignore[attr-defined]
+    append_entries(2, operation_id=OP_B, start=5)
+    append_entries(2, operation_id=OP_A, start=7)
+    checkpoints.sign_checkpoint()
+    clock.move_to(T0 + timedelta(seconds=121), tick=False)  # type: ignore[attr-defined]
+    checkpoints.sign_checkpoint()  # an empty minute: same size, newer time
+    clock.move_to(T0 + timedelta(seconds=181), tick=False)  # type: ignore[attr-defined]
+    append_entries(3, operation_id=OP_B, start=9)
+    clock.move_to(T0 + timedelta(seconds=241), tick=False)  # type: ignore[attr-defined]
+    data = b"".join(stream_export())
+    return Sample(data=data, closed_at=T0 + timedelta(seconds=241), key=signing_key)
+
+
+@pytest.fixture
+def verify(tmp_path: Path, keys_file: Path) -> Callable[..., tuple[int, dict]]:
+    """Run the verifier's command line on bytes: (exit status, the JSON it prints)."""
+    counter = iter(range(1_000_000))
+
+    def run(data: bytes, *args: str, keys: Path | None = None) -> tuple[int, dict]:
+        path = tmp_path / f"export-{next(counter)}.jsonl"
+        path.write_bytes(data)
+        return av.run([str(path), "--keys", str(keys or keys_file), *args])
+
+    return run
