@@ -30,9 +30,8 @@ from pydantic.json_schema import models_json_schema
 
 from operations import api_selectors, api_wait, services
 from operations.agents import agent_authenticate
+from operations.api_lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
 from operations.api_parsing import (
-    cursor_decode,
-    cursor_encode,
     parse_idempotency_key,
     parse_json_object,
     parse_limit,
@@ -56,7 +55,6 @@ logger = logging.getLogger(__name__)
 
 OPERATION_ID_PATTERN = r"^op_[0-9A-HJKMNP-TV-Z]{26}$"
 TIMEOUT_DOC_PATTERN = r"^[0-9]{1,4}$"
-LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 100
 JSON_TYPE = "application/json"
 
 
@@ -455,56 +453,8 @@ def list_operations(
     cursor: str | None = Query(None, max_length=500, description="next_cursor of the previous page"),
 ) -> HttpResponse:
     reject_unknown_query(request, {"view", "limit", "cursor"})
-    agent = _agent(request)
-    applied = parse_limit(limit, default=LIST_LIMIT_DEFAULT, maximum=LIST_LIMIT_MAX)
-    after = cursor_decode(cursor, agent_id=agent.pk) if cursor is not None else None
-    page = api_selectors.open_page(agent_id=agent.pk, limit=applied, after=after)
-    escalations = api_selectors.open_escalations(operations=page.operations)
-    data = [operation_object(op, open_escalation=escalations.get(op.pk)) for op in page.operations]
-    counts = api_selectors.open_counts(agent_id=agent.pk)
-    next_cursor = None
-    if page.next_position is not None:
-        rank, created_at, operation_id = page.next_position
-        next_cursor = cursor_encode(agent_id=agent.pk, rank=rank, created_at=created_at, operation_id=operation_id)
-    return json_response(
-        {
-            "object": "list",
-            "view": "open",
-            "limit": applied,
-            "counts": counts,
-            "data": data,
-            "next_cursor": next_cursor,
-            "agent_hint": _list_hint(counts, data, next_cursor),
-        }
-    )
-
-
-def _list_hint(counts: dict[str, int], data: list[dict], next_cursor: str | None) -> str:
-    parts = []
-    if counts["open_not_done"]:
-        deciding = counts["needs_attention"]
-        watched = counts["open_not_done"] - deciding
-        detail = []
-        if deciding:
-            detail.append(f"{deciding} with a human deciding (do not resubmit those)")
-        if watched:
-            detail.append(f"{watched} still being watched")
-        parts.append(
-            f"NOT DONE. You have {counts['open_not_done']} unfinished job(s) ({', '.join(detail)}). Do not "
-            f"report them as complete; wait on one with GET {API_PREFIX}/<id>/wait?timeout_s=25."
-        )
-    if counts["done_unacknowledged"]:
-        first_done = next((item["id"] for item in data if item["done"]), None)
-        example = f" (e.g. POST {API_PREFIX}/{first_done}/ack)" if first_done else ""
-        parts.append(
-            f"{counts['done_unacknowledged']} finished job(s) not yet acknowledged: read each outcome, "
-            f"then acknowledge it{example}."
-        )
-    if not parts:
-        return "Nothing open: every job you registered is done and acknowledged."
-    if next_cursor:
-        parts.append("More on the next page: pass next_cursor as cursor.")
-    return " ".join(parts)
+    applied = parse_limit(limit, default=LIMIT_DEFAULT, maximum=LIMIT_MAX)
+    return json_response(open_list(agent_id=_agent(request).pk, limit=applied, cursor=cursor))
 
 
 _docs("listOperations", {"200": _ok_doc("A page of your open operations", "ListOut")}, "invalid_cursor")

@@ -161,3 +161,52 @@ def _cancel(op: Operation) -> dict | None:
         "reason": op.cancel_reason or None,
         "state": op.cancel_state or None,
     }
+
+
+def list_object(
+    *,
+    operations: list[Operation],
+    escalations: dict[str, object],
+    counts: dict[str, int],
+    limit: int,
+    next_cursor: str | None,
+) -> dict:
+    """The open-list object: a page of Operation objects and a sentence saying what to do."""
+    data = [operation_object(op, open_escalation=escalations.get(op.pk)) for op in operations]
+    return {
+        "object": "list",
+        "view": "open",
+        "limit": limit,
+        "counts": counts,
+        "data": data,
+        "next_cursor": next_cursor,
+        "agent_hint": list_hint(counts, data, next_cursor),
+    }
+
+
+def list_hint(counts: dict[str, int], data: list[dict], next_cursor: str | None) -> str:
+    parts = []
+    if counts["open_not_done"]:
+        deciding = counts["needs_attention"]
+        watched = counts["open_not_done"] - deciding
+        detail = []
+        if deciding:
+            detail.append(f"{deciding} with a human deciding (do not resubmit those)")
+        if watched:
+            detail.append(f"{watched} still being watched")
+        parts.append(
+            f"NOT DONE. You have {counts['open_not_done']} unfinished job(s) ({', '.join(detail)}). Do not "
+            f"report them as complete; wait on one with GET {API_PREFIX}/<id>/wait?timeout_s=25."
+        )
+    if counts["done_unacknowledged"]:
+        first_done = next((item["id"] for item in data if item["done"]), None)
+        example = f" (e.g. POST {API_PREFIX}/{first_done}/ack)" if first_done else ""
+        parts.append(
+            f"{counts['done_unacknowledged']} finished job(s) not yet acknowledged: read each outcome, "
+            f"then acknowledge it{example}."
+        )
+    if not parts:
+        return "Nothing open: every job you registered is done and acknowledged."
+    if next_cursor:
+        parts.append("More on the next page: pass next_cursor as cursor.")
+    return " ".join(parts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -139,6 +140,18 @@ def live_api(django_db_setup: None, _close_api_db_threads: None) -> Iterator[Liv
         # connection; collecting those threads' state closes the connections before the test
         # database is dropped.
         gc.collect()
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a pollerdash process that must use this test run's database."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        url = f"sqlite:///{db['NAME']}"
+    else:
+        url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    return {**os.environ, "DATABASE_URL": url, "SECRET_KEY": settings.SECRET_KEY, "LOG_LEVEL": "WARNING", **extra}
 
 
 def run_async(coro: object) -> object:
