@@ -122,17 +122,11 @@ def _actor(actor: Mapping[str, str]) -> dict[str, str]:
 
 
 _HEAD_SQL = {
-    # One round trip: lock the head, read the stored hash of the entry it names, and the isolation.
     "postgresql": (
-        "SELECT h.seq, h.head_hash, e.entry_hash, current_setting('transaction_isolation') "
-        "FROM operations_audithead h LEFT JOIN operations_auditentry e ON e.log = h.log AND e.seq = h.seq "
-        "WHERE h.log = %s FOR UPDATE OF h"
+        "SELECT seq, head_hash, current_setting('transaction_isolation') "
+        "FROM operations_audithead WHERE log = %s FOR UPDATE"
     ),
-    "sqlite": (
-        "SELECT h.seq, h.head_hash, e.entry_hash, 'read committed' "
-        "FROM operations_audithead h LEFT JOIN operations_auditentry e ON e.log = h.log AND e.seq = h.seq "
-        "WHERE h.log = %s"
-    ),
+    "sqlite": "SELECT seq, head_hash, 'read committed' FROM operations_audithead WHERE log = %s",
 }
 _CREATE_HEAD_SQL = {
     "postgresql": (
@@ -140,10 +134,15 @@ _CREATE_HEAD_SQL = {
     ),
     "sqlite": "INSERT OR IGNORE INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s)",
 }
+# A separate statement on purpose: after waiting for the head lock, PostgreSQL re-reads the locked
+# row but would evaluate a join in the same statement against its older snapshot, missing the
+# entry the previous holder just committed. A new statement in READ COMMITTED sees it.
+_STORED_HASH_SQL = "SELECT entry_hash FROM operations_auditentry WHERE log = %s AND seq = %s"
 
 
 def _lock_head(log: str) -> tuple[int, str]:
-    """Lock the chain head row for this transaction and return (seq, head_hash)."""
+    """Lock the chain head row for this transaction and return (seq, head_hash), after checking
+    that the head names the stored last entry."""
     vendor = connection.vendor
     if vendor not in _HEAD_SQL:
         raise AuditError(f"audit append is not implemented for {vendor}")
@@ -156,11 +155,14 @@ def _lock_head(log: str) -> tuple[int, str]:
             cursor.execute(_CREATE_HEAD_SQL[vendor], [log, GENESIS_PREV])
         else:
             raise AuditError("the audit head row could not be created")
-    seq, head_hash, stored_hash, isolation = row
-    if isolation != "read committed":
-        # Under REPEATABLE READ or SERIALIZABLE the head read after the lock wait would come from
-        # a stale snapshot: refuse rather than risk a fork.
-        raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
+        seq, head_hash, isolation = row
+        if isolation != "read committed":
+            # Under REPEATABLE READ or SERIALIZABLE the head read after the lock wait would come
+            # from a stale snapshot: refuse rather than risk a fork.
+            raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
+        cursor.execute(_STORED_HASH_SQL, [log, seq])
+        stored = cursor.fetchone()
+    stored_hash = stored[0] if stored is not None else None
     consistent = stored_hash is None and head_hash == GENESIS_PREV if seq == 0 else stored_hash == head_hash
     if not consistent:
         raise AuditError(

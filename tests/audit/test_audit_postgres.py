@@ -1,0 +1,103 @@
+"""PostgreSQL protections: the audit tables refuse UPDATE, DELETE and TRUNCATE - also for a
+superuser session that sets session_replication_role = replica - and the health check says when
+the runtime role could drop those triggers."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from operations import checkpoints
+from operations.audit_health import audit_protection_checks
+from tests.audit.helpers import append_entries
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+STATEMENTS = {
+    "operations_auditentry": [
+        "UPDATE operations_auditentry SET body = body || '\\x20'::bytea WHERE seq = 1",
+        "UPDATE operations_auditentry SET operation_id = 'op_x'",
+        "DELETE FROM operations_auditentry WHERE seq = 2",
+        "TRUNCATE operations_auditentry",
+        "TRUNCATE operations_auditentry CASCADE",
+    ],
+    "operations_auditcheckpoint": [
+        "UPDATE operations_auditcheckpoint SET size = size + 1",
+        "DELETE FROM operations_auditcheckpoint",
+        "TRUNCATE operations_auditcheckpoint",
+    ],
+}
+
+
+@pytest.fixture
+def audit_rows(signing_key: object, clock: object) -> None:
+    append_entries(3)
+    checkpoints.sign_checkpoint()
+
+
+def refused(statement: str, *, replica: bool) -> bool:
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            if replica:
+                cursor.execute("SET LOCAL session_replication_role = replica")
+            cursor.execute(statement)
+    except DatabaseError as exc:
+        return "append-only" in str(exc)
+    return False
+
+
+@pytest.mark.parametrize("replica", [False, True], ids=["origin", "replica"])
+@pytest.mark.parametrize(
+    "statement", [s for table in STATEMENTS.values() for s in table], ids=lambda s: " ".join(s.split()[:2])
+)
+def test_changes_to_the_audit_tables_are_refused(audit_rows, statement, replica):
+    assert refused(statement, replica=replica)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM operations_auditentry")
+        assert cursor.fetchone()[0] == 3
+        cursor.execute("SELECT count(*), max(size) FROM operations_auditcheckpoint")
+        assert cursor.fetchone() == (1, 3)
+
+
+def test_inserts_still_work_under_the_triggers(audit_rows):
+    append_entries(1, start=4)
+    assert checkpoints.sign_checkpoint().size == 4
+
+
+def names(checks: list) -> dict[str, tuple[bool, str]]:  # noqa: ANN001
+    return {check.name: (check.ok, check.message) for check in checks}
+
+
+def test_health_warns_about_a_superuser_runtime_role(audit_rows):
+    checks = names(audit_protection_checks())
+    assert checks["append-only triggers"][0] is True
+    ok, message = checks["operations_auditentry owner"]
+    assert ok is False and "superuser" in message
+
+
+def test_health_warns_when_the_runtime_role_owns_the_tables_and_not_otherwise(audit_rows):
+    role = f"pd_audit_{uuid.uuid4().hex[:10]}"
+    with connection.cursor() as cursor:
+        # Roles and ownership changes are transactional: the test's rollback undoes them.
+        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
+        cursor.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+        cursor.execute(f"SET LOCAL ROLE {role}")
+        clean = names(audit_protection_checks())
+        cursor.execute("RESET ROLE")
+        cursor.execute(f"ALTER TABLE operations_auditentry OWNER TO {role}")
+        cursor.execute(f"SET LOCAL ROLE {role}")
+        owning = names(audit_protection_checks())
+        cursor.execute("RESET ROLE")
+    assert clean["operations_auditentry owner"][0] is True
+    assert clean["operations_auditcheckpoint owner"][0] is True
+    ok, message = owning["operations_auditentry owner"]
+    assert ok is False and f"{role} owns operations_auditentry" in message
+
+
+def test_health_notices_a_disabled_trigger(audit_rows):
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE operations_auditentry DISABLE TRIGGER operations_auditentry_no_change")
+    ok, message = names(audit_protection_checks())["append-only triggers"]
+    assert ok is False and "operations_auditentry_no_change" in message
