@@ -1,10 +1,200 @@
+"""Dashboard views for cards: the inbox, a card, deciding, taking a card, and the decision history.
+
+Views only adapt: parse the request, call one service or selector, render a page or the fragment
+named after the UI piece (templates/escalations/_card.html, _inbox_rows.html). Reads need the
+viewer role, every POST the responder role, and Django's CSRF check covers every POST.
+"""
+
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from escalations import exports, selectors, services
+from escalations.models import Escalation
+from escalations.options import Kind, parse_option_id
+from escalations.roles import can_decide, responder_required, viewer_required
+
+REFRESH_S = 5
 
 
-@login_required
+def refresh_s() -> int:
+    return int(getattr(settings, "DASHBOARD_REFRESH_S", REFRESH_S))
+
+
+def card_context(request: HttpRequest, view: selectors.CardView, *, where: str, flash: dict | None = None) -> dict:
+    return {
+        "cv": view,
+        "card": view.card,
+        "esc": view.card.escalation,
+        "op": view.card.operation,
+        "can_decide": can_decide(request.user),
+        "where": where,
+        "flash": flash,
+        "refresh_s": refresh_s(),
+    }
+
+
+@viewer_required
+@require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
-    return redirect("operation_list")
+    filters = selectors.InboxFilters.from_query(request.GET)
+    data = selectors.inbox(user=request.user, filters=filters, page=request.GET.get("page"))
+    page = data.page.number
+    links = {
+        "everyone": filters.query(mine=False),
+        "mine": filters.query(mine=True),
+        "any_reason": filters.query(reason=""),
+        "reasons": [
+            (value, label, count, filters.query(reason=value))
+            for value, label, count in data.reason_counts
+            if count or value == filters.reason
+        ],
+        "current_no_page": filters.query(),
+        "current": filters.query() + (f"&page={page}" if page > 1 else ""),
+    }
+    context = {"inbox": data, "filters": filters, "links": links, "nav": "inbox", "refresh_s": refresh_s()}
+    if request.htmx and request.htmx.target == "inbox-rows":
+        return render(request, "escalations/_inbox_rows.html", context)
+    return render(request, "escalations/inbox.html", context)
+
+
+@viewer_required
+@require_GET
+def card(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+    if view is None:
+        raise Http404("no such card")
+    if not request.htmx:
+        return redirect(f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}")
+    if request.GET.get("etag") == view.etag:
+        # Live refresh: nothing on the card changed, keep what the responder is looking at.
+        return HttpResponse(status=204)
+    where = request.GET.get("where") if request.GET.get("where") in {"inbox", "operation"} else "operation"
+    return render(request, "escalations/_card.html", card_context(request, view, where=where))
+
+
+@responder_required
+@require_POST
+def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    option = request.POST.get("option", "")
+    try:
+        result = services.escalation_decide(
+            escalation_id=escalation_id,
+            user=request.user,
+            option_id=option,
+            card_version=request.POST.get("version"),
+            comment=request.POST.get("comment", ""),
+        )
+    except Escalation.DoesNotExist:
+        raise Http404("no such card") from None
+    parsed = parse_option_id(option)
+    is_inspect = parsed is not None and parsed.kind is Kind.INSPECT and not result.refused
+    operation_url = f"{reverse('operation_detail', args=[result.decision.operation_id])}#card-{escalation_id}"
+    if is_inspect and not request.htmx:
+        # The inspect form opens in a new tab: record, then go to the provider's console.
+        return HttpResponseRedirect(result.redirect_url or operation_url, status=303)
+    if request.htmx:
+        view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+        assert view is not None
+        kind = "error" if result.refused else "ok"
+        status = 200
+        if result.refused:
+            status = 409 if result.stale else 422
+        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        context = card_context(request, view, where=where, flash={"kind": kind, "text": result.message})
+        return render(request, "escalations/_card.html", context, status=status)
+    level = messages.ERROR if result.refused else messages.SUCCESS
+    messages.add_message(request, level, result.message)
+    return HttpResponseRedirect(operation_url, status=303)
+
+
+@responder_required
+@require_POST
+def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    try:
+        services.escalation_assign(escalation_id=escalation_id, user=request.user, take=request.POST.get("take") == "1")
+    except Escalation.DoesNotExist:
+        raise Http404("no such card") from None
+    view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+    assert view is not None
+    if request.htmx:
+        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        return render(request, "escalations/_card.html", card_context(request, view, where=where))
+    return HttpResponseRedirect(
+        f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}", status=303
+    )
+
+
+@viewer_required
+@require_GET
+def history(request: HttpRequest) -> HttpResponse:
+    filters = selectors.HistoryFilters.from_query(request.GET)
+    data = selectors.history(filters=filters, page=request.GET.get("page"))
+    return render(
+        request,
+        "escalations/history.html",
+        {
+            "history": data,
+            "filters": filters,
+            "nav": "history",
+            "outcomes": selectors.OUTCOMES,
+            "option_kinds": selectors.OPTION_KINDS,
+            "reasons": selectors.REASONS,
+        },
+    )
+
+
+@viewer_required
+@require_GET
+def history_csv(request: HttpRequest) -> HttpResponse:
+    filters = selectors.HistoryFilters.from_query(request.GET)
+    return exports.csv_response(
+        request,
+        filename=f"pollerdash-decisions-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
+        header=exports.DECISION_HEADER,
+        rows=exports.decision_rows(selectors.history_queryset(filters=filters).order_by("decided_at", "pk")),
+    )
+
+
+@viewer_required
+@require_GET
+def history_jsonl(request: HttpRequest) -> HttpResponse:
+    filters = selectors.HistoryFilters.from_query(request.GET)
+    return audit_jsonl(
+        request,
+        operation_id=None,
+        since=filters.since_at,
+        until=filters.until_at,
+        filename=f"pollerdash-audit-{timezone.now():%Y%m%dT%H%M%SZ}.jsonl",
+    )
+
+
+@viewer_required
+@require_GET
+def history_report(request: HttpRequest) -> HttpResponse:
+    filters = selectors.HistoryFilters.from_query(request.GET)
+    decisions = list(selectors.history_queryset(filters=filters)[: exports.CHUNK])
+    return render(
+        request,
+        "escalations/history_report.html",
+        {"decisions": decisions, "filters": filters, "generated_at": timezone.now(), "limit": exports.CHUNK},
+    )
+
+
+def audit_jsonl(
+    request: HttpRequest, *, operation_id: str | None, since: object, until: object, filename: str
+) -> HttpResponse:
+    """The verifiable audit export (operations.audit_export), streamed; errors become a page."""
+    from operations import audit_export, checkpoints
+
+    try:
+        lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until)  # type: ignore[arg-type]
+    except (audit_export.ExportError, checkpoints.CheckpointError) as exc:
+        return render(request, "export_error.html", {"message": str(exc)}, status=409)
+    return exports.jsonl_response(request, filename=filename, lines=lines)

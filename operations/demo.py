@@ -34,20 +34,100 @@ class Scenario:
     deadline_s: int | None = None
     max_requests: int | None = None
     business_deadline_s: int | None = None
+    # What a newcomer should see: the status it ends in, or the escalation reason of its card.
+    expect: str = ""
+    metadata: dict[str, str] | None = None
 
 
+# Every escalation reason is reached within about two minutes of `make demo` (the slowest,
+# rate_limited, spends its three transport failures on 429s 30 s apart), so a new user finds real
+# cards to decide; a few jobs simply finish, to show what "done" looks like.
 SCENARIOS = (
-    Scenario("fake-export", "slow_success__polls=4", "Nightly revenue export for the finance dashboard", 600),
-    Scenario("fake-export", "partial__total=100__failed=3", "Batch of 100 invoice PDFs for customer Acme", 600),
-    Scenario("fake-export", "late_failure__polls=3", "Quarterly usage report (CSV) for the board pack", 600),
-    Scenario("fake-export", "never_finishes", "Transcript of the 14:00 incident bridge call", 90, 100, 600),
-    Scenario("fake-export", "never_finishes", "Re-index of the search corpus", 1800, 4, 3600),
-    Scenario("fake-export", "rate_limited_no_hint", "Image thumbnails for catalogue import", 900),
-    Scenario("fake-export", "unknown_state__value=needs_payment", "Translation of the onboarding guide (FR, DE)"),
-    Scenario("fake-export", "auth_revoked", "Customer churn model scoring run"),
-    Scenario("fake-export", "flaky_5xx__pattern=500.502.503", "Data warehouse snapshot for analytics"),
-    Scenario("fake-export", "succeeded_no_result", "Audio summary of the weekly all-hands"),
-    Scenario("fake-gated", "slow_success__polls=2", "Payroll export (needs approval for every check)"),
+    Scenario(
+        "fake-export",
+        "slow_success__polls=4",
+        "Nightly revenue export for the finance dashboard",
+        600,
+        expect="succeeded",
+    ),
+    Scenario(
+        "fake-export",
+        "partial__total=100__failed=3",
+        "Batch of 100 invoice PDFs for customer Acme",
+        600,
+        expect="partially_succeeded",
+        metadata={"customer": "acme", "batch": "2026-12"},
+    ),
+    Scenario(
+        "fake-export", "late_failure__polls=3", "Quarterly usage report (CSV) for the board pack", 600, expect="failed"
+    ),
+    Scenario(
+        "fake-export",
+        "never_finishes",
+        "Transcript of the 14:00 incident bridge call",
+        90,
+        100,
+        100,
+        expect="deadline_exceeded",
+        metadata={"ticket": "INC-2041"},
+    ),
+    Scenario(
+        "fake-export",
+        "never_finishes",
+        "Re-index of the search corpus",
+        1800,
+        4,
+        3600,
+        expect="request_budget_exhausted",
+    ),
+    Scenario(
+        "fake-export",
+        "rate_limited_no_hint",
+        "Image thumbnails for catalogue import",
+        900,
+        business_deadline_s=1200,
+        expect="rate_limited",
+    ),
+    Scenario(
+        "fake-export",
+        "unknown_state__value=needs_payment",
+        "Translation of the onboarding guide (FR, DE)",
+        expect="unknown_state",
+    ),
+    Scenario("fake-export", "auth_revoked", "Customer churn model scoring run", expect="authorization_denied"),
+    Scenario(
+        "fake-export",
+        "flaky_5xx__pattern=500.502.503",
+        "Data warehouse snapshot for analytics",
+        expect="provider_failure",
+    ),
+    Scenario(
+        "fake-export", "succeeded_no_result", "Audio summary of the weekly all-hands", expect="integration_failure"
+    ),
+    Scenario(
+        "fake-gated",
+        "slow_success__polls=2",
+        "Payroll export (needs approval for every check)",
+        expect="per_call_approval",
+    ),
+    # Deadline cards whose provider can cancel (confirmed) and one that cannot (405): try "cancel".
+    Scenario(
+        "fake-export",
+        "cancel_ok",
+        "Video render of the product launch teaser",
+        60,
+        100,
+        1800,
+        expect="deadline_exceeded",
+    ),
+    Scenario(
+        "fake-export",
+        "cancel_unsupported",
+        "Legacy mainframe extract (cancel not supported)",
+        75,
+        100,
+        expect="deadline_exceeded",
+    ),
 )
 
 
@@ -101,6 +181,7 @@ def seed_scenarios() -> list[Operation]:
                     business_deadline_at=(
                         now + timedelta(seconds=scenario.business_deadline_s) if scenario.business_deadline_s else None
                     ),
+                    metadata=dict(scenario.metadata or {}),
                 )
             )
     return created

@@ -1,33 +1,38 @@
-"""Reads. Views, the API and commands get their data here; nothing in this module writes."""
+"""Reads. Views, the API and commands get their data here; nothing in this module writes.
+
+The dashboard's lists run a fixed number of queries whatever the number of rows: one aggregate
+for the tab counts, one COUNT and one page query (with the open card's reason as a subquery).
+"""
 
 from __future__ import annotations
 
-from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
+from dataclasses import dataclass, replace
+from urllib.parse import urlencode
 
-from operations.models import Operation, StatusCheck
-from operations.vocabulary import Status
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+
+from operations.models import Authorization, Operation, ProviderProfile, StatusCheck
+from operations.vocabulary import Reason, Status
 
 PAGE_SIZE = 50
+# Status requests drawn on the operation page (the chart and the table); the CSV has them all.
+CHECKS_SHOWN = 1000
+
+# Status tabs of the operations list: tab key -> (label, statuses).
+STATUS_TABS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "all": ("All", ()),
+    "needs_attention": ("Needs attention", (Status.NEEDS_ATTENTION,)),
+    "active": ("Watching", (Status.PENDING, Status.RUNNING)),
+    "succeeded": ("Succeeded", (Status.SUCCEEDED, Status.PARTIALLY_SUCCEEDED)),
+    "failed": ("Failed", (Status.FAILED,)),
+    "ended": ("Closed / cancelled / expired", (Status.CLOSED, Status.CANCELLED, Status.EXPIRED)),
+}
+STATUS_VALUES = {status.value for status in Status}
 
 
 def operation_get(*, operation_id: str) -> Operation | None:
     return Operation.objects.select_related("provider", "agent").filter(pk=operation_id).first()
-
-
-def operation_queryset(*, status: str = "") -> QuerySet[Operation]:
-    query = Operation.objects.select_related("provider").order_by("-created_at")
-    if status in {s.value for s in Status}:
-        query = query.filter(status=status)
-    return query
-
-
-def operation_page(*, status: str = "", page: str | int = 1) -> Page:
-    return Paginator(operation_queryset(status=status), PAGE_SIZE).get_page(page)
-
-
-def operation_checks(*, operation: Operation, limit: int = 500) -> list[StatusCheck]:
-    return list(operation.checks.order_by("sent_at")[:limit])
 
 
 def open_escalation(*, operation: Operation) -> object | None:
@@ -35,3 +40,130 @@ def open_escalation(*, operation: Operation) -> object | None:
     from escalations.models import Escalation
 
     return Escalation.objects.filter(operation=operation, state=Escalation.State.OPEN).first()
+
+
+@dataclass(frozen=True)
+class OperationFilters:
+    tab: str = "all"
+    status: str = ""
+    provider: str = ""
+    reason: str = ""
+    q: str = ""
+
+    @classmethod
+    def from_query(cls, query: dict) -> OperationFilters:
+        tab = str(query.get("tab", "all"))
+        status = str(query.get("status", ""))
+        reason = str(query.get("reason", ""))
+        return cls(
+            tab=tab if tab in STATUS_TABS else "all",
+            status=status if status in STATUS_VALUES else "",
+            provider=str(query.get("provider", ""))[:64],
+            reason=reason if reason in {r.value for r in Reason} else "",
+            q=str(query.get("q", "")).strip()[:200],
+        )
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        if self.status:
+            return (self.status,)
+        return tuple(str(s) for s in STATUS_TABS[self.tab][1])
+
+    def query(self, **changes: object) -> str:
+        current = replace(self, **changes)  # type: ignore[arg-type]
+        params = {
+            "tab": "" if current.tab == "all" else current.tab,
+            "status": current.status,
+            "provider": current.provider,
+            "reason": current.reason,
+            "q": current.q,
+        }
+        return urlencode({k: v for k, v in params.items() if v})
+
+    @property
+    def active(self) -> bool:
+        return bool(self.status or self.provider or self.reason or self.q)
+
+
+def operation_queryset(*, filters: OperationFilters) -> QuerySet[Operation]:
+    from escalations.models import Escalation
+
+    open_reason = Escalation.objects.filter(operation=OuterRef("pk"), state=Escalation.State.OPEN).values("reason")[:1]
+    query = Operation.objects.select_related("provider").annotate(open_reason=Subquery(open_reason))
+    if filters.statuses:
+        query = query.filter(status__in=filters.statuses)
+    if filters.provider:
+        query = query.filter(provider__slug=filters.provider)
+    if filters.reason:
+        query = query.filter(Exists(Escalation.objects.filter(operation=OuterRef("pk"), reason=filters.reason)))
+    if filters.q:
+        text = filters.q
+        query = query.filter(Q(pk__startswith=text) | Q(provider_job_id__icontains=text) | Q(purpose__icontains=text))
+    return query.order_by("-created_at", "-pk")
+
+
+@dataclass
+class OperationList:
+    page: Page
+    filters: OperationFilters
+    tabs: list[tuple[str, str, int]]  # key, label, count
+    providers: list[str]
+    status_counts: dict[str, int]
+
+
+def operation_list(*, filters: OperationFilters, page: object = 1) -> OperationList:
+    counts = dict(Operation.objects.values_list("status").annotate(n=Count("pk")).order_by())
+    tabs = [
+        (key, label, sum(counts.get(str(s), 0) for s in statuses) if statuses else sum(counts.values()))
+        for key, (label, statuses) in STATUS_TABS.items()
+    ]
+    paginator = Paginator(operation_queryset(filters=filters), PAGE_SIZE)
+    if not (filters.provider or filters.reason or filters.q):
+        # The count is in the aggregate already.
+        paginator.__dict__["count"] = (
+            sum(counts.get(s, 0) for s in filters.statuses) if filters.statuses else sum(counts.values())
+        )
+    text = str(page or "1")
+    number = int(text) if text.isascii() and text.isdigit() and len(text) < 7 else 1
+    providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
+    return OperationList(
+        page=paginator.get_page(number), filters=filters, tabs=tabs, providers=providers, status_counts=counts
+    )
+
+
+@dataclass
+class OperationPage:
+    operation: Operation
+    checks: list[StatusCheck]
+    checks_total: int
+    authorizations: list[Authorization]
+    decisions: list[object]
+
+
+def operation_page(*, operation_id: str) -> OperationPage | None:
+    """Everything the operation page shows except its card and timeline: five queries."""
+    from escalations.models import Decision
+
+    operation = Operation.objects.select_related("provider", "agent").filter(pk=operation_id).first()
+    if operation is None:
+        return None
+    # The most recent requests, shown oldest first (the chart reads left to right).
+    checks = list(operation.checks.order_by("-sent_at", "-pk")[:CHECKS_SHOWN])[::-1]
+    checks_total = len(checks)
+    if checks_total == CHECKS_SHOWN:
+        checks_total = operation.checks.count()
+    authorizations = list(
+        Authorization.objects.filter(operation=operation).select_related("granted_by", "escalation").order_by("number")
+    )
+    decisions = list(
+        Decision.objects.filter(operation=operation)
+        .select_related("user", "escalation", "authorization", "confirms__user")
+        .order_by("decided_at", "pk")
+    )
+    return OperationPage(
+        operation=operation,
+        checks=checks,
+        checks_total=checks_total,
+        authorizations=authorizations,
+        decisions=decisions,
+    )

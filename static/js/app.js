@@ -1,1 +1,372 @@
-// Small progressive enhancements; every page works without this file.
+// pollerdash dashboard: small progressive enhancements. Every page works without this file
+// (links go to the operation page, forms post normally); with it: live lists that never reshuffle
+// under the pointer, inline cards, two-step confirmation, keyboard triage and fresh relative times.
+(function () {
+  "use strict";
+
+  const pd = (window.pd = window.pd || {});
+  let pointerInList = false;
+  let forceNext = false;
+  let gPending = 0;
+  let serverOffsetMs = 0;
+
+  // --- time words ------------------------------------------------------------------------------------
+  function humanDuration(seconds) {
+    let sec = Math.floor(Math.abs(seconds));
+    if (sec < 60) return sec + " s";
+    let minutes = sec < 3600 ? Math.round(sec / 60) : Math.floor(sec / 60);
+    if (minutes < 60) return minutes + " min";
+    let hours = Math.floor(minutes / 60);
+    minutes %= 60;
+    if (hours < 24) return hours + " h" + (minutes ? " " + minutes + " min" : "");
+    const days = Math.floor(hours / 24);
+    hours %= 24;
+    return days + " day" + (days !== 1 ? "s" : "") + (hours ? " " + hours + " h" : "");
+  }
+
+  function refreshTimes(root) {
+    const now = Date.now() + serverOffsetMs;
+    (root || document).querySelectorAll("time[data-rel]").forEach(function (el) {
+      const at = Date.parse(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      const delta = (at - now) / 1000;
+      if (el.dataset.rel === "countdown") {
+        const label = el.dataset.label || "";
+        el.textContent = (delta <= 0 ? label + " passed " + humanDuration(delta) + " ago" : label + " in " + humanDuration(delta)).trim();
+        el.classList.toggle("urgency-overdue", delta <= 0);
+        el.classList.toggle("urgency-soon", delta > 0 && delta <= 900);
+        el.classList.toggle("urgency-later", delta > 900);
+      } else {
+        el.textContent = Math.abs(delta) < 5 ? "just now" : delta > 0 ? "in " + humanDuration(delta) : humanDuration(delta) + " ago";
+      }
+    });
+  }
+
+  // --- live lists --------------------------------------------------------------------------------------
+  pd.live = function () {
+    return document.visibilityState === "visible";
+  };
+
+  function typingIn(root) {
+    const el = document.activeElement;
+    return !!(el && root && root.contains(el) && el.matches("input, textarea, select"));
+  }
+
+  function cardBusy(card) {
+    return !!(
+      typingIn(card) ||
+      card.querySelector("details[open]") ||
+      card.querySelector(".is-armed") ||
+      (document.activeElement && card.contains(document.activeElement) && document.activeElement.tagName === "TEXTAREA")
+    );
+  }
+
+  // A card refreshes itself only when something on it changed (the server answers 204 otherwise),
+  // and never while the responder is typing a comment or confirming an option.
+  pd.cardLive = function (card) {
+    return pd.live() && !cardBusy(card);
+  };
+
+  function ids(root) {
+    const meta = root && root.querySelector(".rows-meta");
+    return meta ? (meta.dataset.ids || "").split(",").filter(Boolean) : [];
+  }
+
+  function showNote(incoming, current) {
+    const note = document.getElementById("live-note");
+    if (!note) return;
+    const added = incoming.filter(function (id) { return current.indexOf(id) < 0; }).length;
+    const gone = current.filter(function (id) { return incoming.indexOf(id) < 0; }).length;
+    const parts = [];
+    if (added) parts.push(added + " new card" + (added > 1 ? "s" : ""));
+    if (gone) parts.push(gone + " no longer open");
+    if (!parts.length) parts.push("the order changed");
+    note.innerHTML = "";
+    const text = document.createElement("span");
+    text.textContent = parts.join(", ") + " — the list waits while you work on it.";
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "btn btn-small";
+    button.textContent = "Update the list now";
+    button.addEventListener("click", function () {
+      forceNext = true;
+      const live = document.querySelector("#inbox-live");
+      if (live) htmx.trigger(live, "pd:refresh");
+    });
+    note.append(text, button);
+    note.hidden = false;
+  }
+
+  function hideNote() {
+    const note = document.getElementById("live-note");
+    if (note) note.hidden = true;
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const target = event.detail.target;
+    if (!target || !target.hasAttribute("data-live-target") || event.detail.xhr.status !== 200) return;
+    const live = target.closest("[data-live-list]");
+    const doc = new DOMParser().parseFromString(event.detail.serverResponse, "text/html");
+    const title = doc.querySelector("title");
+    if (title) document.title = title.textContent;
+    const force = forceNext;
+    forceNext = false;
+    if (force) {
+      hideNote();
+      return;
+    }
+    const incoming = ids(doc);
+    const current = ids(target);
+    const changed = incoming.join(",") !== current.join(",");
+    const working = typingIn(live) || !!live.querySelector(".row.is-open") || !!live.querySelector("details[open]");
+    if (working || (pointerInList && (changed || target.id !== "inbox-rows"))) {
+      // Never reshuffle rows under the pointer or destroy an open card: hold, and say what changed.
+      event.detail.shouldSwap = false;
+      if (changed) showNote(incoming, current);
+      return;
+    }
+    hideNote();
+  });
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    refreshTimes(event.detail.target);
+    if (pd.selected) {
+      const row = document.getElementById(pd.selected);
+      if (row) row.classList.add("is-selected");
+    }
+  });
+
+  // --- inline cards in the inbox -------------------------------------------------------------------
+  function rowOf(el) {
+    return el && el.closest(".row");
+  }
+
+  function setReviewLabel(row, open) {
+    const button = row.querySelector(".btn-review");
+    if (!button) return;
+    button.setAttribute("aria-expanded", open ? "true" : "false");
+    button.firstChild.textContent = open ? "Hide" : "Review";
+  }
+
+  pd.toggleCard = function (row, wantOpen) {
+    const slot = row.querySelector(".row-card");
+    const isOpen = row.classList.contains("is-open");
+    if (isOpen && wantOpen !== true) {
+      slot.innerHTML = "";
+      row.classList.remove("is-open");
+      setReviewLabel(row, false);
+      return Promise.resolve(null);
+    }
+    if (isOpen) return Promise.resolve(slot.querySelector(".card"));
+    row.classList.add("is-open");
+    setReviewLabel(row, true);
+    select(row, false);
+    return htmx.ajax("GET", row.dataset.cardUrl, { target: slot, swap: "innerHTML" }).then(function () {
+      return slot.querySelector(".card");
+    });
+  };
+
+  document.addEventListener("click", function (event) {
+    const toggle = event.target.closest("[data-toggle-card]");
+    if (!toggle || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+    const row = rowOf(toggle);
+    if (!row) return;
+    event.preventDefault();
+    pd.toggleCard(row);
+  });
+
+  // --- confirmation proportional to the consequence ---------------------------------------------------
+  function disarm(button) {
+    if (!button || !button.classList.contains("is-armed")) return;
+    button.classList.remove("is-armed");
+    const label = button.querySelector(".opt-label");
+    if (label && label.dataset.original) label.textContent = label.dataset.original;
+    clearTimeout(button._pdTimer);
+  }
+
+  function disarmAll() {
+    document.querySelectorAll(".is-armed").forEach(disarm);
+  }
+
+  function arm(button) {
+    disarmAll();
+    const label = button.querySelector(".opt-label");
+    if (label) {
+      label.dataset.original = label.textContent;
+      label.textContent = "Confirm: " + label.dataset.original + " — click or press again";
+    }
+    button.classList.add("is-armed");
+    button.focus();
+    button._pdTimer = setTimeout(function () { disarm(button); }, 8000);
+  }
+
+  // Reversible options take two clicks: the first arms the button (its label says what the second does).
+  document.addEventListener(
+    "click",
+    function (event) {
+      const button = event.target.closest("button[data-two-step]");
+      if (!button || button.classList.contains("is-armed")) return;
+      event.preventDefault();
+      event.stopPropagation();
+      arm(button);
+    },
+    true
+  );
+
+  document.addEventListener("click", function (event) {
+    const close = event.target.closest("[data-close-details]");
+    if (close) {
+      const details = close.closest("details");
+      if (details) details.open = false;
+    }
+    if (!event.target.closest("[data-help]")) return;
+    const help = document.getElementById("help");
+    if (help && !help.open) help.showModal();
+  });
+
+  document.addEventListener("toggle", function (event) {
+    const details = event.target;
+    if (!(details instanceof HTMLDetailsElement) || !details.open || !details.classList.contains("opt-explicit")) return;
+    disarmAll();
+    details.parentElement.querySelectorAll("details.opt-explicit[open]").forEach(function (other) {
+      if (other !== details) other.open = false;
+    });
+    const field = details.querySelector("textarea[required]") || details.querySelector(".btn-confirm");
+    if (field) field.focus();
+  }, true);
+
+  // Inspect opens the provider console in a new tab; afterwards the card shows who looked.
+  document.addEventListener("submit", function (event) {
+    const form = event.target.closest("form[data-inspect]");
+    if (!form) return;
+    const card = form.closest(".card");
+    setTimeout(function () { if (card && card.isConnected) htmx.trigger(card, "pd:refresh"); }, 1200);
+  });
+
+  document.addEventListener("change", function (event) {
+    const form = event.target.closest("form[data-autosubmit]");
+    if (form) form.requestSubmit();
+  });
+
+  // --- keyboard triage ---------------------------------------------------------------------------------
+  function rows() {
+    return Array.prototype.slice.call(document.querySelectorAll("#inbox-rows .row"));
+  }
+
+  function select(row, scroll) {
+    rows().forEach(function (r) { r.classList.remove("is-selected"); });
+    if (!row) return;
+    row.classList.add("is-selected");
+    pd.selected = row.id;
+    if (scroll !== false) {
+      row.focus({ preventScroll: true });
+      row.scrollIntoView({ block: "nearest" });
+    }
+  }
+
+  function move(step) {
+    const list = rows();
+    if (!list.length) return;
+    const current = list.findIndex(function (r) { return r.classList.contains("is-selected"); });
+    const next = current < 0 ? 0 : Math.max(0, Math.min(list.length - 1, current + step));
+    select(list[next]);
+  }
+
+  function activeCard() {
+    const selected = document.querySelector("#inbox-rows .row.is-selected");
+    if (selected) {
+      return pd.toggleCard(selected, true);
+    }
+    const open = document.querySelector("#inbox-rows .row.is-open .card");
+    if (open) return Promise.resolve(open);
+    const first = document.querySelector(".card .options");
+    if (first) return Promise.resolve(first.closest(".card"));
+    const firstRow = rows()[0];
+    if (firstRow) {
+      select(firstRow);
+      return pd.toggleCard(firstRow, true);
+    }
+    return Promise.resolve(null);
+  }
+
+  function pick(index) {
+    activeCard().then(function (card) {
+      if (!card) return;
+      const option = card.querySelector('[data-option-index="' + index + '"]');
+      if (!option) return;
+      if (option.tagName === "DETAILS") {
+        option.open = true;
+        return;
+      }
+      const button = option.querySelector("button");
+      if (button) {
+        button.focus();
+        button.click();
+      }
+    });
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target;
+    if (event.key === "Escape") {
+      disarmAll();
+      document.querySelectorAll("details.opt-explicit[open]").forEach(function (d) { d.open = false; });
+      return;
+    }
+    if (target.closest("input, textarea, select, [contenteditable]")) return;
+    const key = event.key;
+    if (gPending && Date.now() - gPending < 1500) {
+      gPending = 0;
+      const to = { i: "/", o: "/operations/", h: "/history/" }[key];
+      if (to) {
+        event.preventDefault();
+        window.location.href = to;
+      }
+      return;
+    }
+    if (key === "?") {
+      event.preventDefault();
+      const help = document.getElementById("help");
+      if (help && !help.open) help.showModal();
+    } else if (key === "j" || key === "k") {
+      event.preventDefault();
+      move(key === "j" ? 1 : -1);
+    } else if (key === "o" || (key === "Enter" && !target.closest("button, a, summary"))) {
+      const row = document.querySelector("#inbox-rows .row.is-selected");
+      if (row) {
+        event.preventDefault();
+        pd.toggleCard(row);
+      }
+    } else if (key === "/") {
+      const box = document.querySelector("[data-search-box]");
+      if (box) {
+        event.preventDefault();
+        box.focus();
+      }
+    } else if (key === "g") {
+      gPending = Date.now();
+    } else if (/^[1-9]$/.test(key)) {
+      event.preventDefault();
+      pick(Number(key));
+    }
+  });
+
+  // --- start -------------------------------------------------------------------------------------------
+  document.addEventListener("DOMContentLoaded", function () {
+    const serverNow = Number(document.body.dataset.serverNow || 0) * 1000;
+    if (serverNow) serverOffsetMs = serverNow - Date.now();
+    const live = document.querySelector("[data-live-list]");
+    if (live) {
+      live.addEventListener("mouseenter", function () { pointerInList = true; });
+      live.addEventListener("mouseleave", function () { pointerInList = false; });
+    }
+    refreshTimes();
+    setInterval(function () { if (document.visibilityState === "visible") refreshTimes(); }, 15000);
+    const hash = window.location.hash;
+    if (hash && hash.indexOf("#card-") === 0) {
+      const card = document.querySelector(hash);
+      if (card) card.scrollIntoView({ block: "start" });
+    }
+  });
+})();

@@ -51,3 +51,19 @@ def stopped(
         return Escalation.objects.select_related("operation").get(operation=op, state=Escalation.State.OPEN)
 
     return make
+
+
+@pytest.fixture
+def signing_key(tmp_path: object, settings: object) -> object:
+    """A real Ed25519 audit signing key, so exports can close with a signed checkpoint."""
+    from operations import checkpoints
+
+    path = tmp_path / "audit-signing-key.pem"  # type: ignore[operator]
+    key = checkpoints.generate_key_file(path)
+    settings.AUDIT_SIGNING_KEY_FILE = str(path)  # type: ignore[attr-defined]
+    return key
+
+
+@pytest.fixture
+def viewer(make_user: Callable[..., object]) -> object:
+    return make_user("vera", role="viewer")

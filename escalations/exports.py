@@ -1,0 +1,175 @@
+"""Exports for incident review: CSV of status checks and decisions, the verifiable JSONL audit
+export, and a printable HTML report (DESIGN.md section 8, "Export").
+
+CSV and JSONL stream row by row in bounded memory. CSV cells that a spreadsheet would run as a
+formula (starting with = + - @ or a tab) are prefixed with a quote: purposes, provider states and
+comments come from outside and must stay data.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import AsyncIterator, Iterable, Iterator
+from datetime import datetime
+
+from django.core.handlers.asgi import ASGIRequest
+from django.db.models import QuerySet
+from django.http import HttpRequest, StreamingHttpResponse
+
+from escalations.models import Decision
+from operations.models import StatusCheck
+
+CHUNK = 2000
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, dict | list):
+        value = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = str(value)
+    if text.startswith(_FORMULA_START) and not _is_number(text):
+        return "'" + text
+    return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def csv_lines(header: list[str], rows: Iterable[list[object]]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(header)
+    for row in rows:
+        yield writer.writerow([cell(value) for value in row])
+
+
+def streamed(request: HttpRequest, lines: Iterator) -> Iterator | AsyncIterator:
+    """Under ASGI a sync iterator would be buffered whole: pull it in batches from the request's thread."""
+    if isinstance(request, ASGIRequest):
+        from operations.audit_export import as_async_lines
+
+        return as_async_lines(lines)
+    return lines
+
+
+def csv_response(
+    request: HttpRequest, *, filename: str, header: list[str], rows: Iterable[list[object]]
+) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(streamed(request, csv_lines(header, rows)), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def jsonl_response(request: HttpRequest, *, filename: str, lines: Iterator[bytes]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(streamed(request, lines), content_type="application/jsonl; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+CHECK_HEADER = [
+    "operation_id",
+    "sent_at",
+    "received_at",
+    "http_status",
+    "transport_error",
+    "provider_request_id",
+    "retry_after",
+    "provider_state",
+    "interpreted_state",
+    "decision",
+    "reason",
+    "delay_source",
+    "delay_ms",
+    "next_poll_at",
+    "body_digest",
+    "charged_transport",
+    "due_at",
+    "fence",
+]
+
+
+def check_rows(checks: QuerySet[StatusCheck]) -> Iterator[list[object]]:
+    for check in checks.order_by("sent_at", "pk").iterator(chunk_size=CHUNK):
+        yield [
+            check.operation_id,
+            check.sent_at,
+            check.received_at,
+            check.http_status,
+            check.transport_error,
+            check.provider_request_id,
+            check.retry_after,
+            check.provider_state,
+            check.interpreted_state,
+            check.decision,
+            check.reason,
+            check.delay_source,
+            check.delay_ms,
+            check.next_poll_at,
+            check.body_digest,
+            check.charged_transport,
+            check.due_at,
+            check.fence,
+        ]
+
+
+DECISION_HEADER = [
+    "decided_at",
+    "user",
+    "operation_id",
+    "provider",
+    "provider_job_id",
+    "escalation_id",
+    "reason",
+    "option",
+    "outcome",
+    "refusal_reason",
+    "comment",
+    "card_version",
+    "new_deadline_at",
+    "new_max_status_requests",
+    "authorization_number",
+    "confirms_decision_id",
+    "provider_response",
+    "audit_seq",
+    "decision_id",
+]
+
+
+def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
+    query = decisions.select_related("user", "escalation", "operation__provider", "authorization")
+    for decision in query.iterator(chunk_size=CHUNK):
+        yield [
+            decision.decided_at,
+            decision.user.get_username(),
+            decision.operation_id,
+            decision.operation.provider.slug,
+            decision.operation.provider_job_id,
+            decision.escalation_id,
+            decision.escalation.reason,
+            decision.option,
+            decision.outcome,
+            decision.refusal_reason,
+            decision.comment,
+            decision.card_version,
+            decision.new_deadline_at,
+            decision.new_max_status_requests,
+            decision.authorization.number if decision.authorization else None,
+            decision.confirms_id,
+            decision.provider_response,
+            decision.audit_seq,
+            decision.pk,
+        ]

@@ -1,0 +1,90 @@
+"""Roles (DESIGN.md section 7): Django groups `viewer` (reads) and `responder` (decides).
+
+Superusers are admins: they manage profiles and users in the Django admin and may also decide.
+A signed-in user with neither group sees a page saying so, never the data. Anonymous users are
+sent to the login page; an htmx request gets an `HX-Redirect` so the whole page goes there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render, resolve_url
+
+VIEWER = "viewer"
+RESPONDER = "responder"
+
+
+def roles_of(user: object) -> frozenset[str]:
+    """The user's dashboard roles, read once per request (cached on the user object)."""
+    if not getattr(user, "is_authenticated", False):
+        return frozenset()
+    cached = getattr(user, "_pollerdash_roles", None)
+    if cached is None:
+        names = set(user.groups.filter(name__in=(VIEWER, RESPONDER)).values_list("name", flat=True))  # type: ignore[attr-defined]
+        if getattr(user, "is_superuser", False):
+            names |= {VIEWER, RESPONDER}
+        if RESPONDER in names:
+            names.add(VIEWER)
+        cached = frozenset(names)
+        user._pollerdash_roles = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def can_read(user: object) -> bool:
+    return VIEWER in roles_of(user)
+
+
+def can_decide(user: object) -> bool:
+    return RESPONDER in roles_of(user)
+
+
+def _login_redirect(request: HttpRequest) -> HttpResponse:
+    if getattr(request, "htmx", False):
+        # The fragment must not be replaced by a login form: send the whole page to the login,
+        # coming back to the page the person was on.
+        current = request.headers.get("HX-Current-URL") or request.get_full_path()
+        response = HttpResponse(status=401)
+        login = redirect_to_login(current, resolve_url(settings.LOGIN_URL))
+        response["HX-Redirect"] = login["Location"]
+        return response
+    return redirect_to_login(request.get_full_path(), resolve_url(settings.LOGIN_URL))
+
+
+def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
+    return render(request, "403.html", {"message": message}, status=403)
+
+
+def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Signed in, with the viewer or responder role (or an admin)."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return _login_redirect(request)
+        if not can_read(request.user):
+            return _forbidden(
+                request,
+                "Your account has no dashboard role yet. Ask an admin to add you to the viewer or responder group.",
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def responder_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Signed in with the responder role: every decision goes through here."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return _login_redirect(request)
+        if not can_decide(request.user):
+            return _forbidden(request, "Deciding on cards needs the responder role; you can read them.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
