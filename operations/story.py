@@ -205,6 +205,17 @@ def _cancelled(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return text
 
 
+def _cancel_forwarded(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    status = data.get("http_status")
+    answered = f"HTTP {status}" if status is not None else "no answer"
+    text = (
+        f"cancel forwarded to the provider: {str(data.get('cancel_state') or 'unknown').replace('_', ' ')} ({answered})"
+    )
+    if data.get("detail"):
+        text += f" - {_quote(data['detail'])}"
+    return text
+
+
 def _acknowledged(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return f"{actor} acknowledged the result ({data.get('state')})"
 
@@ -232,6 +243,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "provider.cancel_response": _cancel_response,
     "provider.paused": _paused,
     "operation.cancelled": _cancelled,
+    "operation.cancel_forwarded": _cancel_forwarded,
     "operation.acknowledged": _acknowledged,
     "callback.failed": _callback_failed,
 }

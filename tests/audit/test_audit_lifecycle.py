@@ -1,0 +1,161 @@
+"""Every decision is an entry: an operation's whole life, against the real fake provider, ends up in
+the chain in order - and reads back as the timeline an incident reviewer sees."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from escalations.models import Escalation
+from escalations.services import escalation_decide
+from operations.audit_export import stream_export
+from operations.checkpoints import sign_checkpoint, verify_chain
+from operations.models import AuditEntry, Operation
+from operations.story import operation_story, story_line
+from operations.vocabulary import Status
+from tests.audit.helpers import verify_bytes
+from tests.support import T0, job_id
+
+pytestmark = pytest.mark.django_db
+
+
+def responder(name: str) -> object:
+    user = get_user_model().objects.create_user(username=name, password=f"pw-{name}")
+    user.groups.add(Group.objects.get_or_create(name="responder")[0])
+    return user
+
+
+def entries(op: Operation) -> list[dict]:
+    bodies = AuditEntry.objects.filter(operation_id=op.pk).order_by("seq").values_list("body", flat=True)
+    return [json.loads(bytes(body)) for body in bodies]
+
+
+@pytest.fixture
+def lived(make_operation, drive, clock, signing_key) -> Operation:
+    """Registered; a 503 with Retry-After; still running with the budget spent; a human inspects and
+    extends, a decision on the card as it was before is refused; then the job succeeds."""
+    alice, bob = responder("alice"), responder("bob")
+    op = make_operation(job_id("retry_after_seconds", value=120, times=1), max_status_requests=2)
+    drive(op)
+    escalation = Escalation.objects.get(operation=op, state=Escalation.State.OPEN)
+    seen_version = escalation.version
+    clock.move_to(T0 + timedelta(minutes=10), tick=False)
+    escalation_decide(escalation_id=escalation.pk, user=alice, option_id="inspect", card_version=seen_version)
+    escalation.refresh_from_db()
+    escalation_decide(
+        escalation_id=escalation.pk, user=alice, option_id="extend:15m:4", card_version=escalation.version
+    )
+    # bob acts on the card as he saw it before alice's decision: refused and recorded, never applied
+    escalation_decide(escalation_id=escalation.pk, user=bob, option_id="extend:15m:4", card_version=seen_version)
+    drive(op)
+    return Operation.objects.get(pk=op.pk)
+
+
+def test_the_chain_holds_every_decision_in_order(lived):
+    assert lived.status == Status.SUCCEEDED
+    chain = entries(lived)
+    assert [(e["type"], e["data"].get("decision") or e["data"].get("option")) for e in chain] == [
+        ("operation.registered", None),
+        ("provider.paused", None),
+        ("controller.decision", "wait"),
+        ("controller.decision", "escalate"),
+        ("escalation.opened", None),
+        ("human.inspect", None),
+        ("human.decision", "extend:15m:4"),
+        ("human.refused", "extend:15m:4"),
+        ("controller.decision", "succeeded"),
+    ]
+    seqs = [e["seq"] for e in chain]
+    assert seqs == sorted(seqs)
+    registered, _, first, stop, opened, inspect, extend, refused, done = chain
+    assert registered["data"]["max_requests"] == 2 and registered["actor"] == {"kind": "operator", "id": "test"}
+    assert first["data"] | {"deadline": None, "provider_request_id": None} == {
+        "state": "running",
+        "next_poll_at": "2026-12-01T10:02:00.000000Z",
+        "delay_source": "provider_retry_after",
+        "delay_ms": 120_000,
+        "request_count": 1,
+        "max_requests": 2,
+        "transport_failures": 1,
+        "max_transport_failures": 3,
+        "deadline": None,
+        "http_status": 503,
+        "provider_state": None,
+        "provider_request_id": None,
+        "retry_after": "120",
+        "interpreted_state": "server_error",
+        "decision": "wait",
+        "reason": first["data"]["reason"],
+    }
+    assert first["at"] == "2026-12-01T10:00:00.000000Z"
+    assert stop["data"]["http_status"] == 200 and stop["data"]["provider_state"] == "running"
+    assert stop["data"]["reason"].startswith("request_budget_exhausted") and stop["data"]["request_count"] == 2
+    assert opened["data"]["reason"] == "request_budget_exhausted" and opened["data"]["request_count"] == 2
+    assert inspect["actor"] == {"kind": "user", "id": "alice"}
+    assert extend["actor"] == {"kind": "user", "id": "alice"} and extend["data"]["outcome"] == "applied"
+    assert extend["data"]["new_deadline"] == "2026-12-01T10:55:00.000000Z" and extend["data"]["new_max_requests"] == 6
+    assert refused["actor"] == {"kind": "user", "id": "bob"}
+    assert done["data"]["request_count"] == 3 and done["data"]["delay_source"] is None
+
+
+def test_the_lived_chain_verifies_in_the_database_and_offline(lived, signing_key):
+    sign_checkpoint()
+    assert verify_chain(keys=[signing_key])["ok"] is True
+    full = verify_bytes(b"".join(stream_export()), [signing_key])
+    scoped = verify_bytes(b"".join(stream_export(operation_id=lived.pk)), [signing_key])
+    assert full["entries"] == scoped["entries"] == AuditEntry.objects.count()
+
+
+def test_the_story_reads_like_the_incident_timeline(lived):
+    story = operation_story(operation_id=lived.pk)
+    assert [line.seq for line in story] == [e["seq"] for e in entries(lived)]
+    text = [line.as_text() for line in story]
+    assert text[0].startswith("10:00:00 registered by operator:test: ") and "up to 2 requests" in text[0]
+    assert text[1].startswith("10:00:00 provider account ") and "paused until 10:02:00 after 503" in text[1]
+    assert text[2] == (
+        "10:00:00 received 503, Retry-After 120, next poll 10:02:00 from provider guidance (request 1 of 2)"
+    )
+    assert text[3].startswith("10:02:00 received 200 'running'; stopped polling: request budget exhausted: ")
+    assert text[3].endswith("(request 2 of 2)")
+    assert text[4] == "10:02:00 escalated: request budget exhausted (2 of 2 requests)"
+    assert text[5] == "10:10:00 alice inspected the job at the provider console"
+    assert text[6] == "10:10:00 alice extended by 15 min / 4 checks (new deadline 10:55:00 UTC)"
+    assert text[7] == "10:10:00 bob's extend:15m:4 was refused: state changed — review again"
+    assert text[8] == "10:10:00 received 200 'succeeded': the job succeeded (request 3 of 6)"
+    assert {line.actor for line in story} >= {"controller", "alice", "bob", "operator:test"}
+    assert story[5].kind == "human.inspect" and story[5].actor == "alice"
+
+
+@pytest.mark.parametrize(
+    ("entry_type", "data", "expected"),
+    [
+        ("operation.cancelled", {"state": "closed", "reason": "agent gave up"}, "stopped watching (closed)"),
+        ("operation.acknowledged", {"state": "succeeded"}, "acknowledged the result (succeeded)"),
+        ("callback.failed", {"event_type": "operation.completed", "attempts": 8}, "gave up after 8 attempts"),
+        ("provider.cancel_response", {"cancel_state": "confirmed", "http_status": 202}, "confirmed (HTTP 202)"),
+        ("operation.cancel_forwarded", {"cancel_state": "unsupported"}, "to the provider: unsupported (no answer)"),
+        ("future.type", {"a": 1}, "future.type: agent:bot: a='1'"),
+    ],
+)
+def test_every_entry_type_reads_as_a_sentence(entry_type, data, expected):
+    body = json.dumps(
+        {
+            "at": "2026-12-01T10:00:00.000000Z",
+            "type": entry_type,
+            "actor": {"kind": "agent", "id": "bot"},
+            "data": data,
+        }
+    ).encode()
+    line = story_line(seq=7, body=body)
+    assert expected in line.text and line.kind == entry_type and line.seq == 7
+
+
+def test_every_known_entry_type_has_its_own_sentence():
+    from operations import story
+    from operations.audit_types import DATA_KEYS
+
+    assert set(DATA_KEYS) <= set(story._RENDERERS)
