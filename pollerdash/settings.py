@@ -177,6 +177,9 @@ DISPATCH_BATCH = env_int("DISPATCH_BATCH", 100)
 # An idle dispatcher wakes at least this often (less when the next due time is nearer): the
 # dispatch lag floor. Measured: p95 due->start 0.32 s with 0.25 s (research/djangoq2 P3).
 DISPATCH_IDLE_SLEEP_S = env_float("DISPATCH_IDLE_SLEEP_S", 0.25)
+# ...but never less than this: with a poll due every few milliseconds, claiming them in small
+# batches costs at most this much lag and keeps the dispatcher from spinning one claim per pass.
+DISPATCH_MIN_SLEEP_S = env_float("DISPATCH_MIN_SLEEP_S", 0.05)
 # Back-pressure: with this many tasks already waiting in django-q2's queue, claim nothing more.
 # Workers that fall behind would only see the leases of queued claims expire; the due operations
 # stay unclaimed instead, visible as "oldest due" age on the system panel and in /metrics.
