@@ -431,6 +431,7 @@ class ChainVerifier:
     prev_of_first: str | None = None
     first_unsigned: int | None = None
     last_note: Note | None = None
+    last_entry: dict | None = None  # the parsed body of the newest entry, for callers' own checks
     _interval_has_operation: bool = False  # since the last checkpoint (operation exports)
     _pins_left: dict[int, Note] = field(default_factory=dict)
     _line: int = 0
@@ -500,6 +501,7 @@ class ChainVerifier:
             self._interval_has_operation = True
         self.head = hashlib.sha256(ENTRY_TAG + line).hexdigest()
         self.head_seq = seq
+        self.last_entry = obj
         self.entries += 1
         if self.anchored:
             self.anchored = False

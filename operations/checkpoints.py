@@ -155,28 +155,53 @@ def latest_checkpoint(log: str | None = None) -> AuditCheckpoint | None:
     )
 
 
-def iter_entries(*, log: str, after: int, upto: int | None = None) -> Iterator[tuple[int, str, str, bytes]]:
-    """(seq, prev_hash, entry_hash, body) in seq order, in bounded chunks (keyset pagination)."""
+@dataclass(frozen=True)
+class StoredEntry:
+    seq: int
+    prev_hash: str
+    entry_hash: str
+    body: bytes
+    type: str
+    operation_id: str
+    at: datetime
+
+
+def iter_entries(*, log: str, after: int, upto: int | None = None) -> Iterator[StoredEntry]:
+    """Stored entries in seq order, in bounded chunks (keyset pagination)."""
     cursor = after
     while True:
         query = AuditEntry.objects.filter(log=log, seq__gt=cursor).order_by("seq")
         if upto is not None:
             query = query.filter(seq__lte=upto)
-        rows = list(query.values_list("seq", "prev_hash", "entry_hash", "body")[:VERIFY_CHUNK])
-        for seq, prev_hash, digest, body in rows:
-            yield seq, prev_hash, digest, bytes(body)
+        rows = list(
+            query.values_list("seq", "prev_hash", "entry_hash", "body", "type", "operation_id", "at")[:VERIFY_CHUNK]
+        )
+        for seq, prev_hash, digest, body, entry_type, operation_id, at in rows:
+            yield StoredEntry(seq, prev_hash, digest, bytes(body), entry_type, operation_id, at)
         if len(rows) < VERIFY_CHUNK:
             return
         cursor = rows[-1][0]
 
 
-def feed_stored_entry(verifier: av.ChainVerifier, *, seq: int, prev_hash: str, digest: str, body: bytes) -> None:
-    """Verify one stored row: its bytes in the chain, and its copied columns against the bytes."""
+def feed_stored_entry(verifier: av.ChainVerifier, row: StoredEntry) -> None:
+    """Verify one stored row: its bytes in the chain, and its copied columns against the bytes
+    (stories and operation exports select rows by those columns, so they must not drift)."""
     expected_prev = verifier.head
-    verifier.entry(body, number=seq)
-    if verifier.head != digest or prev_hash != expected_prev or verifier.head_seq != seq:
+    verifier.entry(row.body, number=row.seq)
+    body = verifier.last_entry or {}
+    if (
+        verifier.head != row.entry_hash
+        or row.prev_hash != expected_prev
+        or verifier.head_seq != row.seq
+        or row.type != body.get("type")
+        or row.operation_id != (body.get("operation_id") or "")
+        or av.format_time(row.at) != body.get("at")
+    ):
         raise av.VerifyFailure(
-            av.HASH_MISMATCH, f"the stored columns of entry {seq} disagree with its bytes", seq=seq, line=seq
+            av.HASH_MISMATCH,
+            f"the stored columns of entry {row.seq} disagree with its hashed bytes",
+            seq=row.seq,
+            line=row.seq,
         )
 
 
@@ -223,8 +248,8 @@ def verify_segment(*, log: str, anchor: AuditCheckpoint | None, keys: list[av.Ve
     if anchor is not None:
         note = verify_anchor(anchor, keys)
         verifier.head_seq, verifier.head = note.size, note.head
-    for seq, prev_hash, digest, body in iter_entries(log=log, after=verifier.head_seq):
-        feed_stored_entry(verifier, seq=seq, prev_hash=prev_hash, digest=digest, body=body)
+    for row in iter_entries(log=log, after=verifier.head_seq):
+        feed_stored_entry(verifier, row)
     return Segment(size=verifier.head_seq, head=verifier.head, entries=verifier.entries)
 
 
@@ -390,10 +415,10 @@ def verify_chain(*, keys: list[av.VerifierKey]) -> dict[str, object]:
     while checkpoint is not None and checkpoint[0] == 0:
         verifier.checkpoint(checkpoint[1], number=0)
         checkpoint = next(pending, None)
-    for seq, prev_hash, digest, body in iter_entries(log=log, after=0):
-        feed_stored_entry(verifier, seq=seq, prev_hash=prev_hash, digest=digest, body=body)
-        while checkpoint is not None and checkpoint[0] <= seq:
-            verifier.checkpoint(checkpoint[1], number=seq)
+    for row in iter_entries(log=log, after=0):
+        feed_stored_entry(verifier, row)
+        while checkpoint is not None and checkpoint[0] <= row.seq:
+            verifier.checkpoint(checkpoint[1], number=row.seq)
             checkpoint = next(pending, None)
     if checkpoint is not None:
         # A checkpoint signed a size the stored chain does not reach: entries were removed.

@@ -329,6 +329,6 @@ def test_key_ids_follow_the_signed_note_definition(signing_key):
 
     expected = hashlib.sha256(b"pollerdash/audit\n\x01" + signing_key.public_raw).digest()[:4]
     assert signing_key.key_id == expected
-    name, hex_id, encoded = signing_key.line.split("+")
+    name, hex_id, encoded = signing_key.line.split("+", 2)
     assert (name, hex_id) == ("pollerdash/audit", expected.hex())
     assert base64.b64decode(encoded) == b"\x01" + signing_key.public_raw

@@ -1,0 +1,89 @@
+"""The audit commands as an operator runs them: export to a file or stdout, verify the database."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from operations import audit_verify as av
+from tests.audit.helpers import OP_A, OP_B, append_entries
+
+pytestmark = pytest.mark.django_db
+
+
+def test_audit_export_to_a_file_verifies_offline(sample_export, tmp_path, keys_file):
+    path = tmp_path / "incident.jsonl"
+    err = StringIO()
+    call_command("audit_export", "-o", str(path), stderr=err)
+    assert "exported 15 lines" in err.getvalue()
+    status, result = av.run([str(path), "--keys", str(keys_file)])
+    assert status == 0 and result["entries"] == 11
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_audit_export_of_one_operation_and_a_window(sample_export, tmp_path, keys_file):
+    path = tmp_path / "op.jsonl"
+    call_command("audit_export", "--operation", OP_B, "-o", str(path), stderr=StringIO())
+    assert av.run([str(path), "--keys", str(keys_file)])[1]["operation_id"] == OP_B
+    call_command(
+        "audit_export", "--since", "2026-12-01T10:01:00Z", "--until", "2026-12-01T10:02:00+00:00",
+        "-o", str(path), stderr=StringIO(),
+    )  # fmt: skip
+    status, result = av.run([str(path), "--keys", str(keys_file)])
+    assert status == 0 and (result["scope"], result["first_seq"]) == ("range", 5)
+
+
+def test_audit_export_to_stdout(sample_export, capsysbinary, keys_file, tmp_path):
+    call_command("audit_export", "--operation", OP_A, stderr=StringIO())
+    data = capsysbinary.readouterr().out
+    assert data.startswith(b'{"header":') and data.endswith(b"\n")
+    path = tmp_path / "stdout.jsonl"
+    path.write_bytes(data)
+    assert av.run([str(path), "--keys", str(keys_file)])[0] == 0
+
+
+def test_audit_export_says_what_is_wrong(sample_export):
+    with pytest.raises(CommandError, match="no audit entries of op_nothing"):
+        call_command("audit_export", "--operation", "op_nothing", stderr=StringIO())
+    with pytest.raises(CommandError, match="RFC 3339"):
+        call_command("audit_export", "--since", "yesterday", stderr=StringIO())
+    with pytest.raises(CommandError, match="earlier than until"):
+        call_command(
+            "audit_export", "--since", "2026-12-01T11:00:00Z", "--until", "2026-12-01T10:00:00Z", stderr=StringIO()
+        )
+
+
+def test_audit_verify_checks_the_database_chain(sample_export):
+    append_entries(2, start=12)  # after the last checkpoint: normal in the database, and counted
+    out = StringIO()
+    call_command("audit_verify", stdout=out)
+    result = json.loads(out.getvalue())
+    assert result["ok"] is True and result["entries"] == 13 and result["unsigned_tail"] == 2
+    assert result["checkpoints"] == 4  # every stored checkpoint, not only the newest of each size
+
+
+def test_audit_verify_reports_tampering_with_exit_status_1(sample_export):
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE operations_auditentry DISABLE TRIGGER operations_auditentry_no_change")
+        cursor.execute(
+            "UPDATE operations_auditentry SET operation_id = %s WHERE seq = %s", ["op_somebody_else", 3]
+        )  # a copied column that disagrees with the hashed bytes
+    out = StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("audit_verify", stdout=out)
+    assert failed.value.returncode == 1
+    failure = json.loads(out.getvalue())
+    assert (failure["ok"], failure["reason"], failure["seq"]) == (False, av.HASH_MISMATCH, 3)
+
+
+def test_audit_verify_without_any_key_is_a_usage_error(settings):
+    settings.AUDIT_SIGNING_KEY_FILE = ""
+    with pytest.raises(CommandError) as failed:
+        call_command("audit_verify", stdout=StringIO())
+    assert failed.value.returncode == 2
