@@ -134,15 +134,33 @@ _CREATE_HEAD_SQL = {
     ),
     "sqlite": "INSERT OR IGNORE INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s)",
 }
-# A separate statement on purpose: after waiting for the head lock, PostgreSQL re-reads the locked
-# row but would evaluate a join in the same statement against its older snapshot, missing the
-# entry the previous holder just committed. A new statement in READ COMMITTED sees it.
+# The head check reads the entry in a later statement than the lock on purpose: after waiting for
+# the lock, PostgreSQL re-reads the locked row but would evaluate anything else in that statement
+# against its older snapshot, missing the entry the previous holder just committed. In READ
+# COMMITTED a new statement sees it.
 _STORED_HASH_SQL = "SELECT entry_hash FROM operations_auditentry WHERE log = %s AND seq = %s"
+# PostgreSQL: the head check, the insert and the head update in one round trip while the lock is
+# held (the lock is held through COMMIT, so round trips under it bound the append rate).
+_POSTGRES_WRITE_SQL = """
+WITH checked AS (
+    SELECT 1 FROM operations_auditentry WHERE log = %(log)s AND seq = %(head_seq)s AND entry_hash = %(prev)s
+    UNION ALL
+    SELECT 1 WHERE %(head_seq)s = 0 AND %(prev)s = %(genesis)s
+), inserted AS (
+    INSERT INTO operations_auditentry (log, seq, prev_hash, entry_hash, body, at, type, operation_id)
+    SELECT %(log)s, %(seq)s, %(prev)s, %(hash)s, %(body)s, %(at)s, %(type)s, %(operation_id)s
+    WHERE EXISTS (SELECT 1 FROM checked)
+    RETURNING id
+), moved AS (
+    UPDATE operations_audithead SET seq = %(seq)s, head_hash = %(hash)s
+    WHERE log = %(log)s AND EXISTS (SELECT 1 FROM inserted)
+)
+SELECT id FROM inserted
+"""
 
 
 def _lock_head(log: str) -> tuple[int, str]:
-    """Lock the chain head row for this transaction and return (seq, head_hash), after checking
-    that the head names the stored last entry."""
+    """Lock the chain head row for this transaction and return (seq, head_hash)."""
     vendor = connection.vendor
     if vendor not in _HEAD_SQL:
         raise AuditError(f"audit append is not implemented for {vendor}")
@@ -155,21 +173,57 @@ def _lock_head(log: str) -> tuple[int, str]:
             cursor.execute(_CREATE_HEAD_SQL[vendor], [log, GENESIS_PREV])
         else:
             raise AuditError("the audit head row could not be created")
-        seq, head_hash, isolation = row
-        if isolation != "read committed":
-            # Under REPEATABLE READ or SERIALIZABLE the head read after the lock wait would come
-            # from a stale snapshot: refuse rather than risk a fork.
-            raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
-        cursor.execute(_STORED_HASH_SQL, [log, seq])
+    seq, head_hash, isolation = row
+    if isolation != "read committed":
+        # Under REPEATABLE READ or SERIALIZABLE the head read after the lock wait would come from
+        # a stale snapshot: refuse rather than risk a fork.
+        raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
+    return seq, head_hash
+
+
+def _head_mismatch(head_seq: int) -> AuditError:
+    return AuditError(
+        f"the audit head (seq {head_seq}) disagrees with the stored chain; nothing is appended until "
+        "`manage.py audit_verify` passes"
+    )
+
+
+def _write(entry: AuditEntry, *, head_seq: int) -> AuditEntry:
+    """Insert the entry and move the head, after checking the head names the stored last entry."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _POSTGRES_WRITE_SQL,
+                {
+                    "log": entry.log,
+                    "head_seq": head_seq,
+                    "prev": entry.prev_hash,
+                    "genesis": GENESIS_PREV,
+                    "seq": entry.seq,
+                    "hash": entry.entry_hash,
+                    "body": entry.body,
+                    "at": entry.at,
+                    "type": entry.type,
+                    "operation_id": entry.operation_id,
+                },
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise _head_mismatch(head_seq)
+        entry.pk = row[0]
+        entry._state.adding = False
+        entry._state.db = connection.alias
+        return entry
+    with connection.cursor() as cursor:
+        cursor.execute(_STORED_HASH_SQL, [entry.log, head_seq])
         stored = cursor.fetchone()
     stored_hash = stored[0] if stored is not None else None
-    consistent = stored_hash is None and head_hash == GENESIS_PREV if seq == 0 else stored_hash == head_hash
-    if not consistent:
-        raise AuditError(
-            f"the audit head (seq {seq}) disagrees with the stored chain; nothing is appended until "
-            "`manage.py audit_verify` passes"
-        )
-    return seq, head_hash
+    expected = None if head_seq == 0 else entry.prev_hash
+    if stored_hash != expected or (head_seq == 0 and entry.prev_hash != GENESIS_PREV):
+        raise _head_mismatch(head_seq)
+    entry.save(force_insert=True)
+    AuditHead.objects.filter(log=entry.log).update(seq=entry.seq, head_hash=entry.entry_hash)
+    return entry
 
 
 def append(
@@ -207,19 +261,17 @@ def append(
     )
     if len(body) > MAX_BODY_BYTES:
         raise AuditError(f"{entry_type} entry of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
-    digest = entry_hash(body)
-    entry = AuditEntry.objects.create(
+    entry = AuditEntry(
         log=log,
         seq=seq,
         prev_hash=head_hash,
-        entry_hash=digest,
+        entry_hash=entry_hash(body),
         body=body,
         at=when,
         type=entry_type,
         operation_id=operation_id or "",
     )
-    AuditHead.objects.filter(log=log).update(seq=seq, head_hash=digest)
-    return entry
+    return _write(entry, head_seq=head_seq)
 
 
 SYSTEM_CONTROLLER = {"kind": "system", "id": "controller"}
