@@ -161,8 +161,17 @@
     row.classList.add("is-open");
     setReviewLabel(row, true);
     select(row, false);
-    return htmx.ajax("GET", row.dataset.cardUrl, { target: slot, swap: "innerHTML" }).then(function () {
-      return slot.querySelector(".card");
+    // Resolve once htmx has settled the new card (its forms are wired up only then), so a
+    // keyboard pick right after opening posts through htmx, not as a plain form.
+    return new Promise(function (resolve) {
+      const done = function () {
+        slot.removeEventListener("htmx:afterSettle", done);
+        clearTimeout(timer);
+        resolve(slot.querySelector(".card"));
+      };
+      const timer = setTimeout(done, 4000);
+      slot.addEventListener("htmx:afterSettle", done);
+      htmx.ajax("GET", row.dataset.cardUrl, { target: slot, swap: "innerHTML" });
     });
   };
 

@@ -1,0 +1,116 @@
+"""Browser tests: Playwright (sync API) driving Debian's Chromium against pytest-django's live server.
+
+One browser per module (starting Chromium is the slow part); a fresh context per test. The
+test process talks to the database directly (Django's ORM) while Playwright's sync API runs an
+event loop in the same thread, so Django's async-safety check is switched off for these tests
+only. Screenshots go to test-artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.browser.pages import ARTIFACTS, DESKTOP
+from tests.support import job_id
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    # While Playwright's loop runs in this thread, every ORM call here (the test's own and the
+    # database flush between tests) would be refused as "async": allow them for this module only.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                yield chromium
+            finally:
+                chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _fast_live_refresh(settings: object) -> None:
+    # Live refresh every second, so "appears without reloading" is quick to observe.
+    settings.DASHBOARD_REFRESH_S = 1  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture
+def open_page(browser: object, live_server: object) -> Iterator[Callable[..., object]]:
+    """A logged-in page: open_page(user, viewport=DESKTOP) -> Page. Records page errors."""
+    contexts = []
+    errors: list[str] = []
+
+    def make(user: object, *, viewport: dict[str, int] = DESKTOP) -> object:
+        context = browser.new_context(viewport=viewport)  # type: ignore[attr-defined]
+        contexts.append(context)
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{live_server.url}/")  # type: ignore[attr-defined]
+        page.fill("#id_username", user.get_username())  # type: ignore[attr-defined]
+        page.fill("#id_password", "pw-" + user.get_username())  # type: ignore[attr-defined]
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{live_server.url}/")  # type: ignore[attr-defined]
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+    assert not errors, f"JavaScript errors in the page: {errors}"
+
+
+@pytest.fixture
+def make_user(transactional_db: None) -> Callable[..., object]:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    def make(username: str, role: str = "responder") -> object:
+        user = get_user_model().objects.create_user(username=username, password="pw-" + username)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        return user
+
+    return make
+
+
+@pytest.fixture
+def budget_card(make_operation: Callable[..., object]) -> Callable[..., object]:
+    """A real card: one status request to the fake provider, then the budget stops it (no request)."""
+    from escalations.models import Escalation
+    from operations.controller import poll_once
+    from operations.models import Operation
+
+    def make(purpose: str = "Quarterly export for the finance team", **kwargs: object) -> Escalation:
+        op = make_operation(job_id("never_finishes"), max_status_requests=1, purpose=purpose, **kwargs)
+        for _ in range(2):
+            current = Operation.objects.get(pk=op.pk)  # type: ignore[attr-defined]
+            poll_once(operation_id=current.pk, fence=current.fence)
+        return Escalation.objects.select_related("operation").get(operation=op, state="open")
+
+    return make

@@ -1,0 +1,154 @@
+"""The on-call dashboard in a real Chromium: live inbox, deciding, keyboard, roles, escaping."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from escalations.models import Decision, Escalation
+from operations.models import Authorization, Operation
+from tests.browser.pages import PHONE, shoot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+XSS_PURPOSE = "<script>window.xss='purpose'</script> export"
+XSS_META = "<img src=x onerror=\"window.xss='metadata'\">"
+XSS_STATE = "<script>window.xss=3</script>"
+XSS_ERROR = "<svg onload=\"window.xss='error'\"></svg>"
+
+
+def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user, budget_card, artifacts, live_server):  # noqa: ANN001
+    alice = make_user("alice")
+    page = open_page(alice)
+    expect(page.get_by_text("Nothing needs a decision")).to_be_visible()
+    expect(page).to_have_title("Inbox · pollerdash")
+
+    # The card is opened by the real controller while the page is open; no reload.
+    esc = budget_card()
+    row = page.locator(f"#esc-{esc.pk}")
+    expect(row).to_be_visible(timeout=10_000)
+    expect(page).to_have_title("(1) Inbox · pollerdash")
+    expect(row.locator(".chip-reason")).to_have_text("Request budget spent")
+    expect(row).to_contain_text("1 of 1")
+    shoot(page, artifacts, "inbox-desktop")
+
+    row.get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    expect(card).to_contain_text("Why it stopped")
+    extend = card.get_by_role("button", name="Extend 15 min / 4 checks")
+    expect(extend).to_contain_text("+4 requests, new deadline")
+    shoot(page, artifacts, "card-desktop")
+    extend.click()
+    expect(extend).to_contain_text("Confirm: Extend 15 min / 4 checks")  # two-step: nothing sent yet
+    assert not Decision.objects.exists()
+    extend.click()
+    expect(card.locator(".flash-ok")).to_contain_text("Extend 15 min / 4 checks")
+    expect(card.locator(".card-title")).to_have_text("Decided")
+
+    op = Operation.objects.get(pk=esc.operation_id)
+    assert op.status == "running" and op.max_status_requests == 5 and op.delay_source == "manual_extension"
+    assert Authorization.objects.get(operation=op, number=2).granted_by == alice
+
+    page.goto(f"{live_server.url}/operations/{op.pk}/")
+    expect(page.locator(".op-sub .status")).to_have_text("running")
+    expect(page.get_by_role("heading", name="Authorization chain")).to_be_visible()
+    expect(page.get_by_role("cell", name="extension").first).to_be_visible()
+    expect(page.locator(".chart-svg")).to_be_visible()
+    shoot(page, artifacts, "operation-desktop")
+
+    page.get_by_role("link", name="History").click()
+    history_row = page.locator("table.history tbody tr").first
+    expect(history_row).to_contain_text("alice")
+    expect(history_row).to_contain_text("extend:15m:4")
+    expect(history_row).to_contain_text("applied")
+    shoot(page, artifacts, "history-desktop")
+
+    # The same pages at phone width.
+    phone = open_page(alice, viewport=PHONE)
+    other = budget_card(purpose="Nightly export of the customer ledger for the data warehouse")
+    phone.goto(f"{live_server.url}/")
+    phone.locator(f"#esc-{other.pk}").get_by_role("button", name=re.compile("Review")).click()
+    expect(phone.locator(f"#card-{other.pk}")).to_contain_text("Why it stopped")
+    assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    shoot(phone, artifacts, "inbox-card-phone")
+    phone.goto(f"{live_server.url}/operations/{op.pk}/")
+    assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    shoot(phone, artifacts, "operation-phone")
+
+
+def test_keyboard_1_picks_the_first_option(open_page, make_user, budget_card):  # noqa: ANN001
+    bob = make_user("bob")
+    esc = budget_card()
+    page = open_page(bob)
+    expect(page.locator(f"#esc-{esc.pk}")).to_be_visible()
+    page.keyboard.press("j")
+    expect(page.locator(f"#esc-{esc.pk}")).to_have_class(re.compile("is-selected"))
+    page.keyboard.press("1")
+    first = page.locator(f"#card-{esc.pk} [data-option-index='1'] button")
+    expect(first).to_contain_text("Confirm: Extend 15 min / 4 checks")
+    page.keyboard.press("1")
+    expect(page.locator(f"#card-{esc.pk} .flash-ok")).to_be_visible()
+    decision = Decision.objects.get(escalation=esc)
+    assert (decision.option, decision.outcome, decision.user) == ("extend:15m:4", "applied", bob)
+    # Escape disarms a pending confirmation without deciding.
+    page.keyboard.press("?")
+    expect(page.locator("#help")).to_be_visible()
+
+
+def test_a_viewer_sees_no_decision_buttons(open_page, make_user, budget_card, live_server):  # noqa: ANN001
+    vera = make_user("vera", role="viewer")
+    esc = budget_card()
+    page = open_page(vera)
+    row = page.locator(f"#esc-{esc.pk}")
+    row.get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    expect(card).to_contain_text("Deciding needs the responder role")
+    expect(card.locator("[data-option-index]")).to_have_count(0)
+    expect(card.get_by_role("button")).to_have_count(0)
+    page.keyboard.press("1")
+    page.goto(f"{live_server.url}/operations/{esc.operation_id}/")
+    expect(page.locator(".card")).to_contain_text("Deciding needs the responder role")
+    expect(page.locator(".card [data-option-index]")).to_have_count(0)
+    assert not Decision.objects.exists()
+    assert Escalation.objects.get(pk=esc.pk).state == "open"
+
+
+def test_provider_and_agent_text_is_shown_literally_and_never_runs(  # noqa: ANN001
+    open_page, make_user, make_profile, make_operation, live_server, artifacts
+):
+    from operations.controller import poll_once
+    from tests.support import job_id
+
+    alice = make_user("alice")
+    loose = make_profile(job_id_pattern=r"^.{1,200}$")
+    op = make_operation(
+        job_id("unknown_state", value=XSS_STATE),
+        provider=loose,
+        purpose=XSS_PURPOSE,
+        metadata={"note": XSS_META, XSS_META[:40]: "key"},
+    )
+    poll_once(operation_id=op.pk, fence=Operation.objects.get(pk=op.pk).fence)
+    esc = Escalation.objects.get(operation=op, state="open")
+    assert esc.reason == "unknown_state"
+    Operation.objects.filter(pk=op.pk).update(
+        warnings=[XSS_ERROR], error={"code": "x", "message": XSS_ERROR, "provider_error": {"detail": XSS_META}}
+    )
+    page = open_page(alice)
+    page.on("dialog", lambda dialog: dialog.dismiss())
+    expect(page.locator(f"#esc-{esc.pk}")).to_contain_text(XSS_PURPOSE)
+    page.locator(f"#esc-{esc.pk}").get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    expect(card).to_contain_text(XSS_STATE)
+    expect(card.get_by_role("button", name=re.compile("Treat")).first).to_contain_text(XSS_STATE)
+    for path in (f"/operations/{op.pk}/", "/operations/", f"/operations/{op.pk}/report/"):
+        page.goto(f"{live_server.url}{path}")
+        expect(page.get_by_text(XSS_PURPOSE).first).to_be_visible()
+    page.goto(f"{live_server.url}/operations/{op.pk}/")
+    expect(page.get_by_text(XSS_META).first).to_be_visible()
+    expect(page.get_by_text(XSS_ERROR).first).to_be_visible()
+    expect(page.locator(".card")).to_contain_text(XSS_STATE)
+    shoot(page, artifacts, "escaping-operation-desktop")
+    assert page.evaluate("window.xss") is None
+    assert page.locator("img[src='x']").count() == 0

@@ -1,0 +1,93 @@
+"""Exports for incident review from the operation page and the history."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from escalations.exports import cell
+from escalations.services import escalation_decide
+from operations import audit_verify
+
+pytestmark = pytest.mark.django_db
+
+
+def body(response) -> bytes:  # noqa: ANN001
+    return b"".join(response.streaming_content) if response.streaming else response.content
+
+
+@pytest.fixture
+def decided(stopped, alice, bob):  # noqa: ANN001, ANN201
+    """A card refused once (stale) and then extended: the interesting history."""
+    esc = stopped(purpose='=HYPERLINK("http://evil.example","click")')
+    escalation_decide(
+        escalation_id=esc.pk, user=alice, option_id="extend:15m:4", card_version=esc.version, comment="ok"
+    )
+    escalation_decide(escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version)
+    return esc
+
+
+def test_the_operation_jsonl_export_verifies_offline(client: Client, alice, decided, signing_key) -> None:  # noqa: ANN001
+    client.force_login(alice)
+    response = client.get(reverse("operation_audit_jsonl", args=[decided.operation_id]))
+    assert response.status_code == 200 and response["Content-Type"].startswith("application/jsonl")
+    assert response["Content-Disposition"] == f'attachment; filename="{decided.operation_id}-audit.jsonl"'
+    data = body(response)
+    result = audit_verify.verify_export(io.BytesIO(data), keys=[signing_key])
+    assert result["ok"] is True and result["operation_id"] == decided.operation_id
+    assert b'"type":"human.decision"' in data and b'"type":"human.refused"' in data
+
+
+def test_the_history_jsonl_export_covers_the_chosen_days_and_verifies(
+    client: Client, alice, decided, signing_key
+) -> None:  # noqa: ANN001
+    client.force_login(alice)
+    response = client.get(reverse("decision_history_jsonl"), {"since": "2026-12-01", "until": "2026-12-01"})
+    assert response.status_code == 200
+    assert audit_verify.verify_export(io.BytesIO(body(response)), keys=[signing_key])["ok"] is True
+
+
+def test_without_a_signing_key_the_export_says_why_instead_of_a_500(client: Client, alice, decided, settings) -> None:  # noqa: ANN001
+    settings.AUDIT_SIGNING_KEY_FILE = ""
+    client.force_login(alice)
+    response = client.get(reverse("operation_audit_jsonl", args=[decided.operation_id]))
+    assert response.status_code == 409 and b"could not be made" in response.content
+
+
+def test_csv_exports_hold_every_check_and_decision_with_formulas_defused(client: Client, alice, decided) -> None:  # noqa: ANN001
+    client.force_login(alice)
+    checks = list(
+        csv.DictReader(
+            io.StringIO(body(client.get(reverse("operation_checks_csv", args=[decided.operation_id]))).decode())
+        )
+    )
+    assert len(checks) == decided.operation.status_requests_used
+    assert {row["http_status"] for row in checks} == {"200"}
+    decisions = list(
+        csv.DictReader(
+            io.StringIO(body(client.get(reverse("operation_decisions_csv", args=[decided.operation_id]))).decode())
+        )
+    )
+    assert [(d["user"], d["option"], d["outcome"]) for d in decisions] == [
+        ("alice", "extend:15m:4", "applied"),
+        ("bob", "close", "refused"),
+    ]
+    assert decisions[0]["authorization_number"] == "2" and decisions[0]["comment"] == "ok"
+    history = body(client.get(reverse("decision_history_csv"), {"user": "bob"})).decode()
+    assert history.count("\n") == 2 and "state changed" in history
+    assert cell('=HYPERLINK("x")') == '\'=HYPERLINK("x")' and cell("-5") == "-5" and cell("@SUM(A1)") == "'@SUM(A1)"
+
+
+def test_the_printable_report_has_the_timeline_and_every_decision(client: Client, alice, decided) -> None:  # noqa: ANN001
+    client.force_login(alice)
+    page = client.get(reverse("operation_report", args=[decided.operation_id])).content.decode()
+    assert "Incident report" in page and "Timeline" in page
+    assert "escalated" in page  # a timeline line from the audit story
+    assert "extend:15m:4" in page and "state changed — review again" in page
+    assert "Options offered:" in page and "Extend 15 min / 4 checks" in page
+    history = client.get(reverse("decision_history_report"), {"operation": decided.operation_id}).content.decode()
+    assert history.count("<tr>") == 3  # header + two decisions

@@ -1,0 +1,91 @@
+"""Dashboard pages run a fixed number of SQL queries, whatever the number of rows (<= 15)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection, transaction
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from escalations.models import Decision
+from escalations.services import escalation_decide, escalation_open
+from operations.models import Operation, StatusCheck
+from operations.vocabulary import Reason, Status
+
+pytestmark = pytest.mark.django_db
+MAX_QUERIES = 15
+
+
+@pytest.fixture
+def responder() -> object:
+    user = get_user_model().objects.create_user(username="rita", password="x")
+    user.groups.add(Group.objects.get_or_create(name="responder")[0])
+    return user
+
+
+def seed(make_operation, user, count: int, start: int = 0) -> Operation:  # noqa: ANN001
+    """`count` operations stopped for a human, each with status checks and decisions on its card."""
+    last = None
+    for index in range(start, start + count):
+        op = make_operation(f"never_finishes__id=q{index}", purpose=f"export {index}")
+        now = timezone.now()
+        StatusCheck.objects.bulk_create(
+            StatusCheck(
+                operation=op,
+                account=op.account,
+                fence=n,
+                started_at=now + timedelta(seconds=n),
+                sent_at=now + timedelta(seconds=n),
+                received_at=now + timedelta(seconds=n),
+                http_status=200,
+                provider_state="running",
+                decision="wait",
+                delay_source="local_backoff",
+            )
+            for n in range(3)
+        )
+        with transaction.atomic():
+            Operation.objects.filter(pk=op.pk).update(status=Status.NEEDS_ATTENTION, status_requests_used=3)
+            op.refresh_from_db()
+            esc = escalation_open(
+                operation=op, reason=Reason.DEADLINE_EXCEEDED, detail="the deadline passed", context={}
+            )
+        escalation_decide(escalation_id=esc.pk, user=user, option_id="inspect", card_version=esc.version)
+        escalation_decide(escalation_id=esc.pk, user=user, option_id="extend:600m:1", card_version=esc.version)
+        last = op
+    assert last is not None
+    return last
+
+
+def queries(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200, url
+    return len(captured.captured_queries)
+
+
+@pytest.mark.parametrize("name", ["inbox", "operation_list", "operation_detail", "decision_history"])
+def test_each_page_runs_the_same_few_queries_with_more_rows(
+    name,
+    make_operation,
+    responder,
+    django_assert_max_num_queries,  # noqa: ANN001
+) -> None:
+    client = Client()
+    client.force_login(responder)
+    op = seed(make_operation, responder, 2)
+    url = reverse(name, args=[op.pk]) if name == "operation_detail" else reverse(name)
+    small = queries(client, url)
+    op = seed(make_operation, responder, 10, start=2)
+    url = reverse(name, args=[op.pk]) if name == "operation_detail" else reverse(name)
+    with django_assert_max_num_queries(MAX_QUERIES):
+        response = client.get(url)
+    assert response.status_code == 200
+    assert queries(client, url) == small, small
+    assert Decision.objects.count() == 24
