@@ -155,14 +155,21 @@ def _charge(
 ) -> tuple[Operation, StatusCheck] | PollResult:
     """Claim the poll (fence + 1) and charge the request before it is sent.
 
-    Waits briefly for the provider account's send allowance; a paused account or a long wait
+    A claim the dispatcher admitted spends its reserved send slot (pacing.py); otherwise this
+    waits briefly for the provider account's send allowance. A paused account or a long wait
     defers the poll instead (not charged).
     """
     rate = op.provider.rate_limit_per_s
+    if op.claimed_at is not None:
+        admitted = _charge_admitted(op=op, fence=fence, worker=worker, started_at=started_at, rate=rate)
+        if admitted is not None:
+            return admitted
     for _attempt in range(3):
         with transaction.atomic():
-            now = timezone.now()
             account = pacing.lock_account(op.account)
+            # Read the clock after the lock wait: `sent_at` is what pacing counts, and it must be
+            # as close as possible to the moment the request actually leaves (see pacing.py).
+            now = timezone.now()
             if account.paused_until and account.paused_until > now:
                 _defer(
                     op=op,
@@ -173,36 +180,8 @@ def _charge(
                 return PollResult.DEFERRED
             free_at = pacing.next_free_send(account=op.account, rate_per_s=rate, now=now)
             if free_at <= now:
-                claimed = Operation.objects.filter(
-                    pk=op.pk,
-                    fence=fence,
-                    status__in=sorted(POLLABLE_STATUSES),
-                    status_requests_used__lt=F("max_status_requests"),
-                ).update(
-                    fence=fence + 1,
-                    status=Status.RUNNING,
-                    status_requests_used=F("status_requests_used") + 1,
-                    approved_checks=0,
-                    lease_owner=worker,
-                    lease_expires_at=now + timedelta(seconds=settings.POLL_LEASE_S),
-                    claimed_at=None,
-                    send_not_before=None,
-                    updated_at=now,
-                )
-                if claimed != 1:
-                    return PollResult.STALE
-                check = StatusCheck.objects.create(
-                    operation=op,
-                    account=op.account,
-                    fence=fence + 1,
-                    due_at=op.claim_due_at or op.next_poll_at,
-                    started_at=started_at,
-                    sent_at=now,
-                )
-                op.fence, op.status = fence + 1, Status.RUNNING
-                op.status_requests_used += 1
-                op.approved_checks = 0
-                return op, check
+                taken = _take(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=False)
+                return PollResult.STALE if taken is None else taken
             wait_s = (free_at - now).total_seconds()
             if wait_s > MAX_SLOT_WAIT_S:
                 _defer(op=op, fence=fence, until=free_at, why=f"provider account {op.account} at its rate limit")
@@ -212,6 +191,70 @@ def _charge(
     with transaction.atomic():
         _defer(op=op, fence=fence, until=free_at, why=f"provider account {op.account} at its rate limit")
     return PollResult.DEFERRED
+
+
+def _charge_admitted(
+    *, op: Operation, fence: int, worker: str, started_at: datetime, rate: float
+) -> tuple[Operation, StatusCheck] | PollResult | None:
+    """Spend the send slot the dispatcher reserved for this claim; None when it no longer holds.
+
+    The dispatcher admitted the claim under the account's exclusive row lock and counts it until
+    it is charged, so the window has room for it; the charge verifies that (the exact limit at
+    send time) and that the reservation is still live, under a shared lock: workers of one account
+    do not queue on its row, yet a pause being recorded is waited for and honoured.
+    """
+    with transaction.atomic():
+        account = pacing.share_account(op.account)
+        if account is None:
+            return None
+        now = timezone.now()
+        if account.paused_until and account.paused_until > now:
+            _defer(
+                op=op, fence=fence, until=account.paused_until, why=f"provider account paused: {account.pause_reason}"
+            )
+            return PollResult.DEFERRED
+        if not pacing.has_room(account=op.account, rate_per_s=rate, now=now):
+            return None
+        return _take(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=True)
+
+
+def _take(
+    *, op: Operation, fence: int, worker: str, started_at: datetime, now: datetime, reserved: bool
+) -> tuple[Operation, StatusCheck] | None:
+    """Compare-and-set the fence, charge one request and record it as sent; None if the CAS lost."""
+    query = Operation.objects.filter(
+        pk=op.pk,
+        fence=fence,
+        status__in=sorted(POLLABLE_STATUSES),
+        status_requests_used__lt=F("max_status_requests"),
+    )
+    if reserved:
+        query = query.filter(claimed_at__isnull=False, lease_expires_at__gt=now)
+    claimed = query.update(
+        fence=fence + 1,
+        status=Status.RUNNING,
+        status_requests_used=F("status_requests_used") + 1,
+        approved_checks=0,
+        lease_owner=worker,
+        lease_expires_at=now + timedelta(seconds=settings.POLL_LEASE_S),
+        claimed_at=None,
+        send_not_before=None,
+        updated_at=now,
+    )
+    if claimed != 1:
+        return None
+    check = StatusCheck.objects.create(
+        operation=op,
+        account=op.account,
+        fence=fence + 1,
+        due_at=op.claim_due_at or op.next_poll_at,
+        started_at=started_at,
+        sent_at=now,
+    )
+    op.fence, op.status = fence + 1, Status.RUNNING
+    op.status_requests_used += 1
+    op.approved_checks = 0
+    return op, check
 
 
 def _defer(*, op: Operation, fence: int, until: datetime, why: str) -> None:

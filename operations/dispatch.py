@@ -256,12 +256,18 @@ def dispatch_callbacks(*, limit: int = 100) -> int:
 # --- the pass, the idle sleep and the heartbeat ----------------------------------------------------------
 
 
+SWEEP_LIMIT = 100
+REQUEUE_LIMIT = 500
+
+
 @dataclass
 class PassResult:
     swept: int = 0
     requeued: int = 0
     claimed: int = 0
     callbacks: int = 0
+    # A step stopped at its batch limit: more of its work is waiting right now.
+    backlog: bool = False
 
     @property
     def did_work(self) -> bool:
@@ -272,16 +278,26 @@ def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None =
     """One pass of every step, in order; the deadline sweep first so no claim is spent on it."""
     now = now or timezone.now()
     result = PassResult()
-    result.swept = sweep_deadlines(now=now)
-    result.requeued = requeue_expired_leases(now=now)
+    result.swept = sweep_deadlines(now=now, limit=SWEEP_LIMIT)
+    result.requeued = requeue_expired_leases(now=now, limit=REQUEUE_LIMIT)
     result.claimed = len(claim_due(owner=owner, now=now, broker=broker))
     result.callbacks = dispatch_callbacks(limit=settings.DISPATCH_BATCH)
+    result.backlog = (
+        result.swept >= SWEEP_LIMIT
+        or result.requeued >= REQUEUE_LIMIT
+        or result.claimed >= settings.DISPATCH_BATCH
+        or result.callbacks >= settings.DISPATCH_BATCH
+    )
     return result
 
 
 def idle_sleep_s(*, now: datetime | None = None) -> float:
-    """How long an idle dispatcher may sleep: at most DISPATCH_IDLE_SLEEP_S, less when the next
-    poll or deadline is nearer."""
+    """How long a dispatcher that cleared every backlog may sleep before its next pass.
+
+    At most DISPATCH_IDLE_SLEEP_S, less when the next poll or deadline is nearer; but at least
+    DISPATCH_MIN_SLEEP_S, so that a dense schedule (a poll due every few milliseconds) is claimed
+    in small batches instead of one claim per pass with the dispatcher spinning on a CPU.
+    """
     now = now or timezone.now()
     cap = settings.DISPATCH_IDLE_SLEEP_S
     upcoming = Operation.objects.filter(status__in=_POLLABLE).order_by()
@@ -290,7 +306,7 @@ def idle_sleep_s(*, now: datetime | None = None) -> float:
         upcoming.filter(deadline_at__gt=now).aggregate(t=Min("deadline_at"))["t"],
     ]
     waits = [(t - now).total_seconds() for t in nearest if t is not None]
-    return max(0.0, min([cap, *waits]))
+    return max(min(settings.DISPATCH_MIN_SLEEP_S, cap), min([cap, *waits]))
 
 
 def record_heartbeat(*, name: str, started_at: datetime, info: dict, now: datetime | None = None) -> None:

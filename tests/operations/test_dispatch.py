@@ -20,7 +20,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from escalations.models import Escalation
-from operations import dispatch, http
+from operations import dispatch, http, pacing
 from operations.controller import PollResult
 from operations.models import AuditEntry, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
 from operations.vocabulary import Reason, Status
@@ -239,6 +239,30 @@ def test_a_retry_after_on_one_operation_pauses_every_operation_of_the_account(
     assert first_sibling_send >= resume
 
 
+@pytest.mark.django_db
+def test_an_admitted_claim_still_meets_the_exact_limit_at_send_time(make_profile, make_operation, fake_provider):
+    slow = make_profile(rate_limit_per_s=0.25)  # one request per 4.2 s window
+    op = make_operation(job_id("slow_success"), provider=slow)
+    assert len(claim(now=T0)) == 1
+    # Meanwhile something else spent the window (a direct poll, another host with a skewed clock).
+    other = make_operation(job_id("slow_success"), provider=slow)
+    StatusCheck.objects.create(operation=other, account=slow.account, fence=1, started_at=T0, sent_at=T0)
+    assert work() == {op.pk: PollResult.DEFERRED}
+    assert status_requests(fake_provider, op) == []
+    assert reload(op).next_poll_at > T0 + timedelta(seconds=4)
+
+
+@pytest.mark.django_db
+def test_a_claim_whose_lease_ran_out_before_the_requeue_is_charged_against_the_window(make_operation, clock, settings):
+    op = make_operation(job_id("slow_success"))
+    claim(now=T0)
+    late = T0 + timedelta(seconds=settings.POLL_LEASE_S + 1)
+    clock.move_to(late, tick=False)
+    # Its slot reservation lapsed with the lease; the exclusive path decides, and there is room.
+    assert work() == {op.pk: PollResult.POLLED}
+    assert StatusCheck.objects.get(operation=op).sent_at == late
+
+
 # --- deadline sweep ------------------------------------------------------------------------------------
 
 
@@ -362,8 +386,19 @@ def test_a_pass_reports_whether_it_did_work_and_calls_the_callback_step_once(mak
     monkeypatch.setattr(dispatch, "dispatch_callbacks", spy)
     assert dispatch.run_pass(owner=OWNER, now=T0).did_work is False
     make_operation(job_id("slow_success"))
-    assert dispatch.run_pass(owner=OWNER, now=T0).claimed == 1
+    result = dispatch.run_pass(owner=OWNER, now=T0)
+    assert result.claimed == 1 and result.did_work and not result.backlog
     assert len(calls) == 2
+
+
+@pytest.mark.django_db
+def test_a_full_batch_means_more_is_waiting_and_the_next_pass_comes_at_once(make_operation, settings):
+    settings.DISPATCH_BATCH = 2
+    for _ in range(3):
+        make_operation(job_id("slow_success"))
+    assert dispatch.run_pass(owner=OWNER, now=T0).backlog is True
+    last = dispatch.run_pass(owner=OWNER, now=T0)
+    assert (last.claimed, last.backlog) == (1, False)
 
 
 @pytest.mark.django_db
@@ -373,9 +408,12 @@ def test_an_idle_dispatcher_sleeps_less_when_the_next_due_time_is_nearer(make_op
     Operation.objects.filter(pk=op.pk).update(next_poll_at=T0 + timedelta(seconds=0.1))
     assert dispatch.idle_sleep_s(now=T0) == pytest.approx(0.1)
     Operation.objects.filter(pk=op.pk).update(
-        next_poll_at=T0 + timedelta(seconds=60), deadline_at=T0 + timedelta(seconds=0.05)
+        next_poll_at=T0 + timedelta(seconds=60), deadline_at=T0 + timedelta(seconds=0.08)
     )
-    assert dispatch.idle_sleep_s(now=T0) == pytest.approx(0.05)
+    assert dispatch.idle_sleep_s(now=T0) == pytest.approx(0.08)
+    # A poll due a millisecond from now is claimed with whatever else falls due meanwhile.
+    Operation.objects.filter(pk=op.pk).update(next_poll_at=T0 + timedelta(seconds=0.001))
+    assert dispatch.idle_sleep_s(now=T0) == settings.DISPATCH_MIN_SLEEP_S
 
 
 @pytest.mark.django_db
@@ -428,6 +466,82 @@ def test_a_dispatcher_skips_rows_another_transaction_holds(make_operation):
         holder.join(10)
     assert {c.operation_id for c in claims} == {ops[2].pk, ops[3].pk}
     assert {c.operation_id for c in claim(now=T0)} == held_ids
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_admitted_charges_of_one_account_do_not_queue_on_its_row(make_operation, fake_provider):
+    op = make_operation(job_id("slow_success"))
+    claim(now=T0)
+    shared, release = threading.Event(), threading.Event()
+
+    def another_charge_in_progress() -> None:
+        from django.db import transaction
+
+        with transaction.atomic():
+            pacing.share_account(op.account)
+            shared.set()
+            release.wait(10)
+
+    holder = _in_thread(another_charge_in_progress)
+    assert shared.wait(10)
+    try:
+        assert work() == {op.pk: PollResult.POLLED}  # would block until release on an exclusive lock
+    finally:
+        release.set()
+        holder.join(10)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_admitted_charge_waits_for_a_pause_being_recorded_and_honours_it(make_operation, fake_provider):
+    op = make_operation(job_id("slow_success"))
+    claim(now=T0)
+    locked, results = threading.Event(), {}
+
+    def record_a_pause() -> None:
+        from django.db import transaction
+
+        with transaction.atomic():
+            pacing.lock_account(op.account)  # as controller._pause_account does
+            locked.set()
+            # The pause commits only once the worker's charge is waiting on the account row.
+            waited = _wait_for_a_lock_waiter()
+            results["waited"] = waited
+            ProviderAccount.objects.filter(name=op.account).update(
+                paused_until=T0 + timedelta(seconds=60), pause_reason="429 with Retry-After"
+            )
+
+    def worker() -> None:
+        assert locked.wait(10)
+        results.update(work())
+
+    pauser = _in_thread(record_a_pause)
+    charger = _in_thread(worker)
+    pauser.join(10)
+    charger.join(10)
+    assert results == {"waited": True, op.pk: PollResult.DEFERRED}
+    assert status_requests(fake_provider, op) == []
+    assert reload(op).next_poll_at == T0 + timedelta(seconds=60)
+
+
+def _wait_for_a_lock_waiter(timeout_s: float = 10) -> bool:
+    """True once another session of this database waits on a row lock."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            # Activity statistics are a snapshot per transaction unless cleared.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0]:
+                return True
+            time.sleep(0.01)
+    return False
 
 
 @pytest.mark.postgres

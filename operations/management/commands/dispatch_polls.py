@@ -2,8 +2,9 @@
 
 Runs on every host next to `qcluster`; any number may run at once. Each pass sweeps deadlines,
 re-queues expired leases, claims due operations (enqueueing their poll tasks in the same
-transaction) and hands due callbacks to workers. It sleeps only when a pass did nothing (at most
-DISPATCH_IDLE_SLEEP_S, less when the next due time is nearer), stops cleanly on SIGTERM or SIGINT
+transaction) and hands due callbacks to workers. It loops at once while a step left work waiting
+at its batch limit, and otherwise sleeps (at most DISPATCH_IDLE_SLEEP_S, less when the next due
+time is nearer, never below DISPATCH_MIN_SLEEP_S), stops cleanly on SIGTERM or SIGINT
 (the current step finishes, exit status 0), and survives database outages by reconnecting with a
 short backoff.
 """
@@ -77,7 +78,7 @@ class Command(BaseCommand):
                 if backoff:
                     logger.warning("%s: database reachable again", name)
                     backoff = 0.0
-                if not result.did_work:
+                if not result.backlog:
                     stop.wait(dispatch.idle_sleep_s())
             except DatabaseError as exc:
                 # The database went away (restart, failover, network): nothing was committed

@@ -1,0 +1,335 @@
+"""Dispatch benchmarks: real `dispatch_polls` + `qcluster` processes, PostgreSQL, the fake provider.
+
+    .venv/bin/python bench/dispatch.py [--quick] [--workers 4] [--clusters 1]
+
+(a) steady state: 10,000 watched operations, each polled every 100 s (about 100 polls/s due):
+    dispatch lag p50/p95/p99 (StatusCheck.started_at - due time) and sustained polls/s.
+(b) ceiling: due rates stepped up until lag p95 exceeds 1 s; the highest rate held, next to a bare
+    keep-alive httpx GET loop against the same fake provider in the same run, as a ratio.
+(c) fleet burst: 1,000 operations registered in the same second on a provider account limited to
+    20 requests/s: the most requests the provider sees in any one second, next to a naive poller
+    that polls every job every 5 s from the moment it is registered.
+
+Prints figures and ratios; asserts nothing. The machine's load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._setup import ROOT, django_on_scratch_postgres, percentile, start_fake_provider  # noqa: E402
+
+DB_NAME = "pollerdash_bench_dispatch"
+FOREVER = 10**9  # the `bench` scenario never finishes within a run
+
+
+@dataclass
+class Sizes:
+    steady_ops: int
+    steady_period_s: float
+    steady_s: float
+    step_s: float
+    rates: tuple[int, ...]
+    burst_ops: int
+    burst_watch_s: float
+
+
+FULL = Sizes(10_000, 100.0, 60.0, 10.0, (100, 150, 200, 250, 300, 350, 400), 1_000, 15.0)
+QUICK = Sizes(1_000, 10.0, 12.0, 4.0, (100, 200), 300, 5.0)
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def max_in_any_second(times: list[float]) -> int:
+    ordered = sorted(times)
+    best, start = 0, 0
+    for end, moment in enumerate(ordered):
+        while moment - ordered[start] >= 1.0:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+class Fleet:
+    """pollerdash's processes for the benchmark, on the scratch database."""
+
+    def __init__(self, *, clusters: int, workers: int) -> None:
+        env = dict(os.environ)
+        env.update(LOG_LEVEL="WARNING", Q_WORKERS=str(workers), PYTHONUNBUFFERED="1")
+        self.procs = []
+        for _ in range(clusters):
+            self.procs.append(self._start(["qcluster"], env))
+        self.procs.append(self._start(["dispatch_polls"], env))
+
+    @staticmethod
+    def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):  # noqa: ANN201
+    from operations.models import ProviderAccount, ProviderProfile
+
+    profile = ProviderProfile.objects.create(
+        slug=slug,
+        name=slug,
+        account=slug,
+        status_url=f"{provider_url}/v1/jobs/{{job_id}}",
+        job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
+        state_field="state",
+        pending_states=["running"],
+        success_states=["succeeded"],
+        failure_states=["failed"],
+        required_result_fields=["result.output_url"],
+        # No jitter: every operation comes back exactly one period after its answer.
+        base_delay_s=period_s,
+        max_delay_s=period_s,
+        jitter_floor=1.0,
+        rate_limit_per_s=rate_limit,
+        default_max_status_requests=10_000,
+        default_deadline_s=7 * 86400,
+    )
+    ProviderAccount.objects.get_or_create(name=slug)
+    return profile
+
+
+def create_operations(profile, count: int, *, first_due, spacing_s: float, tag: str) -> list[str]:  # noqa: ANN001
+    """Bulk-create watched operations (registration cost is not what is measured here)."""
+    from django.utils import timezone
+
+    from operations.models import Operation
+    from operations.services import new_operation_id
+
+    now = timezone.now()
+    rows = [
+        Operation(
+            id=new_operation_id(),
+            registered_by="operator:bench",
+            provider=profile,
+            account=profile.account,
+            provider_job_id=f"bench__polls={FOREVER}__id={tag}-{i}",
+            deadline_at=now + timedelta(days=7),
+            max_status_requests=10_000,
+            max_transport_failures=3,
+            next_poll_at=first_due + timedelta(seconds=i * spacing_s),
+            created_at=now,
+            updated_at=now,
+        )
+        for i in range(count)
+    ]
+    Operation.objects.bulk_create(rows, batch_size=2000)
+    return [row.id for row in rows]
+
+
+def lags_between(start, end) -> list[float]:  # noqa: ANN001
+    from operations.models import StatusCheck
+
+    rows = StatusCheck.objects.filter(due_at__gte=start, due_at__lt=end).values_list("started_at", "due_at")
+    return [(started - due).total_seconds() for started, due in rows]
+
+
+def quiesce(ids: list[str]) -> None:
+    """Park every operation far in the future and wait until nothing is queued or in flight."""
+    from django.utils import timezone
+    from django_q.models import OrmQ
+
+    from operations.models import Operation
+
+    Operation.objects.filter(pk__in=ids).update(next_poll_at=timezone.now() + timedelta(days=1))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        busy = Operation.objects.filter(pk__in=ids, lease_expires_at__gt=timezone.now()).exists()
+        if not busy and not OrmQ.objects.exists():
+            return
+        time.sleep(0.2)
+
+
+def report_lags(label: str, lags: list[float], seconds: float) -> tuple[float, float]:
+    rate = len(lags) / seconds if seconds else float("nan")
+    p95 = percentile(lags, 95)
+    print(
+        f"{label:<34} {len(lags):6d} polls  {rate:7.1f} polls/s  lag p50 {percentile(lags, 50):6.3f} s"
+        f"  p95 {p95:6.3f} s  p99 {percentile(lags, 99):6.3f} s  max {max(lags, default=float('nan')):6.3f} s"
+    )
+    return rate, p95
+
+
+def steady_state(provider_url: str, sizes: Sizes) -> list[str]:
+    from django.utils import timezone
+
+    profile = make_profile(provider_url, slug="steady", period_s=sizes.steady_period_s, rate_limit=100_000)
+    spacing = sizes.steady_period_s / sizes.steady_ops
+    start = timezone.now() + timedelta(seconds=3)
+    ids = create_operations(profile, sizes.steady_ops, first_due=start, spacing_s=spacing, tag="steady")
+    due_rate = sizes.steady_ops / sizes.steady_period_s
+    print(f"(a) steady state: {sizes.steady_ops:,} operations, {due_rate:.0f} polls/s due, {sizes.steady_s:.0f} s")
+    warm = start + timedelta(seconds=2)
+    end = warm + timedelta(seconds=sizes.steady_s)
+    time.sleep(max(0.0, (end - timezone.now()).total_seconds()) + 1.5)  # let the last due ones start
+    report_lags("    end to end", lags_between(warm, end), sizes.steady_s)
+    print(f"    {load()}")
+    quiesce(ids)
+    return ids
+
+
+def ceiling(provider_url: str, sizes: Sizes, ids: list[str]) -> float:
+    from django.utils import timezone
+
+    from operations.models import Operation
+
+    print(f"(b) ceiling: due rate stepped up, {sizes.step_s:.0f} s per step, until lag p95 > 1 s")
+    best = 0.0
+    for rate in sizes.rates:
+        count = int(rate * sizes.step_s)
+        if count > len(ids):
+            break
+        start = timezone.now() + timedelta(seconds=1)
+        chosen = ids[:count]
+        # One due time every 1/rate seconds; each comes back only after the period (out of the step).
+        for offset in range(0, count, 1000):
+            batch = chosen[offset : offset + 1000]
+            whens = {pk: start + timedelta(seconds=(offset + i) / rate) for i, pk in enumerate(batch)}
+            rows = list(Operation.objects.filter(pk__in=batch))
+            for row in rows:
+                row.next_poll_at = whens[row.pk]
+            Operation.objects.bulk_update(rows, ["next_poll_at"], batch_size=1000)
+        end = start + timedelta(seconds=sizes.step_s)
+        time.sleep(max(0.0, (end - timezone.now()).total_seconds()) + 2.0)
+        lags = lags_between(start, end)
+        achieved, p95 = report_lags(f"    {rate:4d} polls/s due", lags, sizes.step_s)
+        quiesce(ids)
+        if p95 > 1.0 or len(lags) < 0.95 * count:
+            break
+        best = max(best, achieved)
+    print(f"    {load()}")
+    return best
+
+
+def bare_httpx(provider_url: str, seconds: float) -> float:
+    import httpx
+
+    url = f"{provider_url}/v1/jobs/bench__polls={FOREVER}__id=bare"
+    with httpx.Client() as client:
+        client.get(url)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            client.get(url).json()
+            count += 1
+    return count / (time.perf_counter() - start)
+
+
+def provider_arrivals(provider_url: str, prefix: str) -> list[float]:
+    import httpx
+
+    entries = httpx.get(f"{provider_url}/_requests", timeout=60).json()["requests"]
+    return [e["at"] for e in entries if e["kind"] == "status" and e["job_id"].startswith(prefix)]
+
+
+def burst(provider_url: str, sizes: Sizes) -> None:
+    from django.utils import timezone
+
+    rate_limit = 20
+    profile = make_profile(provider_url, slug="burst", period_s=5.0, rate_limit=rate_limit)
+    now = timezone.now()
+    print(
+        f"(c) fleet burst: {sizes.burst_ops:,} operations registered in the same second, account limit {rate_limit}/s"
+    )
+    create_operations(profile, sizes.burst_ops, first_due=now, spacing_s=0.0, tag="burst")
+    time.sleep(sizes.burst_watch_s)
+    ours = provider_arrivals(provider_url, f"bench__polls={FOREVER}__id=burst-")
+    print(
+        f"    pollerdash: max {max_in_any_second(ours):5d} requests in any one second "
+        f"({len(ours)} requests in {sizes.burst_watch_s:.0f} s)"
+    )
+    naive = naive_poller(provider_url, sizes.burst_ops, seconds=min(sizes.burst_watch_s, 6.0))
+    print(f"    naive fixed-interval poller (every 5 s): max {naive:5d} requests in any one second")
+    print(f"    {load()}")
+
+
+def naive_poller(provider_url: str, jobs: int, *, seconds: float, interval_s: float = 5.0, threads: int = 16) -> int:
+    """What a script without pacing does: every job polled every 5 s from its registration on."""
+    import httpx
+
+    prefix = "bench__polls=1000000000__id=naive-"
+    due = [time.monotonic()] * jobs
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+    cursor = [0]
+
+    def run() -> None:
+        with httpx.Client() as client:
+            while time.monotonic() < stop_at:
+                with lock:
+                    i = cursor[0] % jobs
+                    cursor[0] += 1
+                    wait = due[i] - time.monotonic()
+                    due[i] += interval_s
+                if wait > 0:
+                    time.sleep(wait)
+                client.get(f"{provider_url}/v1/jobs/{prefix}{i}")
+
+    pool = [threading.Thread(target=run) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return max_in_any_second(provider_arrivals(provider_url, prefix))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run at small sizes")
+    parser.add_argument("--workers", type=int, default=4, help="django-q2 workers per qcluster")
+    parser.add_argument("--clusters", type=int, default=1, help="qcluster processes")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+
+    django_on_scratch_postgres(DB_NAME)
+    provider, provider_url = start_fake_provider()
+    print(f"pollerdash dispatch bench: {args.clusters} qcluster x {args.workers} workers + 1 dispatcher; {load()}")
+    fleet = Fleet(clusters=args.clusters, workers=args.workers)
+    try:
+        ids = steady_state(provider_url, sizes)
+        best = ceiling(provider_url, sizes, ids)
+        bare = bare_httpx(provider_url, 5.0)
+        print(f"    bare httpx GET loop (keep-alive, same provider): {bare:7.0f} requests/s")
+        print(f"    highest rate with lag p95 <= 1 s: {best:7.1f} polls/s; ratio to the bare loop {best / bare:.3f}")
+        burst(provider_url, sizes)
+    finally:
+        fleet.stop()
+        provider.terminate()
+        provider.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
