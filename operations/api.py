@@ -416,10 +416,24 @@ def register_operation(request: HttpRequest) -> HttpResponse:
     return operation_response(obj, status=200 if outcome.replayed else 202, headers=headers)
 
 
+# OpenAPI links: from a registration to the calls on the operation it created.
+OPERATION_LINKS = {
+    name: {"operationId": operation_id, "parameters": {"operation_id": "$response.body#/id"}}
+    for name, operation_id in (
+        ("GetOperation", "getOperation"),
+        ("WaitOperation", "waitOperation"),
+        ("AcknowledgeOperation", "acknowledgeOperation"),
+        ("CancelOperation", "cancelOperation"),
+    )
+}
+
 _docs(
     "registerOperation",
     {
-        "202": _ok_doc("Registered; the row is committed. Not done yet.", "OperationOut", ("Location", "Retry-After")),
+        "202": {
+            **_ok_doc("Registered; the row is committed. Not done yet.", "OperationOut", ("Location", "Retry-After")),
+            "links": OPERATION_LINKS,
+        },
         "200": _ok_doc(
             "Replay of an earlier identical registration (Idempotent-Replayed: true)",
             "OperationOut",

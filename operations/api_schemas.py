@@ -27,6 +27,22 @@ class CallbackIn(_Strict):
 
 
 class RegisterIn(_Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {"provider": "acme-export", "provider_job_id": "exp_71c", "purpose": "weekly report"},
+                {
+                    "provider": "acme-export",
+                    "provider_job_id": "exp_72d",
+                    "deadline": "2030-01-01T00:00:00Z",
+                    "metadata": {"run_id": "r-7"},
+                },
+            ]
+        },
+    )
+
     provider: str = Field(description="slug of a configured provider profile (exact, case-sensitive)")
     provider_job_id: str = Field(description="the provider's job id; must match the profile's job_id_pattern")
     purpose: str | None = Field(None, description="up to 280 characters; stored and shown as data only")

@@ -261,12 +261,15 @@ class AgentRegistration:
     metadata: dict | None = None
 
     def fingerprint(self) -> str:
-        """SHA-256 of the request in canonical form: equal requests hash alike."""
+        """SHA-256 of the request in a canonical form: equal requests hash alike.
+
+        Plain sorted JSON rather than RFC 8785: the request is not validated yet, and RFC 8785
+        refuses integers beyond 2**53 that an agent may well send (and be told off for later).
+        """
         import hashlib
+        import json
 
-        import rfc8785
-
-        canonical = rfc8785.dumps(
+        canonical = json.dumps(
             {
                 "provider": self.provider,
                 "provider_job_id": self.provider_job_id,
@@ -277,9 +280,12 @@ class AgentRegistration:
                 "request_fingerprint": self.request_fingerprint,
                 "callback_url": self.callback_url,
                 "metadata": self.metadata or {},
-            }
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=True,
         )
-        return hashlib.sha256(canonical).hexdigest()
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

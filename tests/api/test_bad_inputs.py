@@ -338,3 +338,11 @@ def test_requests_without_a_live_token_are_401(profile, authorization):
     ):
         assert_problem(response, 401, "unauthenticated")
         assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_huge_integers_and_astral_strings_with_an_idempotency_key_are_refused_cleanly(api, valid):
+    """Found by schemathesis: the request fingerprint must not choke on values validation refuses later."""
+    before = counts()
+    body = {**valid, "max_status_requests": 8069022552984520789559789228130304, "purpose": "\U0001f600 \u00e2"}
+    assert_problem(api.post("/api/v1/operations", body, **{"Idempotency-Key": "k-1"}), 422, "invalid_value")
+    assert counts() == before
