@@ -244,7 +244,7 @@ class Segment:
 
 def verify_segment(*, log: str, anchor: AuditCheckpoint | None, keys: list[av.VerifierKey]) -> Segment:
     """Verify everything appended after `anchor` (the whole chain when None); raises VerifyFailure."""
-    verifier = av.ChainVerifier(keys=keys, log=log, scope="range", allow_unsigned_tail=True)
+    verifier = av.ChainVerifier(keys=keys, log=log, scope="range", strict=True, allow_unsigned_tail=True)
     if anchor is not None:
         note = verify_anchor(anchor, keys)
         verifier.head_seq, verifier.head = note.size, note.head
@@ -394,7 +394,7 @@ class Signer:
             return 0.0
         return max(0.0, (self.next_due - self.clock()).total_seconds())
 
-    def run(self, *, sleep: Callable[[float], None], should_stop: Callable[[], bool]) -> None:
+    def run(self, *, sleep: Callable[[float], object], should_stop: Callable[[], bool]) -> None:
         while not should_stop():
             self.tick()
             # Wake at least every few seconds so a stop request and the heartbeat stay prompt.
@@ -409,7 +409,7 @@ def verify_chain(*, keys: list[av.VerifierKey]) -> dict[str, object]:
     place, head), streaming in chunks; then the head row. Raises VerifyFailure on the first problem.
     Entries after the newest checkpoint are normal here (the signer signs each minute): counted."""
     log = settings.AUDIT_LOG_NAME
-    verifier = av.ChainVerifier(keys=keys, log=log, scope="full", allow_unsigned_tail=True)
+    verifier = av.ChainVerifier(keys=keys, log=log, scope="full", strict=True, allow_unsigned_tail=True)
     pending = _iter_checkpoints(log)
     checkpoint = next(pending, None)
     while checkpoint is not None and checkpoint[0] == 0:

@@ -16,8 +16,8 @@ from django.db import connection
 
 from operations import audit_verify as av
 from operations import checkpoints
-from operations.models import AuditCheckpoint, AuditEntry, ProcessHeartbeat
-from tests.audit.helpers import append_entries
+from operations.models import AuditCheckpoint, AuditEntry, AuditHead, ProcessHeartbeat
+from tests.audit.helpers import append_entries, entry_hash
 from tests.support import T0
 
 pytestmark = pytest.mark.django_db
@@ -218,3 +218,21 @@ def test_an_export_without_the_key_closes_at_the_signers_fresh_checkpoint(signin
     clock.move_to(T0 + timedelta(seconds=121), tick=False)
     with pytest.raises(checkpoints.CheckpointError, match="is the signer"):
         checkpoints.checkpoint_for_export()
+
+
+def test_the_signer_refuses_what_only_a_forger_writes_even_when_the_hashes_agree(signing_key, clock):
+    # The newest entries are not signed yet; a database owner rewrites one consistently (body,
+    # hash column, head row) but with duplicate keys - readable two ways. Nothing gets signed.
+    append_entries(2)
+    checkpoints.sign_checkpoint()
+    append_entries(1, start=3)
+    row = AuditEntry.objects.get(seq=3)
+    forged = bytes(row.body).replace(b'"seq":3,', b'"seq":3,"seq":3,')
+    tamper(
+        "UPDATE operations_auditentry SET body = %s, entry_hash = %s WHERE id = %s",
+        [forged, entry_hash(forged), row.pk],
+    )
+    AuditHead.objects.update(head_hash=entry_hash(forged))
+    with pytest.raises(checkpoints.CheckpointRefused) as refused:
+        checkpoints.sign_checkpoint()
+    assert refused.value.failure.reason == av.PARSE and "duplicate key" in refused.value.failure.detail

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from types import FrameType
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -59,4 +58,5 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
         self.stdout.write(f"{signer.name}: signing a checkpoint every {int(signer.interval.total_seconds())} s")
-        signer.run(sleep=lambda seconds: stop.wait(seconds) or time.sleep(0), should_stop=stop.is_set)
+        signer.run(sleep=stop.wait, should_stop=stop.is_set)
+        self.stdout.write(f"{signer.name}: stopped")

@@ -1,0 +1,363 @@
+"""Audit log benchmarks: append throughput and latency, offline verification, export and memory.
+
+    .venv/bin/python bench/audit.py            # about 2 minutes
+    .venv/bin/python bench/audit.py --quick    # about 30 s, smaller sizes (a smoke run)
+
+Prints (targets from research/anchors-audit.md section 5.11, never asserted):
+
+- appends/s and p50/p99 latency of audit.append (one transaction per append, as the controller
+  does) with 1, 4 and 8 concurrent writers on PostgreSQL (target >= 500/s at 4 writers), next to
+  a bare one-row INSERT + COMMIT loop on the same database (the fsync-bound reference);
+- offline verification of a 1,000,000-entry export in a subprocess: entries/s (target >= 100,000)
+  and peak RSS (target <= 150 MB), next to a bare read + SHA-256 loop over the same file. The
+  export is generated directly with the chain rules (realistic 700-byte controller decisions,
+  one signed closing checkpoint) rather than by a million database appends;
+- the real path at a smaller size: entries appended through audit.append, checkpoints signed,
+  `manage.py audit_export` in a subprocess (lines/s, peak RSS; at two sizes, to show memory stays
+  flat), then that export verified offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._setup import ROOT, django_on_scratch_postgres, percentile  # noqa: E402
+
+DB_NAME = "bench_audit"
+
+
+def decision_data(n: int, at: str) -> dict[str, object]:
+    return {
+        "state": "running",
+        "next_poll_at": at,
+        "delay_source": "local_backoff",
+        "delay_ms": 5000 + n % 1000,
+        "request_count": n % 12,
+        "max_requests": 12,
+        "transport_failures": 0,
+        "max_transport_failures": 3,
+        "deadline": at,
+        "http_status": 200,
+        "provider_state": "running",
+        "provider_request_id": f"req_{n:08d}",
+        "retry_after": None,
+        "interpreted_state": "pending",
+        "decision": "wait",
+        "reason": "provider reports 'running' (42%); next poll by local backoff",
+    }
+
+
+# --- appends ----------------------------------------------------------------------------------------
+
+
+def bench_appends(writers: int, seconds: float) -> tuple[float, list[float], int]:
+    from django.db import connection, transaction
+
+    from operations import audit
+
+    latencies: list[list[float]] = [[] for _ in range(writers)]
+    errors: list[str] = []
+    barrier = threading.Barrier(writers)
+
+    def writer(index: int) -> None:
+        now = audit.iso(datetime.now(UTC))
+        try:
+            barrier.wait()
+            deadline = time.perf_counter() + seconds
+            while True:
+                start = time.perf_counter()
+                if start >= deadline:
+                    break
+                with transaction.atomic():
+                    audit.append(
+                        entry_type="controller.decision",
+                        actor=audit.SYSTEM_CONTROLLER,
+                        operation_id=f"op_bench{index:02d}",
+                        data=decision_data(len(latencies[index]), now),
+                    )
+                latencies[index].append(time.perf_counter() - start)
+        except Exception as exc:  # noqa: BLE001 - reported in the output
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    flat = [value for values in latencies for value in values]
+    return len(flat) / elapsed, flat, len(errors)
+
+
+def bench_bare_insert(seconds: float) -> float:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE bench_bare (id bigserial PRIMARY KEY, body bytea)")
+        body = b"x" * 700
+        count, deadline = 0, time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            cursor.execute("BEGIN")
+            cursor.execute("INSERT INTO bench_bare (body) VALUES (%s)", [body])
+            cursor.execute("COMMIT")
+            count += 1
+    return count / seconds
+
+
+def check_chain() -> int:
+    from django.conf import settings
+
+    from operations.checkpoints import verify_segment
+
+    return verify_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[]).size
+
+
+# --- offline verification of a generated export ----------------------------------------------------------
+
+
+def generate_export(path: Path, entries: int) -> Path:
+    """An export of `entries` realistic entries built with the chain rules, and its keys file."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from operations import audit_verify as av
+
+    name = "pollerdash/audit"
+    key = Ed25519PrivateKey.generate()
+    raw = key.public_key().public_bytes_raw()
+    keys = path.with_suffix(".keys")
+    keys.write_text(av.verifier_key_line(name, raw) + "\n")
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    closing = t0 + timedelta(milliseconds=entries)
+    header = {
+        "format": av.EXPORT_FORMAT,
+        "log": name,
+        "scope": "full",
+        "operation_id": None,
+        "exported_at": av.format_time(closing),
+        "first_seq": 1 if entries else None,
+        "last_seq": entries,
+        "prev_of_first": av.GENESIS_PREV if entries else None,
+        **av.HEADER_CONSTANTS,
+    }
+    head = av.GENESIS_PREV
+    with open(path, "wb", buffering=1 << 20) as out:
+        out.write(av.header_line(header))
+        batch = []
+        for seq in range(1, entries + 1):
+            at = av.format_time(t0 + timedelta(milliseconds=seq))
+            body = av.compact_json(
+                {
+                    "v": 1,
+                    "log": name,
+                    "seq": seq,
+                    "prev": head,
+                    "at": at,
+                    "type": "controller.decision",
+                    "actor": {"kind": "system", "id": "controller"},
+                    "operation_id": f"op_01JBENCH{seq % 5000:017d}",
+                    "data": decision_data(seq, at),
+                }
+            )
+            head = hashlib.sha256(av.ENTRY_TAG + body).hexdigest()
+            batch.append(body)
+            if len(batch) == 10_000:
+                out.write(b"\n".join(batch) + b"\n")
+                batch = []
+        if batch:
+            out.write(b"\n".join(batch) + b"\n")
+        note = av.note_body(origin=name, size=entries, head=head, time=closing)
+        signature = key.sign(note.encode())
+        out.write(
+            av.checkpoint_line(
+                note + "\n" + av.signature_line(name=name, key_id=av.key_id_for(name, raw), signature=signature)
+            )
+        )
+    return keys
+
+
+# Runs a Python script as __main__ and reports its own peak RSS (VmHWM) on exit. Measured inside
+# the child because a forked child's ru_maxrss starts at the (large) benchmark parent's size.
+_PEAK_WRAPPER = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+code = 0
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM")).split()[1]
+sys.stderr.write(f"\\nPEAK_KB {peak}\\n")
+sys.exit(code)
+"""
+
+
+@dataclass(frozen=True)
+class Measured:
+    wall_s: float
+    cpu_s: float  # user + system CPU time of the child: stable under a busy machine
+    peak_mb: float
+    status: int
+    stdout: bytes
+
+
+def run_measured(script: list[str], **kwargs: object) -> Measured:
+    """Run `python SCRIPT ARGS...` in a child; wall time, CPU time and peak RSS."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-c", _PEAK_WRAPPER, *script], stdout=out, stderr=err, **kwargs)  # type: ignore[call-overload]
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        peaks = [line for line in err.read().decode(errors="replace").splitlines() if line.startswith("PEAK_KB ")]
+        peak_mb = int(peaks[-1].split()[1]) / 1024 if peaks else float("nan")
+        return Measured(wall, usage.ru_utime + usage.ru_stime, peak_mb, proc.returncode, out.read())
+
+
+def verify_command(path: Path, keys: Path) -> list[str]:
+    return [str(ROOT / "operations" / "audit_verify.py"), str(path), "--keys", str(keys)]
+
+
+def bare_hash_rate(path: Path) -> float:
+    """Lines per CPU-second of reading the file and hashing each line: the floor of any verifier."""
+    started, count = time.process_time(), 0
+    with open(path, "rb", buffering=1 << 16) as handle:
+        for line in handle:
+            hashlib.sha256(line).digest()
+            count += 1
+    return count / (time.process_time() - started)
+
+
+# --- the real export path ------------------------------------------------------------------------------
+
+
+def fill_database(entries: int, key_file: Path) -> None:
+    """Append through audit.append (many per transaction, to be quick) and sign every 1,000."""
+    from django.db import transaction
+
+    from operations import audit, checkpoints
+
+    now = audit.iso(datetime.now(UTC))
+    done = 0
+    while done < entries:
+        with transaction.atomic():
+            for _ in range(min(1000, entries - done)):
+                audit.append(
+                    entry_type="controller.decision",
+                    actor=audit.SYSTEM_CONTROLLER,
+                    operation_id=f"op_01JBENCH{done % 500:017d}",
+                    data=decision_data(done, now),
+                )
+                done += 1
+        checkpoints.sign_checkpoint()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, short runs (a smoke test)")
+    args = parser.parse_args()
+    seconds = 1.5 if args.quick else 5.0
+    offline_entries = 100_000 if args.quick else 1_000_000
+    db_sizes = (2_000, 5_000) if args.quick else (10_000, 50_000)
+
+    print(f"machine: {os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}")
+    url = django_on_scratch_postgres(DB_NAME)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-audit-"))
+    key_file = workdir / "signing-key.pem"
+    os.environ["AUDIT_SIGNING_KEY_FILE"] = str(key_file)
+    from django.conf import settings
+
+    from operations import checkpoints
+
+    checkpoints.generate_key_file(key_file)
+    settings.AUDIT_SIGNING_KEY_FILE = str(key_file)
+
+    print("\n== audit.append on PostgreSQL (one transaction per append)")
+    bare = bench_bare_insert(seconds)
+    print(f"bare INSERT + COMMIT, 1 writer:   {bare:8,.0f} /s  (the commit-bound reference)")
+    for writers in (1, 4, 8):
+        rate, latencies, errors = bench_appends(writers, seconds)
+        print(
+            f"audit.append, {writers} writer(s):       {rate:8,.0f} /s  p50 {percentile(latencies, 50) * 1000:6.2f} ms"
+            f"  p99 {percentile(latencies, 99) * 1000:6.2f} ms  errors {errors}  ratio to bare {rate / bare:5.2f}"
+        )
+    print(f"chain after the runs verifies: {check_chain():,} entries, contiguous")
+
+    print(f"\n== offline verification of a generated {offline_entries:,}-entry export")
+    export = workdir / "generated.jsonl"
+    started = time.perf_counter()
+    keys = generate_export(export, offline_entries)
+    size_mb = export.stat().st_size / 1e6
+    print(
+        f"generated in {time.perf_counter() - started:.1f} s: {size_mb:,.0f} MB"
+        f" ({size_mb * 1e6 / offline_entries:.0f} B/entry)"
+    )
+    run = run_measured(verify_command(export, keys))
+    print(
+        f"pollerdash-audit-verify:          {offline_entries / run.wall_s:10,.0f} entries/s wall,"
+        f" {offline_entries / run.cpu_s:,.0f} per CPU-second ({run.wall_s:.1f} s, exit {run.status},"
+        f" peak RSS {run.peak_mb:.0f} MB)"
+    )
+    reference = bare_hash_rate(export)
+    print(
+        f"bare read + SHA-256 per line:     {reference:10,.0f} lines per CPU-second"
+        f"  (ratio verify / bare {offline_entries / run.cpu_s / reference:.2f})"
+    )
+    strict = run_measured([*verify_command(export, keys), "--strict"])
+    print(
+        f"... with --strict (canonical form): {offline_entries / strict.wall_s:8,.0f} entries/s wall,"
+        f" {offline_entries / strict.cpu_s:,.0f} per CPU-second"
+        f" (exit {strict.status}, peak RSS {strict.peak_mb:.0f} MB)"
+    )
+    export.unlink()
+
+    print("\n== the real path: audit.append -> checkpoints -> manage.py audit_export -> verify")
+    env = {**os.environ, "DATABASE_URL": url, "AUDIT_SIGNING_KEY_FILE": str(key_file)}
+    real_keys = workdir / "real.keys"
+    real_keys.write_text(checkpoints.verifier_key(checkpoints.load_signing_key(key_file)).line + "\n")
+    filled = check_chain()
+    previous: tuple[int, float] | None = None
+    for size in db_sizes:
+        started = time.perf_counter()
+        fill_database(size - filled, key_file)
+        filled = size
+        fill_s = time.perf_counter() - started
+        path = workdir / f"db-{size}.jsonl"
+        exported = run_measured(["manage.py", "audit_export", "-o", str(path)], cwd=ROOT, env=env)
+        total = check_chain()
+        print(
+            f"audit_export of {total:,} entries: {total / exported.wall_s:8,.0f} entries/s wall,"
+            f" {total / exported.cpu_s:,.0f} per CPU-second (incl. Django start-up; exit {exported.status},"
+            f" peak RSS {exported.peak_mb:.0f} MB); filled in {fill_s:.1f} s"
+        )
+        if previous is not None:
+            marginal = (total - previous[0]) / (exported.cpu_s - previous[1])
+            print(f"  marginal export rate (start-up excluded): {marginal:,.0f} entries per CPU-second")
+        previous = (total, exported.cpu_s)
+        checked = run_measured(verify_command(path, real_keys))
+        print(
+            f"  verify it:                      {total / checked.wall_s:8,.0f} entries/s wall"
+            f" (exit {checked.status}, peak RSS {checked.peak_mb:.0f} MB)"
+        )
+        path.unlink()
+    print(f"\nload average at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
