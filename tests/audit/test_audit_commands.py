@@ -87,3 +87,26 @@ def test_audit_verify_without_any_key_is_a_usage_error(settings):
     with pytest.raises(CommandError) as failed:
         call_command("audit_verify", stdout=StringIO())
     assert failed.value.returncode == 2
+
+
+def test_as_async_lines_streams_in_order_and_in_batches():
+    import asyncio
+
+    from operations.audit_export import as_async_lines
+
+    pulled: list[int] = []
+
+    def lines():
+        for number in range(1, 1201):
+            pulled.append(number)
+            yield f"{number}\n".encode()
+
+    async def first_then_rest() -> tuple[list[bytes], int, list[bytes]]:
+        stream = as_async_lines(lines(), batch=500)
+        first = [await anext(stream)]
+        pulled_after_first = len(pulled)
+        return first, pulled_after_first, [line async for line in stream]
+
+    first, pulled_after_first, rest = asyncio.run(first_then_rest())
+    assert pulled_after_first == 500  # one batch at a time, never the whole iterator
+    assert first + rest == [f"{n}\n".encode() for n in range(1, 1201)]
