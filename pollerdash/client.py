@@ -210,7 +210,7 @@ class PollerdashClient:
             except PollerdashError as exc:
                 if not exc.transient:
                     raise
-                pause = float(exc.retry_after_s or backoff)
+                pause = float(exc.retry_after_s if exc.retry_after_s is not None else backoff)
             except httpx.TransportError:
                 pause = backoff
             else:

@@ -250,12 +250,12 @@ def test_ids_with_encoded_slashes_are_404(api, register):
 
 # 19. wait timeouts (the async view, here through Django's own handler)
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("value", ["-5", "2.5", "1e3", "0x10", " 25 ", "2_5", "\u0662\u0665", "\u00b2", "", "12345"])
-def test_non_integer_timeouts_are_invalid_timeout(api, register, value):
+def test_non_integer_timeouts_are_invalid_timeout(api, register):
     created = register()
-    response = api.client.get(f"/api/v1/operations/{created['id']}/wait", {"timeout_s": value}, headers=api.headers)
-    body = assert_problem(response, 400, "invalid_timeout")
-    assert body["errors"][0]["pointer"] == "/query/timeout_s"
+    for value in ["-5", "2.5", "1e3", "0x10", " 25 ", "2_5", "\u0662\u0665", "\u00b2", "", "12345"]:
+        response = api.client.get(f"/api/v1/operations/{created['id']}/wait", {"timeout_s": value}, headers=api.headers)
+        body = assert_problem(response, 400, "invalid_timeout")
+        assert body["errors"][0]["pointer"] == "/query/timeout_s", value
 
 
 @pytest.mark.django_db(transaction=True)
