@@ -54,6 +54,7 @@ def browser() -> Iterator[object]:
 def _fast_live_refresh(settings: object) -> None:
     # Live refresh every second, so "appears without reloading" is quick to observe.
     settings.DASHBOARD_REFRESH_S = 1  # type: ignore[attr-defined]
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # type: ignore[attr-defined]
 
 
 @pytest.fixture

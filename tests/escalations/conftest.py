@@ -6,10 +6,17 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from escalations.models import Escalation
 from operations.models import Operation
-from tests.support import T0, job_id
+from tests.support import job_id
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: object) -> None:
+    # Real logins, but without 1,000,000 PBKDF2 rounds per test user.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -44,7 +51,8 @@ def stopped(
 
     def make(scenario: str = "never_finishes", *, provider: object | None = None, **kwargs: object) -> Escalation:
         params = kwargs.pop("params", {})
-        kwargs.setdefault("deadline_at", T0 + timedelta(seconds=60))
+        # The shortest deadline registration allows: two or three real polls, then the deadline.
+        kwargs.setdefault("deadline_at", timezone.now() + timedelta(seconds=11))
         kwargs.setdefault("max_status_requests", 100)
         op = make_operation(job_id(scenario, **params), provider=provider, **kwargs)  # type: ignore[arg-type]
         drive(op)

@@ -1,0 +1,141 @@
+"""Dashboard views over real cards: ordering, filters in the URL, live fragments, htmx decisions."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from escalations.models import Decision, Escalation
+from operations.models import Operation
+from tests.support import T0
+
+pytestmark = pytest.mark.django_db
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.fixture
+def responder_client(client: Client, alice) -> Client:  # noqa: ANN001
+    client.force_login(alice)
+    return client
+
+
+def row_ids(html: str) -> list[int]:
+    return [int(pk) for pk in re.findall(r'<article class="row" id="esc-(\d+)"', html)]
+
+
+def test_the_inbox_puts_the_soonest_business_deadline_first_then_the_oldest(stopped, responder_client) -> None:  # noqa: ANN001
+    late = stopped(business_deadline_at=T0 + timedelta(hours=5))
+    no_deadline_old = stopped()
+    soon = stopped(business_deadline_at=T0 + timedelta(hours=1))
+    no_deadline_new = stopped()
+    html = responder_client.get(reverse("inbox")).content.decode()
+    assert row_ids(html) == [soon.pk, late.pk, no_deadline_old.pk, no_deadline_new.pk]
+    assert "<title>(4) Inbox · pollerdash</title>" in html
+    assert "Request budget" not in html  # only reasons that have cards get a chip
+
+
+def test_inbox_filters_live_in_the_url(stopped, make_profile, responder_client, alice) -> None:  # noqa: ANN001
+    other = make_profile(slug="other-provider")
+    mine = stopped()
+    unknown = stopped("unknown_state", provider=other)
+    responder_client.post(reverse("escalation_assign", args=[mine.pk]), {"take": "1"})
+    assert row_ids(responder_client.get(reverse("inbox"), {"mine": "1"}).content.decode()) == [mine.pk]
+    assert row_ids(responder_client.get(reverse("inbox"), {"reason": "unknown_state"}).content.decode()) == [unknown.pk]
+    page = responder_client.get(reverse("inbox"), {"provider": "other-provider"}).content.decode()
+    assert row_ids(page) == [unknown.pk]
+    assert 'href="?mine=1&amp;provider=other-provider"' in page  # the other filters keep this one
+    empty = responder_client.get(reverse("inbox"), {"reason": "rate_limited"}).content.decode()
+    assert "No open cards match these filters" in empty and "Clear filters" in empty
+
+
+def test_the_empty_inbox_says_so(responder_client) -> None:  # noqa: ANN001
+    html = responder_client.get(reverse("inbox")).content.decode()
+    assert "Nothing needs a decision" in html and "<title>Inbox · pollerdash</title>" in html
+
+
+def test_the_live_fragment_carries_the_rows_the_title_and_the_counts(stopped, responder_client) -> None:  # noqa: ANN001
+    esc = stopped()
+    fragment = responder_client.get(reverse("inbox"), headers={**HTMX, "HX-Target": "inbox-rows"}).content.decode()
+    assert fragment.startswith("\n<title>(1) Inbox · pollerdash</title>") or "<title>(1) Inbox" in fragment[:200]
+    assert 'id="inbox-counts" class="filter-counts" hx-swap-oob="true"' in fragment
+    assert f'data-ids="{esc.pk}"' in fragment and "<html" not in fragment
+
+
+def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_client, bob) -> None:  # noqa: ANN001
+    from escalations.services import escalation_decide
+
+    esc = stopped()
+    url = reverse("escalation_card", args=[esc.pk])
+    first = responder_client.get(url, headers=HTMX)
+    etag = re.search(r"etag=([0-9.]+)", first.content.decode()).group(1)
+    assert responder_client.get(url, {"etag": etag}, headers=HTMX).status_code == 204
+    escalation_decide(escalation_id=esc.pk, user=bob, option_id="inspect", card_version=esc.version)
+    changed = responder_client.get(url, {"etag": etag}, headers=HTMX)
+    assert changed.status_code == 200 and "Looked at by bob" in changed.content.decode()
+    # Without htmx the card's URL leads to its operation page.
+    assert responder_client.get(url)["Location"] == f"/operations/{esc.operation_id}/#card-{esc.pk}"
+
+
+def test_htmx_decisions_answer_with_the_refreshed_card(stopped, responder_client) -> None:  # noqa: ANN001
+    esc = stopped()
+    url = reverse("escalation_decide", args=[esc.pk])
+    forged = responder_client.post(url, {"option": "extend:999m:99", "version": esc.version}, headers=HTMX)
+    assert forged.status_code == 422
+    assert "option not offered on this card: extend:999m:99" in forged.content.decode()
+    applied = responder_client.post(
+        url, {"option": "extend:15m:4", "version": esc.version, "where": "inbox"}, headers=HTMX
+    )
+    assert applied.status_code == 200 and "flash-ok" in applied.content.decode()
+    assert "Decided" in applied.content.decode()
+    stale = responder_client.post(url, {"option": "close", "version": esc.version}, headers=HTMX)
+    assert stale.status_code == 409 and "state changed — review again" in stale.content.decode()
+    assert [d.outcome for d in Decision.objects.order_by("pk")] == ["refused", "applied", "refused"]
+    assert Operation.objects.get(pk=esc.operation_id).status == "running"
+
+
+def test_inspect_records_and_then_opens_the_provider_console(stopped, responder_client) -> None:  # noqa: ANN001
+    esc = stopped()
+    response = responder_client.post(
+        reverse("escalation_decide", args=[esc.pk]), {"option": "inspect", "version": esc.version}
+    )
+    assert response.status_code == 303 and "/console/never_finishes" in response["Location"]
+    assert Decision.objects.get().outcome == "recorded"
+    assert Escalation.objects.get(pk=esc.pk).state == "open"
+
+
+def test_operations_list_tabs_filters_and_search(stopped, make_operation, responder_client) -> None:  # noqa: ANN001
+    esc = stopped(purpose="Quarterly ledger")
+    running = make_operation("slow_success__id=listed", purpose="Invoice batch")
+    url = reverse("operation_list")
+    assert esc.operation_id in responder_client.get(url, {"tab": "needs_attention"}).content.decode()
+    assert running.pk not in responder_client.get(url, {"tab": "needs_attention"}).content.decode()
+    assert running.pk in responder_client.get(url, {"tab": "active"}).content.decode()
+    assert running.pk in responder_client.get(url, {"q": "invoice"}).content.decode()
+    assert running.pk in responder_client.get(url, {"q": "listed"}).content.decode()
+    assert running.pk in responder_client.get(url, {"q": running.pk[:12]}).content.decode()
+    assert esc.operation_id not in responder_client.get(url, {"q": "invoice"}).content.decode()
+    by_reason = responder_client.get(url, {"reason": "deadline_exceeded"}).content.decode()
+    assert esc.operation_id in by_reason and running.pk not in by_reason
+    assert running.pk in responder_client.get(url, {"status": "pending"}).content.decode()
+    page = responder_client.get(url, {"page": "999"})
+    assert page.status_code == 200  # out of range: the last page, never a 500
+    assert responder_client.get(url, {"tab": "nonsense", "status": "x'--", "page": "-1"}).status_code == 200
+
+
+def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa: ANN001
+    from escalations.services import escalation_decide
+
+    esc = stopped()
+    escalation_decide(escalation_id=esc.pk, user=alice, option_id="extend:15m:4", card_version=esc.version)
+    escalation_decide(escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version)
+    url = reverse("decision_history")
+    by_bob = responder_client.get(url, {"user": "bob"}).content.decode()
+    assert "state changed — review again" in by_bob and "extend:15m:4" not in by_bob
+    applied = responder_client.get(url, {"outcome": "applied", "option": "extend"}).content.decode()
+    assert "<code>extend:15m:4</code>" in applied and "<code>close</code>" not in applied
+    assert "No decisions match" in responder_client.get(url, {"since": "2030-01-01"}).content.decode()
+    assert responder_client.get(url, {"since": "not-a-date", "outcome": "<x>"}).status_code == 200
