@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -25,43 +23,10 @@ from operations import callbacks
 from operations.callbacks import callback_url_problem, dispatch_due_callbacks, record_event
 from operations.controller import poll_once
 from operations.models import AuditEntry, CallbackDelivery, CallbackEndpoint, Operation
+from tests.api.support import Receiver
 from tests.support import job_id
 
 pytestmark = pytest.mark.django_db
-
-
-class Receiver:
-    """A real HTTP endpoint that answers with a scripted list of statuses (then 200)."""
-
-    def __init__(self, statuses: list[int] | None = None) -> None:
-        self.statuses = list(statuses or [])
-        self.requests: list[dict] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                receiver.requests.append(
-                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
-                )
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                self.send_response(status)
-                if status in (301, 302):
-                    self.send_header("Location", "/elsewhere")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/pollerdash"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
