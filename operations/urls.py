@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from operations import views
+from operations import views, views_system
 
 urlpatterns = [
     path("operations/", views.operation_list, name="operation_list"),
@@ -11,4 +11,5 @@ urlpatterns = [
     path("operations/<str:operation_id>/checks.csv", views.operation_checks_csv, name="operation_checks_csv"),
     path("operations/<str:operation_id>/decisions.csv", views.operation_decisions_csv, name="operation_decisions_csv"),
     path("operations/<str:operation_id>/report/", views.operation_report, name="operation_report"),
+    path("system/", views_system.system, name="system"),
 ]

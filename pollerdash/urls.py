@@ -4,10 +4,13 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from operations.views_system import prometheus_metrics
+
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("metrics", prometheus_metrics, name="metrics"),
     path("api/v1/", include("operations.api")),
     path("", include("operations.urls")),
     path("", include("escalations.urls")),
