@@ -103,18 +103,6 @@ CHECKPOINT_MISMATCH = "CHECKPOINT_MISMATCH"
 UNSIGNED_TAIL = "UNSIGNED_TAIL"
 STALE = "STALE"
 PIN_MISMATCH = "PIN_MISMATCH"
-REASONS = (
-    HASH_MISMATCH,
-    LINK_BREAK,
-    SEQ_GAP,
-    BAD_SIGNATURE,
-    UNKNOWN_KEY,
-    CHECKPOINT_MISMATCH,
-    UNSIGNED_TAIL,
-    STALE,
-    PIN_MISMATCH,
-    PARSE,
-)
 
 EXIT_OK, EXIT_TAMPERED, EXIT_USAGE = 0, 1, 2
 
@@ -153,7 +141,7 @@ def format_time(value: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """The strict inverse of format_time (also accepts plain RFC 3339 for command-line input)."""
+    """The strict inverse of format_time."""
     if _TIME_RE.match(text):
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     raise ValueError(f"not a UTC time with six fractional digits: {text[:40]!r}")
