@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from html import escape
+
+from django.utils.safestring import SafeString, mark_safe
 
 WIDTH, HEIGHT = 760, 250
 LEFT, RIGHT, TOP, BOTTOM = 46, 18, 40, 34
@@ -227,3 +230,64 @@ def _shape_path(shape: str, x: float, y: float, r: float = 5.0) -> str:
     if shape == "diamond":
         return f"M{x},{y - r - 1} L{x + r + 1},{y} L{x},{y + r + 1} L{x - r - 1},{y} Z"
     return ""
+
+
+def render_svg(chart: Chart) -> SafeString:
+    """The chart as inline SVG markup. Built here rather than in a template loop: a thousand marks
+    render in a few milliseconds. Every piece of text is escaped."""
+    out: list[str] = [
+        f'<svg class="chart-svg" viewBox="0 0 {chart.width} {chart.height}" role="img" '
+        'aria-labelledby="chart-title chart-desc" preserveAspectRatio="xMidYMid meet">',
+        '<title id="chart-title">Status requests over time</title>',
+        f'<desc id="chart-desc">{escape(chart.summary)}</desc>',
+        f'<rect class="plot" x="{chart.left}" y="{chart.top}" width="{chart.plot_width}" '
+        f'height="{chart.plot_height}"/>',
+    ]
+    for tick in chart.y_ticks:
+        out.append(
+            f'<line class="grid-line" x1="{chart.left}" x2="{chart.right}" y1="{tick.pos}" y2="{tick.pos}"/>'
+            f'<text class="tick" x="{chart.left - 6}" y="{tick.pos}" text-anchor="end" dominant-baseline="middle">'
+            f"{escape(tick.label)}</text>"
+        )
+    last = len(chart.x_ticks) - 1
+    for index, tick in enumerate(chart.x_ticks):
+        anchor = "start" if index == 0 else "end" if index == last else "middle"
+        out.append(
+            f'<text class="tick" x="{tick.pos}" y="{chart.bottom + 16}" text-anchor="{anchor}">'
+            f"{escape(tick.label)}</text>"
+        )
+    out.append(f'<text class="axis-label" x="{chart.left - 34}" y="{chart.top - 6}">requests</text>')
+    out.append(
+        f'<text class="axis-label" x="{chart.right}" y="{chart.bottom + 30}" text-anchor="end">time (UTC)</text>'
+    )
+    if chart.budget_path:
+        out.append(f'<path class="budget" d="{chart.budget_path}"/>')
+    for x, y, label in chart.budget_labels:
+        out.append(f'<text class="budget-label" x="{x}" y="{y}">{escape(label)}</text>')
+    if chart.budget_note:
+        out.append(
+            f'<text class="budget-label" x="{chart.left + 4}" y="{chart.top + 12}">↑ {escape(chart.budget_note)}</text>'
+        )
+    for line in chart.lines:
+        label = escape(line.label)
+        out.append(
+            f'<line class="vline vline-{line.kind}" x1="{line.x}" x2="{line.x}" y1="{chart.top - 4}" '
+            f'y2="{chart.bottom}"><title>{label}</title></line>'
+            f'<text class="vline-label vline-label-{line.kind}" x="{line.x}" y="{line.label_y}" '
+            f'text-anchor="{line.anchor}">{label}</text>'
+        )
+    for mark in chart.marks:
+        css = (
+            f"mark src-{mark.source}"
+            + (" mark-error" if mark.error else "")
+            + (" ring" if mark.shape == "ring" else "")
+        )
+        tip = f"<title>{escape(mark.tooltip)}</title>"
+        if mark.shape == "square":
+            out.append(f'<rect class="{css}" x="{mark.box_x}" y="{mark.box_y}" width="9" height="9">{tip}</rect>')
+        elif mark.path:
+            out.append(f'<path class="{css}" d="{mark.path}">{tip}</path>')
+        else:
+            out.append(f'<circle class="{css}" cx="{mark.x}" cy="{mark.y}" r="4.5">{tip}</circle>')
+    out.append("</svg>")
+    return mark_safe("".join(out))  # noqa: S308 - every dynamic text above goes through escape()

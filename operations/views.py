@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 
 from escalations import exports
 from escalations import selectors as card_selectors
-from escalations.chart import request_chart
+from escalations.chart import render_svg, request_chart
 from escalations.roles import can_decide, viewer_required
 from escalations.views import audit_jsonl, refresh_s
 from operations import selectors
@@ -41,13 +41,28 @@ def operation_list(request: HttpRequest) -> HttpResponse:
     return render(request, "operations/list.html", context)
 
 
-def _story(operation_id: str) -> list[object] | None:
-    """The human-readable timeline, from the audit log (operations.story)."""
+STORY_SHOWN = 200
+# Status requests listed in the table (newest first); the chart draws up to CHECKS_SHOWN.
+CHECKS_LISTED = 50
+
+
+def _story(operation_id: str, *, latest: int | None = None) -> tuple[list[object], int] | tuple[None, int]:
+    """The human-readable timeline from the audit log (operations.story): all of it, or the latest lines.
+
+    Returns (lines oldest first, total entries of the operation)."""
     try:
-        from operations.story import operation_story
+        from operations.story import operation_story, story_line
     except ImportError:
-        return None
-    return list(operation_story(operation_id=operation_id))
+        return None, 0
+    if latest is None:
+        lines = list(operation_story(operation_id=operation_id))
+        return lines, len(lines)
+    from operations.models import AuditEntry
+
+    entries = AuditEntry.objects.filter(operation_id=operation_id)
+    rows = list(entries.order_by("-seq").values_list("seq", "body")[:latest])[::-1]
+    total = len(rows) if len(rows) < latest else entries.count()
+    return [story_line(seq=seq, body=bytes(body)) for seq, body in rows], total
 
 
 @viewer_required
@@ -59,6 +74,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     now = timezone.now()
     op = page.operation
     card_view, escalations = card_selectors.operation_cards(operation=op, now=now)
+    story, story_total = _story(op.pk, latest=STORY_SHOWN)
     chart = request_chart(
         checks=page.checks,
         authorizations=page.authorizations,
@@ -76,7 +92,10 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         "esc": card_view.card.escalation if card_view else None,
         "escalations": escalations,
         "chart": chart,
-        "story": _story(op.pk),
+        "chart_svg": render_svg(chart),
+        "recent_checks": page.checks[::-1][:CHECKS_LISTED],
+        "story": story,
+        "story_total": story_total,
         "can_decide": can_decide(request.user),
         "where": "operation",
         "nav": "operations",
@@ -137,7 +156,7 @@ def operation_audit_jsonl(request: HttpRequest, operation_id: str) -> HttpRespon
 @viewer_required
 @require_GET
 def operation_report(request: HttpRequest, operation_id: str) -> HttpResponse:
-    page = selectors.operation_page(operation_id=operation_id)
+    page = selectors.operation_page(operation_id=operation_id, checks_shown=None)
     if page is None:
         raise Http404("no such operation")
     escalations = card_selectors.operation_cards(operation=page.operation, now=timezone.now())[1]
@@ -148,7 +167,7 @@ def operation_report(request: HttpRequest, operation_id: str) -> HttpResponse:
             "page": page,
             "op": page.operation,
             "escalations": escalations,
-            "story": _story(page.operation.pk),
+            "story": _story(page.operation.pk)[0],
             "generated_at": timezone.now(),
         },
     )
