@@ -239,6 +239,7 @@ def json_response(body: dict, *, status: int = 200, headers: dict[str, str] | No
         json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), status=status, content_type=JSON_TYPE
     )
     response["Cache-Control"] = "no-store"
+    response["X-Content-Type-Options"] = "nosniff"
     for name, value in (headers or {}).items():
         response[name] = value
     return response

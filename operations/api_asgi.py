@@ -1,38 +1,59 @@
-"""Serve long API waits on the event loop alone: no middleware thread, no per-request thread.
+"""Serve the agent API on the event loop and a fixed database thread pool, without middleware.
 
-Django's ASGI handler gives every request its own thread-sensitive executor (a thread that lives
-as long as the request) and runs sync-only middleware such as WhiteNoise in a thread that blocks
-while the async view runs. For a 25-50 s wait that is one parked thread per waiting agent. This
-router sends only the wait requests to a Django handler without middleware and without a
-per-request thread context; the wait view then runs entirely on the event loop, doing its
-database work on the API's small fixed thread pool (operations.api_wait.run_db). Everything
-else goes through the ordinary Django ASGI application.
+Django's ASGI handler gives every request its own thread (a per-request thread-sensitive
+executor, with its own database connection) and runs sync-only middleware such as WhiteNoise in
+a thread that blocks while an async view runs. For the agent API that means one parked thread per
+open wait, and a new thread and a new database connection for every short GET.
+
+Under uvicorn, this router sends /api/v1/ to a Django handler with no middleware and no
+per-request thread context:
+
+- async views (the wait) run on the event loop; their database work goes to the API's small,
+  fixed thread pool (operations.api_wait.run_db), so an open wait holds no thread at all;
+- sync views run on that same pool, whose threads keep their database connections (CONN_MAX_AGE),
+  so a GET costs one pooled query round trip, not a thread and a connection setup.
+
+The API needs none of the skipped middleware: it is CSRF-exempt and token-authenticated, keeps no
+session, serves no static files, and sets its own response headers. The dashboard and the admin
+go through the ordinary Django ASGI application. Tests that use Django's test client (WSGI) run
+the same views through the ordinary stack.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
+
+from operations.api_wait import run_db
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
 
-# The API's async, read-only endpoints (GET only: nothing here runs middleware such as CSRF).
-THREADLESS_PATHS = re.compile(r"^/api/v1/operations/[^/]+/wait$")
+API_PREFIX = "/api/v1/"
 
 
 class ThreadlessHandler(ASGIHandler):
-    """Django's ASGI request handling minus the middleware chain and the thread context."""
+    """Django's ASGI request handling minus the middleware chain and the per-request thread."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
         self._middleware_chain = convert_exception_to_response(self._get_response_async)
+
+    def make_view_atomic(self, view: Callable) -> Callable:
+        view = super().make_view_atomic(view)
+        if iscoroutinefunction(view):
+            return view
+
+        async def on_api_db_threads(request: object, *args: Any, **kwargs: Any) -> object:
+            return await run_db(view, request, *args, **kwargs)
+
+        return on_api_db_threads
 
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
         await self.handle(scope, receive, send)
@@ -42,7 +63,7 @@ def with_threadless_api(django_app: ASGIApp) -> ASGIApp:
     threadless = ThreadlessHandler()
 
     async def application(scope: Scope, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope.get("method") == "GET" and THREADLESS_PATHS.match(scope.get("path", "")):
+        if scope["type"] == "http" and scope.get("path", "").startswith(API_PREFIX):
             await threadless(scope, receive, send)
         else:
             await django_app(scope, receive, send)

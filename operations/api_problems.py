@@ -99,6 +99,7 @@ def problem_response(problem: ApiProblem, *, instance: str | None = None) -> Htt
         content_type=PROBLEM_CONTENT_TYPE,
     )
     response["Cache-Control"] = "no-store"
+    response["X-Content-Type-Options"] = "nosniff"
     for name, value in problem.headers.items():
         response[name] = value
     return response

@@ -1,0 +1,221 @@
+"""Agent API: GET latency and throughput, and hundreds of concurrent waits on one uvicorn process.
+
+    .venv/bin/python bench/api.py [--quick]
+
+Runs one uvicorn process (the production ASGI app) on a scratch PostgreSQL database and prints:
+
+- GET /api/v1/operations/{id}: p50/p95 latency and requests/s with a few concurrent keep-alive
+  clients, next to an unauthenticated request through the same stack (framework + ninja, no
+  database) as the reference measured in the same run;
+- N concurrent waits held by that one process: its RSS and thread count idle and with every wait
+  parked, and the time from each operation finishing (its row committed) to its wait returning
+  (p50/p95/max; the target is p95 <= 1 s).
+
+Figures only; nothing is asserted. The load generator runs in this process, on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile  # noqa: E402
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+            fields[key] = int(value.split()[0])
+    return fields
+
+
+def start_web(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--no-access-log", "--log-level", "warning"],
+        cwd=ROOT,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/api/v1/openapi.json", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("uvicorn did not start")
+
+
+def setup_data(waits: int) -> tuple[str, list[str]]:
+    from operations.agents import agent_token_issue
+    from operations.models import ProviderAccount, ProviderProfile
+    from operations.services import operation_register
+
+    ProviderProfile.objects.create(
+        slug="bench",
+        name="bench",
+        account="bench",
+        status_url="http://127.0.0.1:9/v1/jobs/{job_id}",
+        job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
+        state_field="state",
+        pending_states=["running"],
+        success_states=["succeeded"],
+        failure_states=["failed"],
+        default_deadline_s=3600,
+        default_max_status_requests=10,
+    )
+    ProviderAccount.objects.get_or_create(name="bench")
+    issued = agent_token_issue(name="bench-agent")
+    ids = [
+        operation_register(
+            provider_slug="bench", provider_job_id=f"job-{index}", registered_by="agent:bench-agent", agent=issued.agent
+        ).pk
+        for index in range(waits + 1)
+    ]
+    return issued.token, ids
+
+
+async def bench_get(url: str, token: str, path: str, *, seconds: float, clients: int) -> tuple[list[float], float]:
+    import httpx
+
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    stop_at = time.monotonic() + seconds
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            started = time.perf_counter()
+            response = await client.get(path)
+            latencies.append(time.perf_counter() - started)
+            assert response.status_code in (200, 401), response.status_code
+
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+        await client.get(path)  # warm: connection, code paths, database connection
+        started = time.monotonic()
+        await asyncio.gather(*(worker(client) for _ in range(clients)))
+        elapsed = time.monotonic() - started
+    return latencies, len(latencies) / elapsed
+
+
+async def bench_waits(url: str, token: str, ids: list[str], web_pid: int, *, batch: int) -> dict[str, object]:
+    import httpx
+    from asgiref.sync import sync_to_async
+    from django.db.models import F
+    from django.utils import timezone
+
+    from operations.models import Operation
+
+    returned: dict[str, float] = {}
+    finished: dict[str, float] = {}
+    limits = httpx.Limits(max_connections=len(ids) + 10, max_keepalive_connections=len(ids) + 10)
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120, limits=limits
+    ) as client:
+
+        async def wait(operation_id: str) -> None:
+            response = await client.get(f"/api/v1/operations/{operation_id}/wait", params={"timeout_s": "50"})
+            returned[operation_id] = time.monotonic()
+            body = response.json()
+            assert response.status_code == 200 and body["done"], body
+
+        idle = proc_status(web_pid)
+        tasks = [asyncio.ensure_future(wait(operation_id)) for operation_id in ids]
+        # Every wait is parked once the server has answered nothing for a moment and all
+        # connections are open; give the server time to take them all in.
+        await asyncio.sleep(3 + len(ids) / 200)
+        parked = proc_status(web_pid)
+
+        def finish(chunk: list[str]) -> float:
+            Operation.objects.filter(pk__in=chunk).update(
+                status="succeeded",
+                result={"values": {"result.output_url": "https://example.com/out"}, "counts": None},
+                completed_at=timezone.now(),
+                next_poll_at=None,
+                sequence=F("sequence") + 1,
+            )
+            return time.monotonic()
+
+        for start in range(0, len(ids), batch):
+            chunk = ids[start : start + batch]
+            at = await sync_to_async(finish, thread_sensitive=False)(chunk)
+            finished.update(dict.fromkeys(chunk, at))
+            await asyncio.sleep(0.2)
+        await asyncio.gather(*tasks)
+    delays = [returned[i] - finished[i] for i in ids]
+    return {"idle": idle, "parked": parked, "delays": delays}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 s of GETs and 100 waits (smoke run)")
+    parser.add_argument("--waits", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None)
+    args = parser.parse_args()
+    waits = args.waits or (100 if args.quick else 500)
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
+    clients = 8
+
+    db_url = django_on_scratch_postgres("bench_api")
+    token, ids = setup_data(waits)
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "SECRET_KEY": os.environ["SECRET_KEY"],
+        # Django logs every 4xx at WARNING; the reference requests are 401s.
+        "LOG_LEVEL": "ERROR",
+        # One agent holds every wait here; the per-agent cap (default 200) would refuse the rest.
+        "API_WAIT_MAX_PER_AGENT": str(waits + 10),
+    }
+    web, url = start_web(env)
+    try:
+        load = os.getloadavg()
+        print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(f"uvicorn pid {web.pid}, 1 process, PostgreSQL scratch database; {clients} concurrent clients")
+        reference, reference_rate = asyncio.run(
+            bench_get(url, "", f"/api/v1/operations/{ids[0]}", seconds=seconds, clients=clients)
+        )
+        latencies, rate = asyncio.run(
+            bench_get(url, token, f"/api/v1/operations/{ids[0]}", seconds=seconds, clients=clients)
+        )
+        print(
+            f"GET operation:               p50 {percentile(latencies, 50) * 1000:6.1f} ms  "
+            f"p95 {percentile(latencies, 95) * 1000:6.1f} ms  {rate:7.0f} req/s"
+        )
+        print(
+            f"401 without token (ref):     p50 {percentile(reference, 50) * 1000:6.1f} ms  "
+            f"p95 {percentile(reference, 95) * 1000:6.1f} ms  {reference_rate:7.0f} req/s"
+            f"  (ratio GET / reference {rate / reference_rate:.2f})"
+        )
+        result = asyncio.run(bench_waits(url, token, ids[1:], web.pid, batch=max(10, waits // 10)))
+        idle, parked, delays = result["idle"], result["parked"], result["delays"]
+        per_wait_kb = (parked["VmRSS"] - idle["VmRSS"]) / waits
+        print(
+            f"{waits} concurrent waits:       RSS {idle['VmRSS'] / 1024:6.1f} MiB idle -> "
+            f"{parked['VmRSS'] / 1024:6.1f} MiB parked ({per_wait_kb:5.1f} KiB per wait); "
+            f"threads {idle['Threads']} -> {parked['Threads']}"
+        )
+        print(
+            f"finish -> wait returns:      p50 {percentile(delays, 50):.2f} s  p95 {percentile(delays, 95):.2f} s  "
+            f"max {max(delays):.2f} s  (target p95 <= 1 s; watcher interval 0.25 s)"
+        )
+    finally:
+        web.terminate()
+        web.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    main()
