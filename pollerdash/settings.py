@@ -182,8 +182,9 @@ DISPATCH_IDLE_SLEEP_S = env_float("DISPATCH_IDLE_SLEEP_S", 0.25)
 DISPATCH_MIN_SLEEP_S = env_float("DISPATCH_MIN_SLEEP_S", 0.05)
 # Back-pressure: with this many tasks already waiting in django-q2's queue, claim nothing more.
 # Workers that fall behind would only see the leases of queued claims expire; the due operations
-# stay unclaimed instead, visible as "oldest due" age on the system panel and in /metrics.
-DISPATCH_MAX_QUEUED = env_int("DISPATCH_MAX_QUEUED", 1000)
+# stay unclaimed instead, visible as "oldest due" age on the system panel and in /metrics. Kept
+# small because every django-q2 dequeue scans the whole (unindexed) queue table.
+DISPATCH_MAX_QUEUED = env_int("DISPATCH_MAX_QUEUED", 250)
 DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
 # /metrics: with a token, scrapers send "Authorization: Bearer <token>"; without one, only
 # direct loopback clients (no proxy headers) are served.
