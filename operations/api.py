@@ -1,57 +1,41 @@
 """The agent API: JSON under /api/v1/ (DESIGN.md section 9), served by django-ninja.
 
 Handlers only adapt: authenticate, parse strictly (operations.api_parsing), call one service or
-selector, render. Every error is application/problem+json with a stable `code`; no request can
-produce an HTML page or a 500 with a stack trace. The OpenAPI document is /api/v1/openapi.json.
+selector, render. Every error is application/problem+json with a stable `code`
+(operations.api_errors); the OpenAPI document is /api/v1/openapi.json (operations.api_docs).
 
-The wait handler is async and parks on the shared watcher (operations.api_wait); under uvicorn it
-is served by operations.api_asgi without Django's middleware, so open waits hold no threads.
+Under uvicorn, operations.api_asgi serves these URLs on the event loop and a fixed database thread
+pool: the async wait holds no thread while it waits.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
-import logging
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import pydantic
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, include, path, re_path
-from ninja import NinjaAPI, Path, Query
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja import Path, Query
 from ninja.security import HttpBearer
-from pydantic.json_schema import models_json_schema
 
-from operations import api_selectors, api_wait, services
+from operations import api_docs as docs
+from operations import api_errors, api_selectors, api_wait, services
 from operations.agents import agent_authenticate
+from operations.api_errors import json_body, no_such_resource, validate
 from operations.api_lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
 from operations.api_parsing import (
     parse_idempotency_key,
-    parse_json_object,
     parse_limit,
     parse_rfc3339,
     parse_timeout,
     reject_unknown_query,
-    require_json_content_type,
 )
-from operations.api_problems import (
-    PROBLEM_CONTENT_TYPE,
-    PROBLEMS,
-    ApiProblem,
-    FieldError,
-    problem_response,
-)
-from operations.api_schemas import INPUT_MODELS, OUTPUT_MODELS, AckIn, CancelIn, RegisterIn
+from operations.api_problems import PROBLEMS, ApiProblem, FieldError, not_found
+from operations.api_schemas import AckIn, CancelIn, RegisterIn
 from operations.models import Agent
 from operations.representation import API_PREFIX, operation_object
-
-logger = logging.getLogger(__name__)
 
 OPERATION_ID_PATTERN = r"^op_[0-9A-HJKMNP-TV-Z]{26}$"
 TIMEOUT_DOC_PATTERN = r"^[0-9]{1,4}$"
@@ -74,8 +58,8 @@ class BearerToken(HttpBearer):
 
     def __init__(self, *, asynchronous: bool = False) -> None:
         super().__init__()
-        # django-ninja awaits the result when this is set (the wait handler authenticates on the
-        # API's database threads instead of Django's per-request thread).
+        # django-ninja awaits the result when this is set: the async wait authenticates on the
+        # API's database threads, never on the event loop.
         self.is_async = asynchronous
 
     def __call__(self, request: HttpRequest) -> Any:
@@ -94,32 +78,7 @@ class BearerToken(HttpBearer):
 bearer = BearerToken()
 bearer_async = BearerToken(asynchronous=True)
 
-
-# --- the API object: problem handlers and the OpenAPI document ----------------------------------------
-
-
-class AgentAPI(NinjaAPI):
-    """NinjaAPI whose OpenAPI document shows the exact responses each call can give."""
-
-    response_docs: dict[str, dict] = {}
-
-    def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict | None = None) -> Any:
-        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-        _, defs = models_json_schema(
-            [(model, "validation") for model in INPUT_MODELS] + [(model, "serialization") for model in OUTPUT_MODELS],
-            ref_template="#/components/schemas/{model}",
-        )
-        components = schema.setdefault("components", {})
-        components.setdefault("schemas", {}).update(defs.get("$defs", {}))
-        for item in schema.get("paths", {}).values():
-            for operation in item.values():
-                docs = self.response_docs.get(operation.get("operationId", ""))
-                if docs is not None:
-                    operation["responses"] = docs
-        return schema
-
-
-api = AgentAPI(
+api = docs.DocumentedAPI(
     title="pollerdash agent API",
     version="1",
     description=(
@@ -130,105 +89,7 @@ api = AgentAPI(
     urls_namespace="agent-api-v1",
     docs_url=None,
 )
-
-
-def _instance(request: HttpRequest) -> str:
-    return request.path[:200]
-
-
-def _problem(request: HttpRequest, exc: ApiProblem) -> HttpResponse:
-    return problem_response(exc, instance=_instance(request))
-
-
-def _validation_pointer(loc: tuple) -> str:
-    return "/" + "/".join(str(part) for part in loc)
-
-
-def _validation_problem(request: HttpRequest, errors: list[dict]) -> HttpResponse:
-    """Map pydantic/ninja validation errors to the API's problem codes."""
-    field_errors: list[FieldError] = []
-    top = "invalid_field"
-    for error in errors:
-        loc = tuple(error.get("loc", ()))
-        kind = str(error.get("type", ""))
-        if loc[:2] == ("path", "operation_id"):
-            raise Http404("operation id")
-        if loc[:2] == ("query", "timeout_s"):
-            top = "invalid_timeout"
-            code = "pattern"
-        elif kind == "extra_forbidden":
-            code = "unknown_field"
-        elif kind == "missing":
-            code = "missing_field"
-        else:
-            code = "invalid_type" if kind.endswith("_type") else kind or "invalid"
-        field_errors.append(FieldError(_validation_pointer(loc), code, str(error.get("msg", ""))[:200]))
-    codes = {error.code for error in field_errors}
-    if top != "invalid_timeout":
-        if "unknown_field" in codes:
-            top = "unknown_field"
-        elif codes == {"missing_field"}:
-            top = "missing_field"
-    names = ", ".join(error.pointer for error in field_errors[:5])
-    details = {
-        "unknown_field": f"Remove the field(s) this call does not accept: {names}.",
-        "missing_field": f"Add the required field(s): {names}.",
-        "invalid_timeout": "timeout_s must be a whole number of seconds in ASCII digits (0-50; more is lowered to 50).",
-        "invalid_field": f"Fix the field(s) {names}: "
-        + "; ".join(f"{e.pointer}: {e.detail}" for e in field_errors[:3]),
-    }
-    return _problem(request, ApiProblem(top, details[top], errors=field_errors[:20]))
-
-
-def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    try:
-        return _validation_problem(request, list(exc.errors))
-    except Http404:
-        return _problem(request, api_wait.not_found(request.path.rsplit("/operations/", 1)[-1].split("/")[0]))
-
-
-def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    if isinstance(exc.__cause__, ApiProblem):
-        return _problem(request, exc.__cause__)
-    code = {400: "invalid_json", 401: "unauthenticated", 404: "not_found", 405: "method_not_allowed"}.get(
-        exc.status_code, "invalid_field"
-    )
-    return _problem(request, ApiProblem(code, str(exc)[:200], status=exc.status_code))
-
-
-def _on_unauthenticated(request: HttpRequest, exc: Exception) -> HttpResponse:
-    response = _problem(
-        request,
-        ApiProblem(
-            "unauthenticated",
-            "Send Authorization: Bearer <token> with a live token (manage.py create_agent_token NAME makes one).",
-        ),
-    )
-    response["WWW-Authenticate"] = 'Bearer realm="pollerdash"'
-    return response
-
-
-def _on_too_big(request: HttpRequest, exc: Exception) -> HttpResponse:
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return _problem(request, ApiProblem("body_too_large", f"Request bodies are limited to {limit} bytes."))
-
-
-def _on_404(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return _problem(request, ApiProblem("not_found", "No such API resource; see /api/v1/openapi.json."))
-
-
-def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-    logger.exception("agent API: unexpected error on %s %s", request.method, request.path[:200])
-    return _problem(request, ApiProblem("internal", "Something went wrong on our side; retry shortly."))
-
-
-api.add_exception_handler(Exception, _on_unexpected)
-api.add_exception_handler(ApiProblem, lambda request, exc: _problem(request, exc))
-api.add_exception_handler(ValidationError, _on_validation_error)
-api.add_exception_handler(HttpError, _on_http_error)
-api.add_exception_handler(AuthenticationError, _on_unauthenticated)
-api.add_exception_handler(RequestDataTooBig, _on_too_big)
-api.add_exception_handler(Http404, _on_404)
+api_errors.install(api)
 
 
 # --- rendering ---------------------------------------------------------------------------------------
@@ -258,82 +119,6 @@ def _render(op: Any) -> dict:
 
 def _agent(request: HttpRequest) -> Agent:
     return request.auth  # type: ignore[attr-defined,return-value]
-
-
-def _json_body(request: HttpRequest, *, required: bool) -> dict[str, object] | None:
-    body = request.body
-    if len(body) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-        raise RequestDataTooBig
-    if not body:
-        if required:
-            raise ApiProblem("invalid_json", "Send a JSON object body (Content-Type: application/json).")
-        return None
-    require_json_content_type(request)
-    return parse_json_object(body)
-
-
-def _validate(model: type[pydantic.BaseModel], data: dict[str, object] | None) -> Any:
-    try:
-        return model.model_validate(data or {})
-    except pydantic.ValidationError as exc:
-        raise _SchemaProblem([{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]) from None
-
-
-class _SchemaProblem(Exception):
-    def __init__(self, errors: list[dict]) -> None:
-        super().__init__("schema")
-        self.errors = errors
-
-
-api.add_exception_handler(_SchemaProblem, lambda request, exc: _validation_problem(request, exc.errors))
-
-
-def _problem_docs(*codes: str) -> dict[str, dict]:
-    by_status: dict[str, list[str]] = {}
-    for code in codes:
-        by_status.setdefault(str(PROBLEMS[code][0]), []).append(code)
-    return {
-        status: {
-            "description": "Problem: " + ", ".join(f"`{code}`" for code in grouped),
-            "content": {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}},
-        }
-        for status, grouped in by_status.items()
-    }
-
-
-def _ok_doc(description: str, model: str, headers: tuple[str, ...] = ()) -> dict:
-    doc: dict[str, Any] = {
-        "description": description,
-        "content": {JSON_TYPE: {"schema": {"$ref": f"#/components/schemas/{model}"}}},
-    }
-    if headers:
-        doc["headers"] = {name: {"schema": {"type": "string"}} for name in headers}
-    return doc
-
-
-COMMON_ERRORS = ("unauthenticated", "internal", "not_found", "unknown_field", "invalid_field", "too_many_waits")
-
-
-def _docs(operation_id: str, ok: dict[str, dict], *codes: str) -> None:
-    # 429 is only possible on waits; 404 not_found/operation_not_found share a status.
-    wanted = [
-        code
-        for code in dict.fromkeys((*COMMON_ERRORS, *codes))
-        if code != "too_many_waits" or operation_id == "waitOperation"
-    ]
-    AgentAPI.response_docs[operation_id] = {**ok, **_problem_docs(*wanted)}
-
-
-def _request_body_doc(model: str, *, required: bool) -> dict:
-    return {
-        "requestBody": {
-            "required": required,
-            "content": {JSON_TYPE: {"schema": {"$ref": f"#/components/schemas/{model}"}}},
-        }
-    }
-
-
-BODY_ERRORS = ("invalid_json", "missing_field", "body_too_large", "unsupported_media_type")
 
 
 # --- endpoints ---------------------------------------------------------------------------------------
@@ -384,7 +169,7 @@ def _conflict_problem(exc: services.OperationConflict) -> ApiProblem:
     operation_id="registerOperation",
     summary="Register a provider job for pollerdash to watch",
     openapi_extra={
-        **_request_body_doc("RegisterIn", required=True),
+        **docs.request_body("RegisterIn", required=True),
         "parameters": [
             {
                 "in": "header",
@@ -398,7 +183,7 @@ def _conflict_problem(exc: services.OperationConflict) -> ApiProblem:
 )
 def register_operation(request: HttpRequest) -> HttpResponse:
     reject_unknown_query(request, set())
-    payload = _validate(RegisterIn, _json_body(request, required=True))
+    payload = validate(RegisterIn, json_body(request, required=True))
     key = parse_idempotency_key(request)
     registration = _registration(payload)
     try:
@@ -417,31 +202,22 @@ def register_operation(request: HttpRequest) -> HttpResponse:
     return operation_response(obj, status=200 if outcome.replayed else 202, headers=headers)
 
 
-# OpenAPI links: from a registration to the calls on the operation it created.
-OPERATION_LINKS = {
-    name: {"operationId": operation_id, "parameters": {"operation_id": "$response.body#/id"}}
-    for name, operation_id in (
-        ("GetOperation", "getOperation"),
-        ("WaitOperation", "waitOperation"),
-        ("AcknowledgeOperation", "acknowledgeOperation"),
-        ("CancelOperation", "cancelOperation"),
-    )
-}
-
-_docs(
+docs.document(
     "registerOperation",
     {
-        "202": {
-            **_ok_doc("Registered; the row is committed. Not done yet.", "OperationOut", ("Location", "Retry-After")),
-            "links": OPERATION_LINKS,
-        },
-        "200": _ok_doc(
+        "202": docs.ok(
+            "Registered; the row is committed. Not done yet.",
+            "OperationOut",
+            ("Location", "Retry-After"),
+            links=docs.OPERATION_LINKS,
+        ),
+        "200": docs.ok(
             "Replay of an earlier identical registration (Idempotent-Replayed: true)",
             "OperationOut",
             ("Location", "Idempotent-Replayed"),
         ),
     },
-    *BODY_ERRORS,
+    *docs.BODY_ERRORS,
     "idempotency_key_invalid",
     "multiple_idempotency_keys",
     "operation_exists",
@@ -472,7 +248,7 @@ def list_operations(
     return json_response(open_list(agent_id=_agent(request).pk, limit=applied, cursor=cursor))
 
 
-_docs("listOperations", {"200": _ok_doc("A page of your open operations", "ListOut")}, "invalid_cursor")
+docs.document("listOperations", {"200": docs.ok("A page of your open operations", "ListOut")}, "invalid_cursor")
 
 
 OperationIdPath = Path(..., pattern=OPERATION_ID_PATTERN, description="op_ + 26-character ULID")
@@ -488,13 +264,13 @@ def get_operation(request: HttpRequest, operation_id: str = OperationIdPath) -> 
     reject_unknown_query(request, set())
     op = api_selectors.agent_operation(agent_id=_agent(request).pk, operation_id=operation_id)
     if op is None:
-        raise api_wait.not_found(operation_id)
+        raise not_found(operation_id)
     return operation_response(_render(op))
 
 
-_docs(
+docs.document(
     "getOperation",
-    {"200": _ok_doc("The Operation object", "OperationOut", ("Retry-After",))},
+    {"200": docs.ok("The Operation object", "OperationOut", ("Retry-After",))},
     "operation_not_found",
 )
 
@@ -520,9 +296,9 @@ async def wait_operation(
     return json_response(body)
 
 
-_docs(
+docs.document(
     "waitOperation",
-    {"200": _ok_doc("Returned early (done or needs a human) or at the timeout (timed_out: true)", "WaitOut")},
+    {"200": docs.ok("Returned early (done or needs a human) or at the timeout (timed_out: true)", "WaitOut")},
     "operation_not_found",
     "invalid_timeout",
     "too_many_waits",
@@ -534,24 +310,24 @@ _docs(
     auth=bearer,
     operation_id="acknowledgeOperation",
     summary="Acknowledge a done operation (it leaves the open list); idempotent",
-    openapi_extra=_request_body_doc("AckIn", required=False),
+    openapi_extra=docs.request_body("AckIn", required=False),
 )
 def acknowledge_operation(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponse:
     reject_unknown_query(request, set())
-    _validate(AckIn, _json_body(request, required=False))
+    validate(AckIn, json_body(request, required=False))
     try:
         op = services.operation_acknowledge(agent=_agent(request), operation_id=operation_id)
     except services.OperationNotFound:
-        raise api_wait.not_found(operation_id) from None
+        raise not_found(operation_id) from None
     except services.OperationConflict as exc:
         raise _conflict_problem(exc) from None
     return operation_response(_render(op))
 
 
-_docs(
+docs.document(
     "acknowledgeOperation",
-    {"200": _ok_doc("Acknowledged (again)", "OperationOut")},
-    *BODY_ERRORS,
+    {"200": docs.ok("Acknowledged (again)", "OperationOut")},
+    *docs.BODY_ERRORS,
     "operation_not_found",
     "operation_not_done",
 )
@@ -562,17 +338,17 @@ _docs(
     auth=bearer,
     operation_id="cancelOperation",
     summary="Stop watching (status closed, error.code watch_cancelled) and forward a cancel to the provider",
-    openapi_extra=_request_body_doc("CancelIn", required=False),
+    openapi_extra=docs.request_body("CancelIn", required=False),
 )
 def cancel_operation(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponse:
     reject_unknown_query(request, set())
-    payload = _validate(CancelIn, _json_body(request, required=False))
+    payload = validate(CancelIn, json_body(request, required=False))
     try:
         op = services.operation_cancel_by_agent(
             agent=_agent(request), operation_id=operation_id, reason=payload.reason or ""
         )
     except services.OperationNotFound:
-        raise api_wait.not_found(operation_id) from None
+        raise not_found(operation_id) from None
     except services.OperationConflict as exc:
         raise _conflict_problem(exc) from None
     except services.RegistrationError as exc:
@@ -580,10 +356,10 @@ def cancel_operation(request: HttpRequest, operation_id: str = OperationIdPath) 
     return operation_response(_render(op), status=202)
 
 
-_docs(
+docs.document(
     "cancelOperation",
-    {"202": _ok_doc("Watch stopped; provider cancel forwarded in the background (see `cancel`)", "OperationOut")},
-    *BODY_ERRORS,
+    {"202": docs.ok("Watch stopped; provider cancel forwarded in the background (see `cancel`)", "OperationOut")},
+    *docs.BODY_ERRORS,
     "operation_not_found",
     "operation_already_terminal",
     "invalid_value",
@@ -593,63 +369,24 @@ _docs(
 # --- URLs: every answer under /api/v1/ is JSON, including 404 and 405 -----------------------------------
 
 
-def _json_errors(view: Callable) -> Callable:
-    """Turn Django/ninja's plain-text 404/405 answers into problems."""
-
-    def fix(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
-        content_type = response.get("Content-Type", "")
-        if response.status_code < 400 or content_type.startswith((JSON_TYPE, PROBLEM_CONTENT_TYPE)):
-            return response
-        if response.status_code == 405:
-            allowed = response.get("Allow", "")
-            fixed = _problem(
-                request,
-                ApiProblem(
-                    "method_not_allowed", f"{request.method} is not allowed here; use {allowed or 'another method'}."
-                ),
-            )
-            fixed["Allow"] = allowed
-            return fixed
-        return _on_404(request, Http404())
-
-    if asyncio.iscoroutinefunction(view):
-
-        @functools.wraps(view)
-        async def async_wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            try:
-                return fix(request, await view(request, *args, **kwargs))
-            except Http404:
-                return _on_404(request, Http404())
-
-        return async_wrapped
-
-    @functools.wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        try:
-            return fix(request, view(request, *args, **kwargs))
-        except Http404:
-            return _on_404(request, Http404())
-
-    wrapped.csrf_exempt = True  # type: ignore[attr-defined]
-    return wrapped
+def _unknown_path(request: HttpRequest, rest: str = "") -> HttpResponse:
+    return no_such_resource(request)
 
 
-def _not_found_view(request: HttpRequest, rest: str = "") -> HttpResponse:
-    return _on_404(request, Http404())
-
-
-_not_found_view.csrf_exempt = True  # type: ignore[attr-defined]
+_unknown_path.csrf_exempt = True  # type: ignore[attr-defined]
 
 
 def _urlpatterns() -> list:
     patterns, app_name, namespace = api.urls
     wrapped = [
-        URLPattern(p.pattern, _json_errors(p.callback), p.default_args, p.name) if isinstance(p, URLPattern) else p
+        URLPattern(p.pattern, api_errors.json_answers_only(p.callback), p.default_args, p.name)
+        if isinstance(p, URLPattern)
+        else p
         for p in patterns
     ]
     return [
         path("", include((wrapped, app_name), namespace=namespace)),
-        re_path(r"^(?P<rest>.*)$", _not_found_view),
+        re_path(r"^(?P<rest>.*)$", _unknown_path),
     ]
 
 

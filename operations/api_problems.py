@@ -103,3 +103,12 @@ def problem_response(problem: ApiProblem, *, instance: str | None = None) -> Htt
     for name, value in problem.headers.items():
         response[name] = value
     return response
+
+
+def not_found(operation_id: str) -> ApiProblem:
+    """Unknown ids and other agents' ids get the same answer: nothing to enumerate."""
+    return ApiProblem(
+        "operation_not_found",
+        f"You have no operation {operation_id[:40]!r}. List yours with GET /api/v1/operations?view=open.",
+        extra={"operation_id": operation_id[:40]},
+    )

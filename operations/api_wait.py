@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from operations import api_selectors
-from operations.api_problems import ApiProblem
+from operations.api_problems import ApiProblem, not_found
 from operations.representation import operation_object
 from operations.vocabulary import TERMINAL_STATUSES, Status
 
@@ -190,14 +190,6 @@ def _load(*, agent_id: int, operation_id: str) -> dict | None:
     if op is None:
         return None
     return operation_object(op, open_escalation=api_selectors.open_escalation(operation=op))
-
-
-def not_found(operation_id: str) -> ApiProblem:
-    return ApiProblem(
-        "operation_not_found",
-        f"You have no operation {operation_id[:40]!r}. List yours with GET /api/v1/operations?view=open.",
-        extra={"operation_id": operation_id[:40]},
-    )
 
 
 async def wait_result(*, agent_id: int, operation_id: str, requested_s: int, applied_s: int) -> dict:

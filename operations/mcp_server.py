@@ -24,7 +24,7 @@ from operations import api_selectors, api_wait, services
 from operations.agents import agent_authenticate
 from operations.api_lists import LIMIT_MAX, open_list
 from operations.api_parsing import parse_rfc3339
-from operations.api_problems import ApiProblem, problem_body
+from operations.api_problems import ApiProblem, not_found, problem_body
 from operations.api_schemas import ListOut, OperationOut
 from operations.models import Agent
 from operations.representation import operation_object
@@ -84,7 +84,7 @@ def _problem_of(exc: Exception) -> ApiProblem | None:
     if isinstance(exc, ApiProblem):
         return exc
     if isinstance(exc, services.OperationNotFound):
-        return api_wait.not_found(str(exc))
+        return not_found(str(exc))
     if isinstance(exc, services.OperationConflict):
         return ApiProblem(exc.code, exc.message + ".")
     if isinstance(exc, services.RegistrationError):
@@ -144,7 +144,7 @@ def build_server(*, identity: Identity) -> MCPServer:
         def work(agent: Agent) -> dict[str, Any]:
             op = api_selectors.agent_operation(agent_id=agent.pk, operation_id=operation_id)
             if op is None:
-                raise api_wait.not_found(operation_id)
+                raise not_found(operation_id)
             return render(op)
 
         return await guarded(lambda: _op(call(work)))
