@@ -242,6 +242,11 @@ API_WAIT_MAX_PER_AGENT = env_int("API_WAIT_MAX_PER_AGENT", 200)
 # Database threads for the async API code (waits): their number, not the number of waits, bounds
 # the threads and connections the web process uses for them.
 API_DB_THREADS = env_int("API_DB_THREADS", 4)
+# Server-sent event streams (GET /api/v1/operations/{id}/events): comment line every N seconds
+# so proxies keep the connection; a stream ends after at most this long (clients resume with
+# Last-Event-ID).
+API_EVENTS_KEEPALIVE_S = env_float("API_EVENTS_KEEPALIVE_S", 15.0)
+API_EVENTS_MAX_S = env_float("API_EVENTS_MAX_S", 300.0)
 CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
