@@ -21,6 +21,24 @@ from operations.models import Authorization, Operation, ProviderAccount, Provide
 from operations.vocabulary import Reason
 
 PAGE_SIZE = 50
+# What an inbox row shows: loading only this keeps JSON columns (results, errors, snapshots) out.
+INBOX_FIELDS = (
+    "id",
+    "reason",
+    "state",
+    "opened_at",
+    "operation",
+    "assignee",
+    "operation__id",
+    "operation__purpose",
+    "operation__provider_job_id",
+    "operation__business_deadline_at",
+    "operation__status_requests_used",
+    "operation__max_status_requests",
+    "operation__provider",
+    "operation__provider__slug",
+    "assignee__username",
+)
 REASONS = [(reason.value, reason_label(reason.value)) for reason in Reason]
 
 
@@ -128,8 +146,10 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
         query = query.filter(reason=filters.reason)
     if filters.provider:
         query = query.filter(operation__provider__slug=filters.provider)
-    query = query.select_related("operation__provider", "assignee").order_by(
-        F("operation__business_deadline_at").asc(nulls_last=True), "opened_at", "pk"
+    query = (
+        query.select_related("operation__provider", "assignee")
+        .only(*INBOX_FIELDS)
+        .order_by(F("operation__business_deadline_at").asc(nulls_last=True), "opened_at", "pk")
     )
     known = None
     if not filters.active:

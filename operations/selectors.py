@@ -29,6 +29,23 @@ STATUS_TABS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ended": ("Closed / cancelled / expired", (Status.CLOSED, Status.CANCELLED, Status.EXPIRED)),
 }
 STATUS_VALUES = {status.value for status in Status}
+# What a row of the operations list shows (the JSON columns stay in the database).
+LIST_FIELDS = (
+    "id",
+    "purpose",
+    "provider_job_id",
+    "created_at",
+    "status",
+    "status_requests_used",
+    "max_status_requests",
+    "next_poll_at",
+    "delay_source",
+    "last_http_status",
+    "last_provider_state",
+    "last_polled_at",
+    "provider",
+    "provider__slug",
+)
 
 
 def operation_get(*, operation_id: str) -> Operation | None:
@@ -89,7 +106,7 @@ def operation_queryset(*, filters: OperationFilters) -> QuerySet[Operation]:
     from escalations.models import Escalation
 
     open_reason = Escalation.objects.filter(operation=OuterRef("pk"), state=Escalation.State.OPEN).values("reason")[:1]
-    query = Operation.objects.select_related("provider").annotate(open_reason=Subquery(open_reason))
+    query = Operation.objects.select_related("provider").only(*LIST_FIELDS).annotate(open_reason=Subquery(open_reason))
     if filters.statuses:
         query = query.filter(status__in=filters.statuses)
     if filters.provider:

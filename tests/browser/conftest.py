@@ -30,7 +30,10 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    # Conditions are awaited, never slept on; generous deadlines keep a loaded 2-core CI box green.
+    expect.set_options(timeout=15_000)
 
     # While Playwright's loop runs in this thread, every ORM call here (the test's own and the
     # database flush between tests) would be refused as "async": allow them for this module only.
@@ -73,6 +76,7 @@ def open_page(browser: object, live_server: object) -> Iterator[Callable[..., ob
         context = browser.new_context(viewport=viewport)  # type: ignore[attr-defined]
         contexts.append(context)
         page = context.new_page()
+        page.set_default_timeout(20_000)
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{live_server.url}/")  # type: ignore[attr-defined]
         page.fill("#id_username", user.get_username())  # type: ignore[attr-defined]

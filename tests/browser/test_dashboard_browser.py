@@ -30,6 +30,7 @@ def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user
     row = page.locator(f"#esc-{esc.pk}")
     expect(row).to_be_visible(timeout=10_000)
     expect(page).to_have_title("(1) Inbox · pollerdash")
+    expect(page.locator("#inbox-counts .seg-item").first).to_contain_text("Everyone 1")
     expect(row.locator(".chip-reason")).to_have_text("Request budget spent")
     expect(row).to_contain_text("1 of 1")
     shoot(page, artifacts, "inbox-desktop")
@@ -69,6 +70,8 @@ def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user
     phone = open_page(alice, viewport=PHONE)
     other = budget_card(purpose="Nightly export of the customer ledger for the data warehouse")
     phone.goto(f"{live_server.url}/")
+    expect(phone.locator(f"#esc-{other.pk}")).to_be_visible()
+    shoot(phone, artifacts, "inbox-phone")
     phone.locator(f"#esc-{other.pk}").get_by_role("button", name=re.compile("Review")).click()
     expect(phone.locator(f"#card-{other.pk}")).to_contain_text("Why it stopped")
     assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
