@@ -46,7 +46,7 @@ class Sizes:
 
 
 FULL = Sizes(10_000, 100.0, 60.0, 10.0, (100, 150, 200, 250, 300, 350, 400), 1_000, 15.0)
-QUICK = Sizes(1_000, 10.0, 12.0, 4.0, (100, 200), 300, 5.0)
+QUICK = Sizes(2_000, 20.0, 12.0, 4.0, (100, 200), 300, 5.0)
 
 
 def load() -> str:
@@ -151,11 +151,19 @@ def create_operations(profile, count: int, *, first_due, spacing_s: float, tag: 
     return [row.id for row in rows]
 
 
-def lags_between(start, end) -> list[float]:  # noqa: ANN001
+def lags_between(start, end, *, expected: int, grace_s: float = 10.0) -> list[float]:  # noqa: ANN001
+    """Lags of the polls whose due time fell in [start, end), once all `expected` of them started
+    (or after a grace period: the ones still missing are reported as missing, not hidden)."""
+    from django.utils import timezone
+
     from operations.models import StatusCheck
 
-    rows = StatusCheck.objects.filter(due_at__gte=start, due_at__lt=end).values_list("started_at", "due_at")
-    return [(started - due).total_seconds() for started, due in rows]
+    rows = StatusCheck.objects.filter(due_at__gte=start, due_at__lt=end)
+    time.sleep(max(0.0, (end - timezone.now()).total_seconds()))
+    deadline = time.monotonic() + grace_s
+    while rows.count() < expected and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return [(started - due).total_seconds() for started, due in rows.values_list("started_at", "due_at")]
 
 
 def quiesce(ids: list[str]) -> None:
@@ -174,12 +182,14 @@ def quiesce(ids: list[str]) -> None:
         time.sleep(0.2)
 
 
-def report_lags(label: str, lags: list[float], seconds: float) -> tuple[float, float]:
+def report_lags(label: str, lags: list[float], seconds: float, *, expected: int) -> tuple[float, float]:
     rate = len(lags) / seconds if seconds else float("nan")
-    p95 = percentile(lags, 95)
+    # A poll that never started within the grace period counts as over any lag target.
+    p95 = percentile(lags, 95) if len(lags) >= expected else float("inf")
+    worst = max(lags, default=float("nan"))
     print(
-        f"{label:<34} {len(lags):6d} polls  {rate:7.1f} polls/s  lag p50 {percentile(lags, 50):6.3f} s"
-        f"  p95 {p95:6.3f} s  p99 {percentile(lags, 99):6.3f} s  max {max(lags, default=float('nan')):6.3f} s"
+        f"{label:<28} {len(lags):6d}/{expected} polls  {rate:7.1f} polls/s  lag p50 {percentile(lags, 50):6.3f} s"
+        f"  p95 {percentile(lags, 95):6.3f} s  p99 {percentile(lags, 99):6.3f} s  max {worst:6.3f} s"
     )
     return rate, p95
 
@@ -195,20 +205,21 @@ def steady_state(provider_url: str, sizes: Sizes) -> list[str]:
     print(f"(a) steady state: {sizes.steady_ops:,} operations, {due_rate:.0f} polls/s due, {sizes.steady_s:.0f} s")
     warm = start + timedelta(seconds=2)
     end = warm + timedelta(seconds=sizes.steady_s)
-    time.sleep(max(0.0, (end - timezone.now()).total_seconds()) + 1.5)  # let the last due ones start
-    report_lags("    end to end", lags_between(warm, end), sizes.steady_s)
+    expected = round(sizes.steady_s / spacing)
+    report_lags("    end to end", lags_between(warm, end, expected=expected), sizes.steady_s, expected=expected)
     print(f"    {load()}")
     quiesce(ids)
     return ids
 
 
-def ceiling(provider_url: str, sizes: Sizes, ids: list[str]) -> float:
+def ceiling(provider_url: str, sizes: Sizes, ids: list[str]) -> tuple[float, float]:
+    """(highest rate held with lag p95 <= 1 s, highest throughput seen in any step)."""
     from django.utils import timezone
 
     from operations.models import Operation
 
     print(f"(b) ceiling: due rate stepped up, {sizes.step_s:.0f} s per step, until lag p95 > 1 s")
-    best = 0.0
+    best = peak = 0.0
     for rate in sizes.rates:
         count = int(rate * sizes.step_s)
         if count > len(ids):
@@ -224,15 +235,15 @@ def ceiling(provider_url: str, sizes: Sizes, ids: list[str]) -> float:
                 row.next_poll_at = whens[row.pk]
             Operation.objects.bulk_update(rows, ["next_poll_at"], batch_size=1000)
         end = start + timedelta(seconds=sizes.step_s)
-        time.sleep(max(0.0, (end - timezone.now()).total_seconds()) + 2.0)
-        lags = lags_between(start, end)
-        achieved, p95 = report_lags(f"    {rate:4d} polls/s due", lags, sizes.step_s)
+        lags = lags_between(start, end, expected=count, grace_s=5.0)
+        achieved, p95 = report_lags(f"    {rate:4d} polls/s due", lags, sizes.step_s, expected=count)
+        peak = max(peak, achieved)
         quiesce(ids)
-        if p95 > 1.0 or len(lags) < 0.95 * count:
+        if p95 > 1.0:
             break
         best = max(best, achieved)
     print(f"    {load()}")
-    return best
+    return best, peak
 
 
 def bare_httpx(provider_url: str, seconds: float) -> float:
@@ -320,10 +331,11 @@ def main() -> None:
     fleet = Fleet(clusters=args.clusters, workers=args.workers)
     try:
         ids = steady_state(provider_url, sizes)
-        best = ceiling(provider_url, sizes, ids)
+        best, peak = ceiling(provider_url, sizes, ids)
         bare = bare_httpx(provider_url, 5.0)
         print(f"    bare httpx GET loop (keep-alive, same provider): {bare:7.0f} requests/s")
-        print(f"    highest rate with lag p95 <= 1 s: {best:7.1f} polls/s; ratio to the bare loop {best / bare:.3f}")
+        print(f"    highest rate held, lag p95 <= 1 s:   {best:7.1f} polls/s  (ratio to bare loop {best / bare:.3f})")
+        print(f"    highest throughput in any step:        {peak:7.1f} polls/s  (ratio to bare loop {peak / bare:.3f})")
         burst(provider_url, sizes)
     finally:
         fleet.stop()

@@ -40,7 +40,7 @@ def test_dispatchers_and_workers_recover_from_a_database_restart(processes, make
     ops = [
         operation_register(
             provider_slug=profile.slug,
-            provider_job_id=job_id("slow_success", polls=4),
+            provider_job_id=job_id("slow_success", polls=2),
             registered_by="operator:integration",
         )
         for _ in range(100)
@@ -53,7 +53,7 @@ def test_dispatchers_and_workers_recover_from_a_database_restart(processes, make
     def sent() -> list[dict]:
         return [r for r in fake_provider.requests() if r["kind"] == "status" and r["job_id"] in jobs]
 
-    wait_until(lambda: len(sent()) >= 150, timeout=60, what="the run to be under way", processes=processes)
+    wait_until(lambda: len(sent()) >= 100, timeout=60, what="the run to be under way", processes=processes)
     restart_postgres()
     # The test's own connection went away too: wait_until reconnects it.
     wait_until(
@@ -71,6 +71,6 @@ def test_dispatchers_and_workers_recover_from_a_database_restart(processes, make
         # acknowledgement was lost in the restart may stay charged without being sent: that
         # errs on the side of the budget, never past it.
         assert per_op[op.pk] <= op.status_requests_used == checks <= op.max_status_requests, op.provider_job_id
-        assert per_op[op.pk] >= 5  # it needed five answers to succeed
+        assert per_op[op.pk] >= 3  # it needed three answers to succeed
     for proc in processes.started:
         assert proc.popen.poll() is None, f"{proc.log_path.name} exited: {proc.log()[-2000:]}"
