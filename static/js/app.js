@@ -327,7 +327,7 @@
     const key = event.key;
     if (gPending && Date.now() - gPending < 1500) {
       gPending = 0;
-      const to = { i: "/", o: "/operations/", h: "/history/" }[key];
+      const to = { i: "/", o: "/operations/", h: "/history/", s: "/system/" }[key];
       if (to) {
         event.preventDefault();
         window.location.href = to;
