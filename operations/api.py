@@ -15,13 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import URLPattern, include, path, re_path
 from ninja import Path, Query
 from ninja.security import HttpBearer
 
 from operations import api_docs as docs
-from operations import api_errors, api_selectors, api_wait, services
+from operations import api_errors, api_events, api_selectors, api_wait, services
 from operations.agents import agent_authenticate
 from operations.api_errors import json_body, no_such_resource, validate
 from operations.api_lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
@@ -302,6 +302,44 @@ docs.document(
     "operation_not_found",
     "invalid_timeout",
     "too_many_waits",
+)
+
+
+@api.get(
+    "/operations/{operation_id}/events",
+    auth=bearer_async,
+    operation_id="streamOperationEvents",
+    summary="Server-sent events: one `operation` event per change (id = sequence; resume with Last-Event-ID)",
+)
+async def operation_events(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponse:
+    reject_unknown_query(request, set())
+    agent_id = _agent(request).pk
+    first = await api_events.first_state(agent_id=agent_id, operation_id=operation_id)
+    after = api_events.last_event_id(request.headers.get("Last-Event-ID"))
+    if first["done"] and after is not None and after >= first["sequence"]:
+        # The client has the final event: 204 tells an EventSource to stop reconnecting.
+        finished = HttpResponse(status=204)
+        finished["Cache-Control"] = "no-store"
+        return finished
+    response = StreamingHttpResponse(
+        api_events.stream(agent_id=agent_id, operation_id=operation_id, first=first, after=after),
+        content_type="text/event-stream",
+    )
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"  # nginx would otherwise hold the events back
+    return response
+
+
+docs.document(
+    "streamOperationEvents",
+    {
+        "200": {
+            "description": "text/event-stream of `operation` events (data: the Operation object)",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        "204": {"description": "Last-Event-ID already names the final event: stop reconnecting"},
+    },
+    "operation_not_found",
 )
 
 

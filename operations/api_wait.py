@@ -185,7 +185,8 @@ async def wait_for_change(*, agent_id: int, operation_id: str, timeout_s: float,
         hub.remove(waiter)
 
 
-def _load(*, agent_id: int, operation_id: str) -> dict | None:
+def load_operation(*, agent_id: int, operation_id: str) -> dict | None:
+    """The agent's Operation object, or None (sync: run it with run_db)."""
     op = api_selectors.agent_operation(agent_id=agent_id, operation_id=operation_id)
     if op is None:
         return None
@@ -195,12 +196,12 @@ def _load(*, agent_id: int, operation_id: str) -> dict | None:
 async def wait_result(*, agent_id: int, operation_id: str, requested_s: int, applied_s: int) -> dict:
     """The wait_result object: returns early when the operation is done or needs a human."""
     started = time.monotonic()
-    obj = await run_db(_load, agent_id=agent_id, operation_id=operation_id)
+    obj = await run_db(load_operation, agent_id=agent_id, operation_id=operation_id)
     if obj is None:
         raise not_found(operation_id)
     if obj["status"] not in WAKE_STATUSES:
         await wait_for_change(agent_id=agent_id, operation_id=operation_id, timeout_s=applied_s, after_sequence=None)
-        obj = await run_db(_load, agent_id=agent_id, operation_id=operation_id)
+        obj = await run_db(load_operation, agent_id=agent_id, operation_id=operation_id)
         if obj is None:
             raise not_found(operation_id)
     stopped = obj["status"] in WAKE_STATUSES

@@ -323,6 +323,7 @@ def test_openapi_document_lists_every_endpoint(api):
         "/api/v1/operations/{operation_id}/wait",
         "/api/v1/operations/{operation_id}/ack",
         "/api/v1/operations/{operation_id}/cancel",
+        "/api/v1/operations/{operation_id}/events",
     }
     assert set(paths["/api/v1/operations"]) == {"get", "post"}
     assert paths["/api/v1/operations"]["post"]["responses"]["422"]["content"]["application/problem+json"]
