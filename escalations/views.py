@@ -103,6 +103,9 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
         assert view is not None
         kind = "error" if result.refused else "ok"
+        response_state = (result.decision.provider_response or {}).get("state")
+        if response_state is not None and response_state != "confirmed":
+            kind = "warn"  # the cancel went out but the provider did not confirm it
         status = 200
         if result.refused:
             status = 409 if result.stale else 422
@@ -110,6 +113,8 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         context = card_context(request, view, where=where, flash={"kind": kind, "text": result.message})
         return render(request, "escalations/_card.html", context, status=status)
     level = messages.ERROR if result.refused else messages.SUCCESS
+    if (result.decision.provider_response or {}).get("state") not in (None, "confirmed"):
+        level = messages.WARNING
     messages.add_message(request, level, result.message)
     return HttpResponseRedirect(operation_url, status=303)
 

@@ -127,3 +127,12 @@ def story_lines(lines: list[object]) -> str:
             for line in lines
         ),
     )
+
+
+@register.filter
+def isotext(value: object) -> str:
+    """An RFC 3339 string from a JSON record ("2026-12-01T10:15:00Z") shown as "2026-12-01 10:15:00 UTC"."""
+    try:
+        return _utc(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+    except ValueError:
+        return str(value or "—")
