@@ -139,3 +139,19 @@ def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa
     assert "<code>extend:15m:4</code>" in applied and "<code>close</code>" not in applied
     assert "No decisions match" in responder_client.get(url, {"since": "2030-01-01"}).content.decode()
     assert responder_client.get(url, {"since": "not-a-date", "outcome": "<x>"}).status_code == 200
+
+
+def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
+    from escalations.services import escalation_decide
+
+    esc = stopped("succeeded_no_result")
+    escalation_decide(
+        escalation_id=esc.pk, user=alice, option_id="accept_output", card_version=esc.version, comment="ok"
+    )
+    url = reverse("escalation_card", args=[esc.pk])
+    client.force_login(alice)
+    mine = client.get(url, headers=HTMX).content.decode()
+    assert "You accepted this output" in mine and 'value="accept_output"' not in mine
+    client.force_login(bob)
+    theirs = client.get(url, headers=HTMX).content.decode()
+    assert "Confirm acceptance (second responder after alice)" in theirs and 'value="accept_output"' in theirs
