@@ -371,7 +371,7 @@ def main() -> None:
             f" {total / exported.cpu_s:,.0f} per CPU-second (incl. Django start-up; exit {exported.status},"
             f" peak RSS {exported.peak_mb:.0f} MB); filled in {fill_s:.1f} s"
         )
-        if previous is not None:
+        if previous is not None and exported.cpu_s - previous[1] > 0.5:
             marginal = (total - previous[0]) / (exported.cpu_s - previous[1])
             print(f"  marginal export rate (start-up excluded): {marginal:,.0f} entries per CPU-second")
         previous = (total, exported.cpu_s)
