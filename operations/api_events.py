@@ -58,7 +58,7 @@ async def stream(*, agent_id: int, operation_id: str, first: dict, after: int | 
         if remaining <= 0:
             return
         try:
-            changed = await api_wait.wait_for_change(
+            woke = await api_wait.wait_for_change(
                 agent_id=agent_id,
                 operation_id=operation_id,
                 timeout_s=min(settings.API_EVENTS_KEEPALIVE_S, remaining),
@@ -68,10 +68,10 @@ async def stream(*, agent_id: int, operation_id: str, first: dict, after: int | 
             # Too many open waits and streams: say so in-band and end; the client retries later.
             yield f"event: error\ndata: {json.dumps(problem_body(exc), separators=(',', ':'))}\n\n"
             return
-        if not changed:
+        if woke is api_wait.TIMED_OUT:
             yield ": keep-alive\n\n"
             continue
-        latest = await api_wait.run_db(api_wait.load_operation, agent_id=agent_id, operation_id=operation_id)
+        latest = woke or await api_wait.run_db(api_wait.load_operation, agent_id=agent_id, operation_id=operation_id)
         if latest is None:
             return
         obj = latest

@@ -24,6 +24,7 @@ from django.db import close_old_connections, connections
 
 from operations import api_selectors
 from operations.api_problems import ApiProblem, not_found
+from operations.models import Operation
 from operations.representation import operation_object
 from operations.vocabulary import TERMINAL_STATUSES, Status
 
@@ -135,15 +136,28 @@ class Watcher:
                     rows += await run_db(api_selectors.statuses, operation_ids=ids[start : start + CHUNK])
             except Exception:  # noqa: BLE001 - a database hiccup must not end every wait; retry next tick
                 continue
+            woken: dict[str, list[_Waiter]] = {}
             for operation_id, status, sequence in rows:
-                for waiter in list(self.waiters.get(operation_id, ())):
+                for waiter in self.waiters.get(operation_id, ()):
                     if waiter.future.done():
                         continue
-                    if waiter.after_sequence is None:
-                        if status in WAKE_STATUSES:
-                            waiter.future.set_result(status)
-                    elif sequence > waiter.after_sequence:
-                        waiter.future.set_result(status)
+                    if (waiter.after_sequence is None and status in WAKE_STATUSES) or (
+                        waiter.after_sequence is not None and sequence > waiter.after_sequence
+                    ):
+                        woken.setdefault(operation_id, []).append(waiter)
+            if woken:
+                await self._wake(woken)
+
+    async def _wake(self, woken: dict[str, list[_Waiter]]) -> None:
+        """Load every woken operation in one query and hand each waiter its fresh object."""
+        try:
+            objects = await run_db(load_operations, operation_ids=list(woken))
+        except Exception:  # noqa: BLE001 - the waiters then load their operation themselves
+            objects = {}
+        for operation_id, group in woken.items():
+            for waiter in group:
+                if not waiter.future.done():
+                    waiter.future.set_result(objects.get(operation_id))
 
 
 _watchers: dict[asyncio.AbstractEventLoop, Watcher] = {}
@@ -164,10 +178,22 @@ def open_waits() -> int:
     return sum(len(group) for hub in list(_watchers.values()) for group in list(hub.waiters.values()))
 
 
-async def wait_for_change(*, agent_id: int, operation_id: str, timeout_s: float, after_sequence: int | None) -> bool:
-    """Park until the operation finishes/needs a human (or its sequence passes `after_sequence`)."""
+class _Timeout:
+    pass
+
+
+TIMED_OUT = _Timeout()
+
+
+async def wait_for_change(
+    *, agent_id: int, operation_id: str, timeout_s: float, after_sequence: int | None
+) -> dict | None | _Timeout:
+    """Park until the operation finishes/needs a human (or its sequence passes `after_sequence`).
+
+    Returns the fresh Operation object (None if the watcher could not load it), or TIMED_OUT.
+    """
     if timeout_s <= 0:
-        return False
+        return TIMED_OUT
     hub = watcher()
     waiter = _Waiter(
         operation_id=operation_id,
@@ -177,12 +203,21 @@ async def wait_for_change(*, agent_id: int, operation_id: str, timeout_s: float,
     )
     hub.add(waiter)
     try:
-        await asyncio.wait_for(waiter.future, timeout=timeout_s)
-        return True
+        return await asyncio.wait_for(waiter.future, timeout=timeout_s)
     except TimeoutError:
-        return False
+        return TIMED_OUT
     finally:
         hub.remove(waiter)
+
+
+def load_operations(*, operation_ids: list[str]) -> dict[str, dict]:
+    """Operation objects by id, in one query (plus one for open escalations), for woken waiters."""
+    found: dict[str, dict] = {}
+    for start in range(0, len(operation_ids), CHUNK):
+        ops = list(Operation.objects.select_related("provider").filter(pk__in=operation_ids[start : start + CHUNK]))
+        escalations = api_selectors.open_escalations(operations=ops)
+        found.update({op.pk: operation_object(op, open_escalation=escalations.get(op.pk)) for op in ops})
+    return found
 
 
 def load_operation(*, agent_id: int, operation_id: str) -> dict | None:
@@ -200,8 +235,15 @@ async def wait_result(*, agent_id: int, operation_id: str, requested_s: int, app
     if obj is None:
         raise not_found(operation_id)
     if obj["status"] not in WAKE_STATUSES:
-        await wait_for_change(agent_id=agent_id, operation_id=operation_id, timeout_s=applied_s, after_sequence=None)
-        obj = await run_db(load_operation, agent_id=agent_id, operation_id=operation_id)
+        woke = await wait_for_change(
+            agent_id=agent_id, operation_id=operation_id, timeout_s=applied_s, after_sequence=None
+        )
+        # Woken: the watcher loaded the operation already. Timed out: read its latest state.
+        obj = (
+            woke
+            if isinstance(woke, dict)
+            else await run_db(load_operation, agent_id=agent_id, operation_id=operation_id)
+        )
         if obj is None:
             raise not_found(operation_id)
     stopped = obj["status"] in WAKE_STATUSES
