@@ -40,6 +40,7 @@ class Kind:
 
 
 SUCCEEDS = Kind("slow_success", {"polls": 1}, 12, Status.SUCCEEDED, None, 2)
+SUCCEEDS_AT_ONCE = Kind("slow_success", {"polls": 0}, 12, Status.SUCCEEDED, None, 1)
 FAILS = Kind("late_failure", {"polls": 1}, 12, Status.FAILED, None, 2)
 BUDGET = Kind("never_finishes", {}, 3, Status.NEEDS_ATTENTION, "request_budget_exhausted", 3)
 UNKNOWN = Kind("unknown_state", {}, 12, Status.NEEDS_ATTENTION, "unknown_state", 1)
@@ -149,7 +150,7 @@ def test_a_deadline_passing_while_no_poll_is_due_is_escalated_within_seconds(
 @pytest.mark.postgres
 def test_two_clusters_and_two_dispatchers_on_300_operations(processes, make_profile, fake_provider):
     """Pacing per account, budgets, one poll per due time, and a 429 pausing a whole account."""
-    accounts = [fast_profile(make_profile, rate_limit_per_s=30) for _ in range(2)]
+    accounts = [fast_profile(make_profile, rate_limit_per_s=40) for _ in range(2)]
     throttled_account = fast_profile(make_profile, rate_limit_per_s=10)
     expected: dict[str, Kind] = {}
     # Registered first, so it is among the first claims: a 429 asking for 2 s on this account.
@@ -162,7 +163,7 @@ def test_two_clusters_and_two_dispatchers_on_300_operations(processes, make_prof
     siblings = Kind("slow_success", {"polls": 2}, 12, Status.SUCCEEDED, None, 3)
     for _ in range(19):
         expected[register(throttled_account, siblings).pk] = siblings
-    mix = [SUCCEEDS] * 95 + [FAILS] * 20 + [BUDGET] * 15 + [UNKNOWN] * 10
+    mix = [SUCCEEDS_AT_ONCE] * 55 + [SUCCEEDS] * 40 + [FAILS] * 20 + [BUDGET] * 15 + [UNKNOWN] * 10
     for profile in accounts:
         for kind in mix:
             expected[register(profile, kind).pk] = kind
