@@ -41,7 +41,7 @@ def operation_list(request: HttpRequest) -> HttpResponse:
     return render(request, "operations/list.html", context)
 
 
-STORY_SHOWN = 200
+STORY_SHOWN = 150
 # Status requests listed in the table (newest first); the chart draws up to CHECKS_SHOWN.
 CHECKS_LISTED = 50
 
@@ -49,7 +49,7 @@ CHECKS_LISTED = 50
 def _story(operation_id: str, *, latest: int | None = None) -> tuple[list[object], int] | tuple[None, int]:
     """The human-readable timeline from the audit log (operations.story): all of it, or the latest lines.
 
-    Returns (lines oldest first, total entries of the operation)."""
+    Returns (lines oldest first, how many lines)."""
     try:
         from operations.story import operation_story, story_line
     except ImportError:
@@ -59,10 +59,11 @@ def _story(operation_id: str, *, latest: int | None = None) -> tuple[list[object
         return lines, len(lines)
     from operations.models import AuditEntry
 
-    entries = AuditEntry.objects.filter(operation_id=operation_id)
-    rows = list(entries.order_by("-seq").values_list("seq", "body")[:latest])[::-1]
-    total = len(rows) if len(rows) < latest else entries.count()
-    return [story_line(seq=seq, body=bytes(body)) for seq, body in rows], total
+    rows = list(
+        AuditEntry.objects.filter(operation_id=operation_id).order_by("-seq").values_list("seq", "body")[:latest]
+    )[::-1]
+    # Only "is there more?" matters on the page; the report and the export have everything.
+    return [story_line(seq=seq, body=bytes(body)) for seq, body in rows], len(rows)
 
 
 @viewer_required
@@ -74,7 +75,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     now = timezone.now()
     op = page.operation
     card_view, escalations = card_selectors.operation_cards(operation=op, now=now)
-    story, story_total = _story(op.pk, latest=STORY_SHOWN)
+    story, story_count = _story(op.pk, latest=STORY_SHOWN)
     chart = request_chart(
         checks=page.checks,
         authorizations=page.authorizations,
@@ -83,6 +84,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         business_deadline_at=op.business_deadline_at,
         now=now,
         completed_at=op.completed_at,
+        first_number=page.checks_total - len(page.checks) + 1,
     )
     context = {
         "page": page,
@@ -95,7 +97,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         "chart_svg": render_svg(chart),
         "recent_checks": page.checks[::-1][:CHECKS_LISTED],
         "story": story,
-        "story_total": story_total,
+        "story_more": story_count >= STORY_SHOWN,
         "can_decide": can_decide(request.user),
         "where": "operation",
         "nav": "operations",

@@ -1,0 +1,79 @@
+"""The status-request chart: one mark per request, coloured (and shaped) by why it was sent then."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+from escalations.chart import render_svg, request_chart
+
+T = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+
+
+def check(seconds: int, source: str, *, status: int | None = 200, state: str = "running", error: str = ""):  # noqa: ANN201
+    at = T + timedelta(seconds=seconds)
+    return SimpleNamespace(
+        sent_at=at,
+        http_status=status,
+        transport_error=error,
+        provider_state=state,
+        delay_source=source,
+        next_poll_at=at + timedelta(seconds=5),
+    )
+
+
+def auth(number: int, seconds: int, deadline_min: int, budget: int, by: str = "operator:test"):  # noqa: ANN201
+    return SimpleNamespace(
+        number=number,
+        granted_at=T + timedelta(seconds=seconds),
+        deadline_at=T + timedelta(minutes=deadline_min),
+        max_status_requests=budget,
+        kind="initial" if number == 1 else "extension",
+        granted_by_label=by,
+    )
+
+
+def test_each_request_is_a_mark_explained_by_the_wait_before_it() -> None:
+    checks = [
+        check(0, "local_backoff"),
+        check(5, "provider_retry_after", status=503),
+        check(125, "local_backoff", state="<script>x</script>"),
+        check(400, "local_backoff", status=None, error="timeout"),
+    ]
+    chart = request_chart(
+        checks=checks,
+        authorizations=[auth(1, 0, 5, 4), auth(2, 300, 20, 8, by="user:alice")],
+        created_at=T,
+        deadline_at=T + timedelta(minutes=20),
+        business_deadline_at=T + timedelta(minutes=15),
+        now=T + timedelta(minutes=7),
+    )
+    assert [m.source for m in chart.marks] == ["first", "local_backoff", "provider_retry_after", "manual_extension"]
+    assert [m.shape for m in chart.marks] == ["ring", "circle", "square", "diamond"]
+    assert [m.error for m in chart.marks] == [False, True, False, True]
+    assert [m.x for m in chart.marks] == sorted(m.x for m in chart.marks)
+    assert {line.kind for line in chart.lines} == {"deadline", "old-deadline", "business", "grant", "now"}
+    assert any(line.label == "#2 extension by alice" for line in chart.lines)
+    assert chart.budget_path.startswith("M") and [label for *_, label in chart.budget_labels] == [
+        "budget 4",
+        "budget 8",
+    ]
+    svg = str(render_svg(chart))
+    assert svg.count("<title>request ") == 4
+    assert "&lt;script&gt;x&lt;/script&gt;" in svg and "<script>" not in svg
+    assert "business deadline 10:15:00" in svg and ">deadline 10:20:00<" in svg
+
+
+def test_a_far_budget_is_named_instead_of_squashing_the_marks() -> None:
+    chart = request_chart(
+        checks=[check(0, "local_backoff"), check(5, "local_backoff")],
+        authorizations=[auth(1, 0, 60, 10_000)],
+        created_at=T,
+        deadline_at=T + timedelta(hours=1),
+        business_deadline_at=None,
+        now=T,
+        first_number=41,
+    )
+    assert chart.budget_path == "" and "budget 10000 requests" in chart.budget_note
+    assert "request 42 ·" in chart.marks[1].tooltip
+    assert min(m.y for m in chart.marks) > chart.top
