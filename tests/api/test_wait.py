@@ -151,3 +151,14 @@ def test_many_open_waits_hold_no_threads(live_api, agent, create, http):
     assert all(name.startswith("api-db") for name in new_threads), new_threads
     assert len(new_threads) <= settings.API_DB_THREADS
     assert api_wait.open_waits() == 0
+
+
+def test_waits_beyond_the_per_agent_cap_are_429(http, create, settings):
+    settings.API_WAIT_MAX_PER_AGENT = 1
+    first, second = create("never_finishes"), create("never_finishes")
+    parked = in_background(lambda: http.get(f"/api/v1/operations/{first['id']}/wait", params={"timeout_s": "2"}))
+    wait_until(lambda: api_wait.open_waits() >= 1)
+    refused = http.get(f"/api/v1/operations/{second['id']}/wait", params={"timeout_s": "2"})
+    parked.join(timeout=10)
+    assert refused.status_code == 429 and refused.json()["code"] == "too_many_waits"
+    assert refused.headers["retry-after"] == "5"
