@@ -121,27 +121,61 @@ def test_one_dispatcher_and_one_worker_run_operations_to_completion(processes, m
 def test_a_deadline_passing_while_no_poll_is_due_is_escalated_within_seconds(
     processes, make_profile, fake_provider, settings
 ):
+    """Two ways a deadline passes with no poll to catch it, both swept by the dispatcher within
+    seconds and without a status request: a job whose provider asked for an hour (its next poll is
+    capped at its deadline), and a job whose whole account was paused past its deadline by a
+    sibling's 503 (its next poll is after its deadline)."""
     settings.OPERATION_MIN_DEADLINE_S = 1
-    profile = fast_profile(make_profile)
-    processes.start("qcluster", Q_WORKERS=1)
+    own_account = fast_profile(make_profile)
+    shared_account = fast_profile(make_profile, base_delay_s=1.0, max_delay_s=2.0)
+    processes.start("qcluster", Q_WORKERS=2)
     processes.start("dispatcher")
-    warm_up = register(profile, SUCCEEDS)
+    warm_up = register(own_account, SUCCEEDS)
     wait_until(lambda: finished([warm_up]), timeout=30, what="both processes to be up", processes=processes)
-    deadline = timezone.now() + timedelta(seconds=3)
-    op = operation_register(
-        provider_slug=profile.slug,
+    deadline = timezone.now() + timedelta(seconds=4)
+
+    def watch(profile, scenario: str, **kwargs: object) -> Operation:  # noqa: ANN001
+        return operation_register(
+            provider_slug=profile.slug,
+            provider_job_id=job_id(scenario, **kwargs),
+            registered_by="operator:integration",
+            deadline_at=deadline,
+        )
+
+    asked_for_an_hour = watch(own_account, "retry_after_seconds", value=3600)
+    paused_past_deadline = watch(shared_account, "never_finishes")
+    wait_until(
+        lambda: provider_log(fake_provider, [paused_past_deadline])[paused_past_deadline.pk],
+        timeout=10,
+        what="the sibling's first poll",
+        processes=processes,
+    )
+    pauser = operation_register(
+        provider_slug=shared_account.slug,
         provider_job_id=job_id("retry_after_seconds", value=3600),
         registered_by="operator:integration",
-        deadline_at=deadline,
     )
-    escalation = wait_until(
-        lambda: Escalation.objects.filter(operation=op).first(), timeout=15, what="the escalation", processes=processes
+    wait_until(
+        lambda: Operation.objects.filter(pk=paused_past_deadline.pk, next_poll_at__gt=deadline).exists(),
+        timeout=10,
+        what="the account pause to move the sibling's next poll past its deadline",
+        processes=processes,
     )
-    assert escalation.reason == "deadline_exceeded"
-    assert timedelta(0) <= escalation.opened_at - deadline <= timedelta(seconds=5)
-    sent = provider_log(fake_provider, [op])[op.pk]
-    assert len(sent) == 1 == Operation.objects.get(pk=op.pk).status_requests_used
-    assert sent[0]["at"] < deadline.timestamp()
+    for op in (asked_for_an_hour, paused_past_deadline):
+        escalation = wait_until(
+            lambda op=op: Escalation.objects.filter(operation=op).first(),
+            timeout=15,
+            what="the escalation",
+            processes=processes,
+        )
+        assert escalation.reason == "deadline_exceeded"
+        assert "no request was sent" in escalation.detail  # the sweep's words, not a worker's
+        assert timedelta(0) <= escalation.opened_at - deadline <= timedelta(seconds=5)
+        sent = provider_log(fake_provider, [op])[op.pk]
+        assert sent and all(r["at"] < deadline.timestamp() for r in sent)
+        assert len(sent) == Operation.objects.get(pk=op.pk).status_requests_used
+    assert len(provider_log(fake_provider, [asked_for_an_hour])[asked_for_an_hour.pk]) == 1
+    assert Operation.objects.get(pk=pauser.pk).status == Status.RUNNING  # its own deadline is far
 
 
 # --- many processes on PostgreSQL ---------------------------------------------------------------------
