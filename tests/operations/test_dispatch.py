@@ -291,6 +291,21 @@ def test_a_deadline_that_passes_while_no_poll_is_due_is_escalated_without_a_requ
 
 
 @pytest.mark.django_db
+def test_an_operation_whose_next_poll_is_after_its_deadline_is_swept_at_the_deadline(
+    make_operation, clock, fake_provider
+):
+    deadline = T0 + timedelta(seconds=20)
+    op = make_operation(job_id("slow_success"), deadline_at=deadline)
+    # As a sibling's 429 does: the account pause moved this poll an hour away.
+    Operation.objects.filter(pk=op.pk).update(next_poll_at=T0 + timedelta(hours=1))
+    assert dispatch.run_pass(owner=OWNER, now=deadline - timedelta(seconds=0.1)).did_work is False
+    clock.move_to(deadline, tick=False)
+    assert dispatch.run_pass(owner=OWNER, now=deadline).swept == 1
+    assert Escalation.objects.get(operation=op).reason == Reason.DEADLINE_EXCEEDED
+    assert status_requests(fake_provider, op) == []
+
+
+@pytest.mark.django_db
 def test_the_sweep_leaves_an_operation_to_the_worker_holding_its_lease(make_operation, clock, fake_provider):
     deadline = T0 + timedelta(seconds=15)
     op = make_operation(job_id("slow_success"), deadline_at=deadline)
