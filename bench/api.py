@@ -11,7 +11,10 @@ Runs one uvicorn process (the production ASGI app) on a scratch PostgreSQL datab
   parked, and the time from each operation finishing (its row committed) to its wait returning
   (p50/p95/max; the target is p95 <= 1 s).
 
-Figures only; nothing is asserted. The load generator runs in this process, on the same machine.
+Figures only; nothing is asserted. The load generator runs in this process, on the same machine:
+GETs with httpx keep-alive clients, the waits on plain sockets (one connection each, no client
+pool, so the figure is the server's), finishing the operations in batches of N/10 every 0.2 s
+with one UPDATE each.
 """
 
 from __future__ import annotations
@@ -111,50 +114,62 @@ async def bench_get(url: str, token: str, path: str, *, seconds: float, clients:
     return latencies, len(latencies) / elapsed
 
 
+async def raw_get(host: str, port: int, path: str, token: str) -> tuple[int, bytes]:
+    """One HTTP/1.1 GET on its own connection, with no client-side pool: 500 of these at once
+    measure the server, not a client library's connection bookkeeping."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode()
+    )
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+        None,
+    )
+    body = await (reader.readexactly(length) if length is not None else reader.read())
+    writer.close()
+    return status, body
+
+
 async def bench_waits(url: str, token: str, ids: list[str], web_pid: int, *, batch: int) -> dict[str, object]:
-    import httpx
     from asgiref.sync import sync_to_async
     from django.db.models import F
     from django.utils import timezone
 
     from operations.models import Operation
 
+    host, port = url.removeprefix("http://").split(":")
     returned: dict[str, float] = {}
     finished: dict[str, float] = {}
-    limits = httpx.Limits(max_connections=len(ids) + 10, max_keepalive_connections=len(ids) + 10)
-    async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120, limits=limits
-    ) as client:
 
-        async def wait(operation_id: str) -> None:
-            response = await client.get(f"/api/v1/operations/{operation_id}/wait", params={"timeout_s": "50"})
-            returned[operation_id] = time.monotonic()
-            body = response.json()
-            assert response.status_code == 200 and body["done"], body
+    async def wait(operation_id: str) -> None:
+        status, body = await raw_get(host, int(port), f"/api/v1/operations/{operation_id}/wait?timeout_s=50", token)
+        returned[operation_id] = time.monotonic()
+        assert status == 200 and b'"done":true' in body, body[:200]
 
-        idle = proc_status(web_pid)
-        tasks = [asyncio.ensure_future(wait(operation_id)) for operation_id in ids]
-        # Every wait is parked once the server has answered nothing for a moment and all
-        # connections are open; give the server time to take them all in.
-        await asyncio.sleep(3 + len(ids) / 200)
-        parked = proc_status(web_pid)
+    def finish(chunk: list[str]) -> float:
+        Operation.objects.filter(pk__in=chunk).update(
+            status="succeeded",
+            result={"values": {"result.output_url": "https://example.com/out"}, "counts": None},
+            completed_at=timezone.now(),
+            next_poll_at=None,
+            sequence=F("sequence") + 1,
+        )
+        return time.monotonic()
 
-        def finish(chunk: list[str]) -> float:
-            Operation.objects.filter(pk__in=chunk).update(
-                status="succeeded",
-                result={"values": {"result.output_url": "https://example.com/out"}, "counts": None},
-                completed_at=timezone.now(),
-                next_poll_at=None,
-                sequence=F("sequence") + 1,
-            )
-            return time.monotonic()
-
-        for start in range(0, len(ids), batch):
-            chunk = ids[start : start + batch]
-            at = await sync_to_async(finish, thread_sensitive=False)(chunk)
-            finished.update(dict.fromkeys(chunk, at))
-            await asyncio.sleep(0.2)
-        await asyncio.gather(*tasks)
+    idle = proc_status(web_pid)
+    tasks = [asyncio.ensure_future(wait(operation_id)) for operation_id in ids]
+    # Give the server time to take every wait in (they hold until their operation finishes).
+    await asyncio.sleep(3 + len(ids) / 200)
+    parked = proc_status(web_pid)
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        at = await sync_to_async(finish, thread_sensitive=False)(chunk)
+        finished.update(dict.fromkeys(chunk, at))
+        await asyncio.sleep(0.2)
+    await asyncio.gather(*tasks)
     delays = [returned[i] - finished[i] for i in ids]
     return {"idle": idle, "parked": parked, "delays": delays}
 

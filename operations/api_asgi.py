@@ -21,12 +21,16 @@ the same views through the ordinary stack.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction
-from django.core.handlers.asgi import ASGIHandler
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
+from django.urls import set_script_prefix
 
 from operations.api_wait import run_db
 
@@ -57,6 +61,48 @@ class ThreadlessHandler(ASGIHandler):
 
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
         await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Callable, send: Callable) -> None:
+        """Django's ASGIHandler.handle without the request_started/finished signals.
+
+        Their receivers (close_old_connections, reset_queries) are sync, so Django runs them on a
+        thread for every request; here they have nothing to do: the API's database threads check
+        their own connections (run_db). Everything else is Django's: the body, the request, the
+        response, and cancelling the view when the client goes away (a wait must not outlive it).
+        """
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            return
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(self._respond(request, send)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                with contextlib.suppress(RequestAborted, asyncio.CancelledError):
+                    task.result()
+            else:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        body_file.close()
+
+    async def _respond(self, request: object, send: Callable) -> None:
+        response = await self.get_response_async(request)
+        try:
+            await self.send_response(response, send)
+        finally:
+            for closer in response._resource_closers:
+                with contextlib.suppress(Exception):
+                    closer()
 
 
 def with_threadless_api(django_app: ASGIApp) -> ASGIApp:
