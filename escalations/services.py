@@ -174,7 +174,9 @@ def escalation_decide(
 
 
 def _lock(*, operation_id: str, escalation_id: int) -> tuple[Operation, Escalation]:
-    operation = Operation.objects.select_for_update().select_related("provider").get(pk=operation_id)
+    # Lock the operation row only ("of self"): the provider profile is read, never locked, so
+    # decisions on different operations of one provider do not queue behind each other.
+    operation = Operation.objects.select_for_update(of=("self",)).select_related("provider").get(pk=operation_id)
     escalation = Escalation.objects.select_for_update().get(pk=escalation_id)
     return operation, escalation
 
