@@ -18,6 +18,11 @@ def agent_operation(*, agent_id: int, operation_id: str) -> Operation | None:
     return Operation.objects.select_related("provider").filter(pk=operation_id, agent_id=agent_id).first()
 
 
+def operations_by_id(*, operation_ids: list[str]) -> list[Operation]:
+    """Operations already known to belong to their waiters (the wait checked on arrival)."""
+    return list(Operation.objects.select_related("provider").filter(pk__in=operation_ids))
+
+
 def open_escalation(*, operation: Operation) -> object | None:
     if operation.status != Status.NEEDS_ATTENTION:
         return None

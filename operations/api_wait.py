@@ -24,7 +24,6 @@ from django.db import close_old_connections, connections
 
 from operations import api_selectors
 from operations.api_problems import ApiProblem, not_found
-from operations.models import Operation
 from operations.representation import operation_object
 from operations.vocabulary import TERMINAL_STATUSES, Status
 
@@ -214,7 +213,7 @@ def load_operations(*, operation_ids: list[str]) -> dict[str, dict]:
     """Operation objects by id, in one query (plus one for open escalations), for woken waiters."""
     found: dict[str, dict] = {}
     for start in range(0, len(operation_ids), CHUNK):
-        ops = list(Operation.objects.select_related("provider").filter(pk__in=operation_ids[start : start + CHUNK]))
+        ops = api_selectors.operations_by_id(operation_ids=operation_ids[start : start + CHUNK])
         escalations = api_selectors.open_escalations(operations=ops)
         found.update({op.pk: operation_object(op, open_escalation=escalations.get(op.pk)) for op in ops})
     return found
