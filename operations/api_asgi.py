@@ -97,6 +97,9 @@ class ThreadlessHandler(ASGIHandler):
 
     async def _respond(self, request: object, send: Callable) -> None:
         response = await self.get_response_async(request)
+        if not response.streaming and not response.has_header("Content-Length"):
+            # What CommonMiddleware would add: lets keep-alive clients skip chunked decoding.
+            response["Content-Length"] = str(len(response.content))
         try:
             await self.send_response(response, send)
         finally:
