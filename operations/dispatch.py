@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.db.models import F, Min, Q, QuerySet
 from django.utils import timezone
 from django_q.brokers import Broker, get_broker
-from django_q.models import OrmQ
+from django_q.models import Failure, OrmQ
 from django_q.tasks import async_task
 
 from operations import pacing
@@ -321,3 +321,21 @@ def record_heartbeat(*, name: str, started_at: datetime, info: dict, now: dateti
 def forget_heartbeat(*, name: str) -> None:
     """A clean exit removes the row: only crashed processes linger (as stale) on the panel."""
     ProcessHeartbeat.objects.filter(name=name).delete()
+
+
+HOUSEKEEPING_EVERY_S = 600.0
+HEARTBEATS_KEPT = timedelta(days=1)
+TASK_FAILURES_KEPT = timedelta(days=7)
+
+
+def housekeeping(*, now: datetime | None = None) -> int:
+    """Prune rows nothing else removes; returns how many. Run every HOUSEKEEPING_EVERY_S.
+
+    - heartbeats of processes gone for a day (crashed ones never remove their own row);
+    - django-q2's failed-task rows after a week: with `ack_failures` every failure is kept, and
+      pollerdash's own record of each poll is its StatusCheck and audit entry anyway.
+    """
+    now = now or timezone.now()
+    pruned, _ = ProcessHeartbeat.objects.filter(last_seen_at__lt=now - HEARTBEATS_KEPT).delete()
+    failures, _ = Failure.objects.filter(stopped__lt=now - TASK_FAILURES_KEPT).delete()
+    return pruned + failures

@@ -442,6 +442,26 @@ def test_the_heartbeat_row_says_the_dispatcher_is_alive(clock):
     assert not ProcessHeartbeat.objects.exists()
 
 
+@pytest.mark.django_db
+def test_housekeeping_prunes_old_heartbeats_and_task_failures(clock):
+    from django_q.models import Failure
+
+    dispatch.record_heartbeat(name="dispatcher@gone:1", started_at=T0, info={}, now=T0 - timedelta(days=2))
+    dispatch.record_heartbeat(name=OWNER, started_at=T0, info={}, now=T0)
+    for days, name in ((8, "old"), (1, "recent")):
+        Failure.objects.create(
+            id=name,
+            name=name,
+            func="operations.tasks.run_poll",
+            started=T0 - timedelta(days=days),
+            stopped=T0 - timedelta(days=days),
+            success=False,
+        )
+    assert dispatch.housekeeping(now=T0) == 2
+    assert list(ProcessHeartbeat.objects.values_list("name", flat=True)) == [OWNER]
+    assert list(Failure.objects.values_list("name", flat=True)) == ["recent"]
+
+
 # --- two dispatchers at once (PostgreSQL: row locks) ------------------------------------------------------
 
 

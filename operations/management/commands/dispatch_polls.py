@@ -56,7 +56,7 @@ class Command(BaseCommand):
             signal.signal(sig, on_signal)
         started_at = timezone.now()
         totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0}
-        last_heartbeat = 0.0
+        last_heartbeat = last_housekeeping = 0.0
         backoff = 0.0
         logger.info(
             "%s started (batch %s, idle sleep <= %s s)", name, settings.DISPATCH_BATCH, settings.DISPATCH_IDLE_SLEEP_S
@@ -75,6 +75,9 @@ class Command(BaseCommand):
                 if time.monotonic() - last_heartbeat >= settings.DISPATCH_HEARTBEAT_S:
                     dispatch.record_heartbeat(name=name, started_at=started_at, info=dict(totals))
                     last_heartbeat = time.monotonic()
+                if time.monotonic() - last_housekeeping >= dispatch.HOUSEKEEPING_EVERY_S:
+                    dispatch.housekeeping()
+                    last_housekeeping = time.monotonic()
                 if backoff:
                     logger.warning("%s: database reachable again", name)
                     backoff = 0.0
