@@ -16,9 +16,10 @@ runs these steps in a loop on every host (any number of dispatchers may run at o
    admitted than the rate allowance has room for right now, and none while the account is paused.
 4. `dispatch_callbacks`: hands due completion callbacks to workers.
 
-Every step returns how much work it did, so the loop sleeps only when a whole pass did nothing,
-and tests call one step at a time. Locks are taken in the order used everywhere else: provider
-account rows (sorted by name), then operation rows, then the audit head last.
+Every step returns how much work it did, so tests call one step at a time and the loop goes round
+again at once while a step stopped at its batch limit, sleeping otherwise (`idle_sleep_s`).
+`record_heartbeat` and `housekeeping` run on their own cadence. Locks are taken in the order used
+everywhere else: provider account rows (sorted by name), then operation rows, then the audit head.
 """
 
 from __future__ import annotations
