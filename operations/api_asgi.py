@@ -29,9 +29,10 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.core.handlers.exception import convert_exception_to_response
+from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
 
+from operations.api_errors import unexpected
 from operations.api_wait import run_db
 
 Scope = dict[str, Any]
@@ -47,7 +48,14 @@ class ThreadlessHandler(ASGIHandler):
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
-        self._middleware_chain = convert_exception_to_response(self._get_response_async)
+        self._middleware_chain = self._answer_in_json
+
+    async def _answer_in_json(self, request: HttpRequest) -> HttpResponseBase:
+        # Instead of Django's HTML error page: even a failure outside the views is a problem.
+        try:
+            return await self._get_response_async(request)
+        except Exception as exc:  # noqa: BLE001 - answered as problem+json, logged there
+            return unexpected(request, exc)
 
     def make_view_atomic(self, view: Callable) -> Callable:
         view = super().make_view_atomic(view)

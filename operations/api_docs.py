@@ -16,7 +16,7 @@ from operations.api_problems import PROBLEM_CONTENT_TYPE, PROBLEMS
 from operations.api_schemas import INPUT_MODELS, OUTPUT_MODELS
 
 JSON_TYPE = "application/json"
-COMMON_ERRORS = ("unauthenticated", "internal", "not_found", "unknown_field", "invalid_field")
+COMMON_ERRORS = ("unauthenticated", "internal", "unavailable", "not_found", "unknown_field", "invalid_field")
 BODY_ERRORS = ("invalid_json", "missing_field", "body_too_large", "unsupported_media_type")
 
 # From a registration to the calls on the operation it created.

@@ -15,6 +15,7 @@ import pydantic
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -133,8 +134,24 @@ def _on_too_big(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if isinstance(exc, DatabaseError):
+        # The database is restarting or unreachable: a retry in a few seconds is the right move.
+        logger.warning("agent API: database unavailable on %s %s (%s)", request.method, request.path[:200], exc)
+        return problem(
+            request,
+            ApiProblem(
+                "unavailable",
+                "The database is not reachable right now; retry in a few seconds.",
+                headers={"Retry-After": "5"},
+            ),
+        )
     logger.exception("agent API: unexpected error on %s %s", request.method, request.path[:200])
     return problem(request, ApiProblem("internal", "Something went wrong on our side; retry shortly."))
+
+
+def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """For failures outside django-ninja's handlers (the threadless handler's own steps)."""
+    return _on_unexpected(request, exc)
 
 
 def install(api: NinjaAPI) -> None:

@@ -44,6 +44,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "invalid_value": (422, "Value not accepted"),
     "too_many_waits": (429, "Too many concurrent waits"),
     "internal": (500, "Internal error"),
+    "unavailable": (503, "Temporarily unavailable"),
 }
 
 

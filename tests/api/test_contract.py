@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
@@ -342,3 +343,16 @@ def test_cancel_while_a_human_is_deciding_supersedes_the_card(api, register, dri
     assert obj["status"] == "closed" and obj["escalation"] is None
     card.refresh_from_db()
     assert card.state == "superseded" and card.version == 2
+
+
+def test_a_database_outage_is_a_503_problem_with_retry_after(rf):
+    from django.db import OperationalError
+
+    from operations.api_errors import unexpected
+
+    response = unexpected(rf.get("/api/v1/operations"), OperationalError("server closed the connection"))
+    assert response.status_code == 503 and response["Retry-After"] == "5"
+    assert response["Content-Type"] == "application/problem+json"
+    assert json.loads(response.content)["code"] == "unavailable"
+    crash = unexpected(rf.get("/api/v1/operations"), RuntimeError("bug"))
+    assert crash.status_code == 500 and json.loads(crash.content)["code"] == "internal"
