@@ -104,7 +104,7 @@ async def bench_get(url: str, token: str, path: str, *, seconds: float, clients:
             started = time.perf_counter()
             response = await client.get(path)
             latencies.append(time.perf_counter() - started)
-            assert response.status_code in (200, 401), response.status_code
+            assert response.status_code in (200, 401), (response.status_code, response.text[:300])
 
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
         await client.get(path)  # warm: connection, code paths, database connection
