@@ -45,7 +45,7 @@ class Sizes:
     burst_watch_s: float
 
 
-FULL = Sizes(10_000, 100.0, 60.0, 10.0, (100, 150, 200, 250, 300, 350, 400), 1_000, 15.0)
+FULL = Sizes(10_000, 100.0, 60.0, 10.0, (100, 150, 175, 200, 250, 300), 1_000, 15.0)
 QUICK = Sizes(2_000, 20.0, 12.0, 4.0, (100, 200), 300, 5.0)
 
 
@@ -113,21 +113,31 @@ def _group(pid: int) -> int | None:
         return None
 
 
-def _cpu_of(pid: int) -> float:
+def _stat(pid: int) -> list[str] | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
+        return None
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds of a process plus those of its children that already exited (workers recycle)."""
+    fields = _stat(pid)
+    if fields is None:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
 
 
 def postgres_cpu_s() -> float:
-    """CPU seconds used so far by the PostgreSQL backends serving the bench database."""
+    """CPU seconds used so far by the whole PostgreSQL server (backends come and go)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-        return sum(_cpu_of(pid) for (pid,) in cursor.fetchall())
+        cursor.execute("SELECT pg_backend_pid()")
+        (backend,) = cursor.fetchone()
+    postmaster = int((_stat(backend) or ["", "0"])[1])
+    children = [pid for pid in _pids() if (_stat(pid) or ["", ""])[1] == str(postmaster)]
+    return _cpu_of(postmaster) + sum(_cpu_of(pid) for pid in children)
 
 
 def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):  # noqa: ANN201
@@ -265,7 +275,7 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
         # CPU per poll is the figure that travels between machines (and survives a busy one).
         print(
             f"    CPU per poll: {fleet_cpu / polls * 1000:.1f} ms in pollerdash processes (workers, pusher,"
-            f" monitor, dispatcher) + {pg_cpu / polls * 1000:.1f} ms in PostgreSQL backends"
+            f" monitor, dispatcher) + {pg_cpu / polls * 1000:.1f} ms in the PostgreSQL server"
         )
     print(f"    {load()}")
     quiesce(ids)

@@ -22,20 +22,20 @@ import socket
 import time
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cache
 from urllib.parse import quote
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from operations import audit, http, pacing
+from operations import audit, fastsql, http, pacing
 from operations.callbacks import record_event
 from operations.models import Operation, ProviderAccount, ProviderProfile, StatusCheck
 from operations.polling.decide import Action, Bounds, Decision, Observation, Policy, decide
 from operations.polling.gate import Gate, before_send
 from operations.polling.states import StateTable
-from operations.vocabulary import POLLABLE_STATUSES, TERMINAL_STATUSES, DelaySource, Reason, Status
+from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Reason, Status
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def poll_once(
     rng = rng or _rng
     worker = worker or worker_name()
     started_at = timezone.now()
-    op = Operation.objects.select_related("provider").filter(pk=operation_id).first()
+    op = _load_for_poll(operation_id)
     if op is None or op.fence != fence:
         return PollResult.STALE
     profile = op.provider
@@ -148,6 +148,63 @@ def poll_once(
     )
     received_at = timezone.now()
     return _record(op=op, check=check, raw=raw, received_at=received_at, rng=rng)
+
+
+# Columns a poll never reads; skipping them saves decoding JSON on every poll.
+_COLD_FIELDS = ("purpose", "metadata", "result", "error", "request_fingerprint", "cancel_reason", "registered_by")
+_profiles: dict[int, tuple[object, ProviderProfile]] = {}
+
+
+def clear_profile_cache() -> None:
+    """Forget cached profiles (tests that recreate rows under a frozen clock need this)."""
+    _profiles.clear()
+
+
+@cache
+def _load_sql() -> str:
+    names = [field.column for field in Operation._meta.concrete_fields if field.name not in _COLD_FIELDS]
+    columns = ", ".join(f"o.{fastsql.connection.ops.quote_name(name)}" for name in names)
+    return (
+        f"SELECT {columns}, p.updated_at AS profile_stamp FROM {fastsql.table(Operation)} o "
+        f"JOIN {fastsql.table(ProviderProfile)} p ON p.id = o.provider_id WHERE o.id = %s"
+    )
+
+
+def _load_for_poll(operation_id: str) -> Operation | None:
+    """The operation with its profile; profiles are cached per process until they change."""
+    found = list(Operation.objects.raw(_load_sql(), [operation_id]))
+    if not found:
+        return None
+    op = found[0]
+    # The stamp is compared as the backend returned it (a string on SQLite, a datetime on
+    # PostgreSQL): equal stamps mean an unchanged profile.
+    stamp = op.profile_stamp  # type: ignore[attr-defined]
+    cached = _profiles.get(op.provider_id)
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, ProviderProfile.objects.get(pk=op.provider_id))
+        _profiles[op.provider_id] = cached
+    op.provider = cached[1]
+    return op
+
+
+def poll_claims(*, claims: list[tuple[str, int]], rng: random.Random | None = None) -> list[PollResult]:
+    """Poll several claimed operations one after another (one worker task under load).
+
+    A poll is only started while a whole request still fits the task's time limit; the claims
+    left over are released (fence + 1, still due) so the next dispatcher pass hands them to
+    another worker at once instead of waiting for their leases to run out.
+    """
+    budget_s = settings.Q_CLUSTER["timeout"] - settings.POLL_HTTP_TOTAL_TIMEOUT_S - 5
+    started = time.monotonic()
+    results: list[PollResult] = []
+    for index, (operation_id, fence) in enumerate(claims):
+        if index and time.monotonic() - started > budget_s:
+            for later_id, later_fence in claims[index:]:
+                release(operation_id=later_id, fence=later_fence)
+                results.append(PollResult.STALE)
+            break
+        results.append(poll_once(operation_id=operation_id, fence=fence, rng=rng))
+    return results
 
 
 def _charge(
@@ -204,16 +261,17 @@ def _charge_admitted(
     do not queue on its row, yet a pause being recorded is waited for and honoured.
     """
     with transaction.atomic():
-        account = pacing.share_account(op.account)
+        account, room = pacing.share_account(name=op.account, rate_per_s=rate, now=timezone.now())
         if account is None:
             return None
+        # Read the clock after any lock wait: `sent_at` is what pacing counts (see pacing.py).
         now = timezone.now()
         if account.paused_until and account.paused_until > now:
             _defer(
                 op=op, fence=fence, until=account.paused_until, why=f"provider account paused: {account.pause_reason}"
             )
             return PollResult.DEFERRED
-        if not pacing.has_room(account=op.account, rate_per_s=rate, now=now):
+        if not room:
             return None
         return _take(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=True)
 
@@ -222,39 +280,73 @@ def _take(
     *, op: Operation, fence: int, worker: str, started_at: datetime, now: datetime, reserved: bool
 ) -> tuple[Operation, StatusCheck] | None:
     """Compare-and-set the fence, charge one request and record it as sent; None if the CAS lost."""
-    query = Operation.objects.filter(
-        pk=op.pk,
-        fence=fence,
-        status__in=sorted(POLLABLE_STATUSES),
-        status_requests_used__lt=F("max_status_requests"),
+    sets, params = fastsql.assignments(
+        Operation,
+        {
+            "fence": fence + 1,
+            "status": Status.RUNNING.value,
+            "approved_checks": 0,
+            "lease_owner": worker,
+            "lease_expires_at": now + timedelta(seconds=settings.POLL_LEASE_S),
+            "claimed_at": None,
+            "send_not_before": None,
+            "updated_at": now,
+        },
     )
+    used, budget = fastsql.column(Operation, "status_requests_used"), fastsql.column(Operation, "max_status_requests")
+    where = (
+        f"id = %s AND {fastsql.column(Operation, 'fence')} = %s AND {fastsql.column(Operation, 'status')} IN (%s, %s) "
+        f"AND {used} < {budget}"
+    )
+    params += [op.pk, fence, Status.PENDING.value, Status.RUNNING.value]
     if reserved:
-        query = query.filter(claimed_at__isnull=False, lease_expires_at__gt=now)
-    claimed = query.update(
-        fence=fence + 1,
-        status=Status.RUNNING,
-        status_requests_used=F("status_requests_used") + 1,
-        approved_checks=0,
-        lease_owner=worker,
-        lease_expires_at=now + timedelta(seconds=settings.POLL_LEASE_S),
-        claimed_at=None,
-        send_not_before=None,
-        updated_at=now,
-    )
-    if claimed != 1:
+        where += (
+            f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
+            f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
+        )
+        params.append(fastsql.prep(Operation, "lease_expires_at", now))
+    if fastsql.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {used} = {used} + 1 WHERE {where}", params) != 1:
         return None
-    check = StatusCheck.objects.create(
-        operation=op,
+    check = StatusCheck(
+        operation_id=op.pk,
         account=op.account,
         fence=fence + 1,
         due_at=op.claim_due_at or op.next_poll_at,
         started_at=started_at,
         sent_at=now,
     )
+    values = {name: getattr(check, name) for name in _CHECK_SENT_FIELDS}
+    columns = ", ".join(fastsql.column(StatusCheck, name) for name in values)
+    row = fastsql.fetchone(
+        f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
+        [fastsql.prep(StatusCheck, name, value) for name, value in values.items()],
+    )
+    check.pk = row[0] if row else None
     op.fence, op.status = fence + 1, Status.RUNNING
     op.status_requests_used += 1
     op.approved_checks = 0
     return op, check
+
+
+_CHECK_SENT_FIELDS = (
+    "operation",
+    "account",
+    "fence",
+    "due_at",
+    "started_at",
+    "sent_at",
+    "provider_request_id",
+    "retry_after",
+    "body_digest",
+    "transport_error",
+    "provider_state",
+    "interpreted_state",
+    "decision",
+    "reason",
+    "delay_source",
+    "charged_transport",
+    "warnings",
+)
 
 
 def _defer(*, op: Operation, fence: int, until: datetime, why: str) -> None:
@@ -348,16 +440,28 @@ def _record(
     with transaction.atomic():
         if decision.account_pause_until is not None:
             _pause_account(op=op, until=decision.account_pause_until, http_status=raw.http_status)
-        current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
-        if current is None:
-            # A newer claim owns the operation; this late answer writes nothing.
-            logger.info("late result for %s (fence %s) discarded", op.pk, check.fence)
-            return PollResult.STALE
-        _fill_check(check, raw=raw, decision=decision, received_at=received_at, request_id=request_id)
-        if current.status in TERMINAL_STATUSES:
+        fields = _decision_fields(op, decision, received_at=received_at, http_status=raw.http_status)
+        # One fenced UPDATE: under the fence nobody else changes what the decision was computed from.
+        sets, params = fastsql.assignments(Operation, fields)
+        updated = fastsql.execute(
+            f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE id = %s AND {fastsql.column(Operation, 'fence')} = %s "
+            f"AND {fastsql.column(Operation, 'status')} IN (%s, %s)",
+            [*params, op.pk, check.fence, Status.PENDING.value, Status.RUNNING.value],
+        )
+        if not updated:
+            current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
+            if current is None:
+                # A newer claim owns the operation; this late answer writes nothing.
+                logger.info("late result for %s (fence %s) discarded", op.pk, check.fence)
+                return PollResult.STALE
+            _fill_check(check, raw=raw, decision=decision, received_at=received_at, request_id=request_id)
             return _record_after_terminal(current, check, decision, raw, request_id, retry_after)
-        _apply(current, decision, received_at=received_at, http_status=raw.http_status)
-        check.save()
+        for name, value in fields.items():
+            setattr(op, name, value)
+        current = op
+        _fill_check(check, raw=raw, decision=decision, received_at=received_at, request_id=request_id)
+        sets, params = fastsql.assignments(StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS})
+        fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*params, check.pk])
         audit.append(
             entry_type="controller.decision",
             actor=audit.SYSTEM_CONTROLLER,
@@ -419,35 +523,59 @@ def _fill_check(
     check.warnings = list(decision.warnings)
 
 
-def _apply(op: Operation, decision: Decision, *, received_at: datetime, http_status: int | None) -> None:
-    op.last_http_status = http_status
-    op.last_polled_at = received_at
+_CHECK_RESPONSE_FIELDS = [
+    "received_at",
+    "http_status",
+    "provider_request_id",
+    "retry_after",
+    "body_digest",
+    "body_bytes",
+    "transport_error",
+    "provider_state",
+    "interpreted_state",
+    "decision",
+    "reason",
+    "delay_source",
+    "delay_ms",
+    "next_poll_at",
+    "charged_transport",
+    "warnings",
+]
+
+
+def _decision_fields(
+    op: Operation, decision: Decision, *, received_at: datetime, http_status: int | None
+) -> dict[str, object]:
+    """The operation's new values after a decision, computed from the fenced snapshot."""
+    fields: dict[str, object] = {
+        "last_http_status": http_status,
+        "last_polled_at": received_at,
+        "backoff_attempt": decision.backoff_attempt,
+        "status": decision.status,
+        "next_poll_at": decision.next_poll_at if decision.action is Action.WAIT else None,
+        "fence": op.fence + 1,
+        "lease_owner": "",
+        "lease_expires_at": None,
+        "claimed_at": None,
+        "send_not_before": None,
+        "sequence": op.sequence + 1,
+        "updated_at": received_at,
+    }
     if decision.provider_state is not None:
-        op.last_provider_state = decision.provider_state[:200]
+        fields["last_provider_state"] = decision.provider_state[:200]
     if decision.progress_percent is not None:
-        op.progress_percent = max(op.progress_percent or 0, decision.progress_percent)
+        fields["progress_percent"] = max(op.progress_percent or 0, decision.progress_percent)
     if decision.progress_counts is not None:
-        op.progress_counts = decision.progress_counts
+        fields["progress_counts"] = decision.progress_counts
     if decision.charge_transport:
-        op.transport_failures_used += 1
-    op.backoff_attempt = decision.backoff_attempt
+        fields["transport_failures_used"] = op.transport_failures_used + 1
     if decision.warnings:
-        op.warnings = (list(op.warnings or []) + list(decision.warnings))[-MAX_WARNINGS_KEPT:]
-    op.status = decision.status
+        fields["warnings"] = (list(op.warnings or []) + list(decision.warnings))[-MAX_WARNINGS_KEPT:]
     if decision.action is Action.WAIT:
-        op.next_poll_at = decision.next_poll_at
-        op.delay_source = decision.delay_source or ""
-    else:
-        op.next_poll_at = None
+        fields["delay_source"] = decision.delay_source or ""
     if decision.action is Action.COMPLETE:
-        op.result = decision.result
-        op.error = decision.error
-        op.completed_at = received_at
-    op.fence += 1
-    op.lease_owner, op.lease_expires_at, op.claimed_at, op.send_not_before = "", None, None, None
-    op.sequence += 1
-    op.updated_at = received_at
-    op.save()
+        fields.update(result=decision.result, error=decision.error, completed_at=received_at)
+    return fields
 
 
 def _record_after_terminal(

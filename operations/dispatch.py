@@ -25,6 +25,7 @@ everywhere else: provider account rows (sorted by name), then operation rows, th
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from operations.vocabulary import POLLABLE_STATUSES, Reason
 logger = logging.getLogger(__name__)
 
 POLL_TASK = "operations.tasks.run_poll"
+POLLS_TASK = "operations.tasks.run_polls"
 POLL_TASK_GROUP = "polls"
 HEARTBEAT_KIND = "dispatcher"
 
@@ -228,9 +230,13 @@ def claim_due(
             take = min(limit - len(claims), room)
             if take <= 0:
                 continue
-            claimed = _claim_rows(account=account.name, now=now, take=take, owner=owner)
-            for claim in claimed:
-                # In the claim's transaction: the ORM broker's row commits with it or not at all.
+            claims.extend(_claim_rows(account=account.name, now=now, take=take, owner=owner))
+            if len(claims) >= limit:
+                break
+        # In the claims' transaction: the ORM broker's rows commit with them or not at all.
+        for batch in task_batches(claims):
+            if len(batch) == 1:
+                claim = batch[0]
                 async_task(
                     POLL_TASK,
                     claim.operation_id,
@@ -239,10 +245,29 @@ def claim_due(
                     group=POLL_TASK_GROUP,
                     task_name=f"poll-{claim.operation_id}-{claim.fence}",
                 )
-            claims.extend(claimed)
-            if len(claims) >= limit:
-                break
+            else:
+                async_task(
+                    POLLS_TASK,
+                    [(claim.operation_id, claim.fence) for claim in batch],
+                    broker=broker,
+                    group=POLL_TASK_GROUP,
+                    task_name=f"polls-{batch[0].operation_id}-{batch[0].fence}-{len(batch)}",
+                )
     return claims
+
+
+def task_batches(claims: list[Claim]) -> list[list[Claim]]:
+    """One task per claim for a light pass; under load, about DISPATCH_TASK_SPREAD tasks.
+
+    Claims are dealt out in due order, round robin, so each task's first poll is among the most
+    overdue and no task holds more than DISPATCH_POLLS_PER_TASK.
+    """
+    spread = max(1, settings.DISPATCH_TASK_SPREAD)
+    if len(claims) <= spread:
+        return [[claim] for claim in claims]
+    tasks = max(spread, math.ceil(len(claims) / max(1, settings.DISPATCH_POLLS_PER_TASK)))
+    ordered = sorted(claims, key=lambda claim: claim.due_at)
+    return [ordered[start::tasks] for start in range(tasks) if ordered[start::tasks]]
 
 
 # --- 4. callbacks ---------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 
+from operations import fastsql
 from operations.models import Operation, ProviderAccount, StatusCheck
 from operations.vocabulary import POLLABLE_STATUSES
 
@@ -56,38 +57,43 @@ def lock_account(name: str) -> ProviderAccount:
     return account
 
 
-def share_account(name: str) -> ProviderAccount | None:
-    """The account row under a shared lock (PostgreSQL FOR SHARE), or None if it does not exist.
+def share_account(*, name: str, rate_per_s: float, now: datetime) -> tuple[ProviderAccount | None, bool]:
+    """The account row under a shared lock (PostgreSQL FOR SHARE), and whether the window has room.
 
     Shared holders do not wait for each other, but they do wait for a transaction that holds the
     row exclusively (a pause being recorded, a dispatcher admitting claims), and such a
     transaction waits for them: a charge sees every committed pause and none is recorded under it.
-    SQLite serialises every writing transaction anyway, so a plain read is enough there.
+    The window is counted in the same statement from `now` read before any lock wait, which can
+    only count more sends, never fewer. SQLite serialises every writing transaction anyway, so a
+    plain read is enough there.
     """
+    rule = allowance(rate_per_s)
     if connection.vendor != "postgresql":
-        return ProviderAccount.objects.filter(name=name).first()
+        account = ProviderAccount.objects.filter(name=name).first()
+        return account, _sent_in_window(account=name, rule=rule, now=now) < rule.max_in_window
     found = list(
         ProviderAccount.objects.raw(
-            "SELECT id, name, paused_until, pause_reason FROM operations_provideraccount WHERE name = %s FOR SHARE",
-            [name],
+            "SELECT a.id, a.name, a.paused_until, a.pause_reason, (SELECT COUNT(*) FROM (SELECT 1 FROM "
+            f"{fastsql.table(StatusCheck)} c WHERE c.account = a.name AND c.sent_at > %s LIMIT %s) AS w) AS recent "
+            f"FROM {fastsql.table(ProviderAccount)} a WHERE a.name = %s FOR SHARE OF a",
+            [now - rule.window, rule.max_in_window, name],
         )
     )
-    return found[0] if found else None
+    if not found:
+        return None, False
+    return found[0], found[0].recent < rule.max_in_window  # type: ignore[attr-defined]
 
 
 def _sent_in_window(*, account: str, rule: Allowance, now: datetime) -> int:
-    # Bounded: counting stops at the allowance, whatever the traffic.
-    return (
-        StatusCheck.objects.filter(account=account, sent_at__gt=now - rule.window)
-        .order_by()[: rule.max_in_window]
-        .count()
+    # Bounded: counting stops at the allowance, whatever the traffic. Plain SQL: every charge
+    # runs it (operations/fastsql.py says why).
+    row = fastsql.fetchone(
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM {fastsql.table(StatusCheck)} "
+        f"WHERE {fastsql.column(StatusCheck, 'account')} = %s AND {fastsql.column(StatusCheck, 'sent_at')} > %s "
+        "LIMIT %s) AS recent",
+        [account, fastsql.prep(StatusCheck, "sent_at", now - rule.window), rule.max_in_window],
     )
-
-
-def has_room(*, account: str, rate_per_s: float, now: datetime) -> bool:
-    """Whether one more request to this account fits the allowance now."""
-    rule = allowance(rate_per_s)
-    return _sent_in_window(account=account, rule=rule, now=now) < rule.max_in_window
+    return row[0] if row else 0
 
 
 def next_free_send(*, account: str, rate_per_s: float, now: datetime) -> datetime:

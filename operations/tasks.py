@@ -9,6 +9,12 @@ def run_poll(operation_id: str, fence: int) -> str:
     return str(poll_once(operation_id=operation_id, fence=fence))
 
 
+def run_polls(claims: list[tuple[str, int]]) -> str:
+    from operations.controller import poll_claims
+
+    return ",".join(str(result) for result in poll_claims(claims=[(op, fence) for op, fence in claims]))
+
+
 def deliver_callback(delivery_id: str, attempt: int) -> str:
     from operations.callbacks import deliver
 

@@ -8,7 +8,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
+    # An empty value (NAME= in an env file) means "not set", not "set to nothing".
+    return os.environ.get(name) or default
 
 
 def env_bool(name: str, default: bool = False) -> bool:

@@ -179,13 +179,19 @@ DISPATCH_BATCH = env_int("DISPATCH_BATCH", 100)
 DISPATCH_IDLE_SLEEP_S = env_float("DISPATCH_IDLE_SLEEP_S", 0.25)
 # ...but never less than this: with a poll due every few milliseconds, claiming them in small
 # batches costs at most this much lag and keeps the dispatcher from spinning one claim per pass.
-DISPATCH_MIN_SLEEP_S = env_float("DISPATCH_MIN_SLEEP_S", 0.05)
+DISPATCH_MIN_SLEEP_S = env_float("DISPATCH_MIN_SLEEP_S", 0.1)
 # Back-pressure: with this many tasks already waiting in django-q2's queue, claim nothing more.
 # Workers that fall behind would only see the leases of queued claims expire; the due operations
 # stay unclaimed instead, visible as "oldest due" age on the system panel and in /metrics. Kept
 # small because every django-q2 dequeue scans the whole (unindexed) queue table.
 DISPATCH_MAX_QUEUED = env_int("DISPATCH_MAX_QUEUED", 250)
 DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
+# Under load one pass claims more polls than there are workers: the claims are then grouped into
+# about this many tasks (each a few polls, run one after another by one worker), because
+# django-q2's fixed cost per task (queue row, dequeue, acknowledgement) is as large as a poll's
+# own. A light pass still gets one task per poll.
+DISPATCH_TASK_SPREAD = env_int("DISPATCH_TASK_SPREAD", 4)
+DISPATCH_POLLS_PER_TASK = env_int("DISPATCH_POLLS_PER_TASK", 8)
 # /metrics: with a token, scrapers send "Authorization: Bearer <token>"; without one, only
 # direct loopback clients (no proxy headers) are served.
 METRICS_TOKEN = env_secret("METRICS_TOKEN")

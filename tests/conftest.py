@@ -69,6 +69,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_profile_cache() -> None:
+    # Rolled-back rows can come back with the same id and, under a frozen clock, the same
+    # updated_at: the controller's per-process profile cache must not outlive a test.
+    from operations.controller import clear_profile_cache
+
+    clear_profile_cache()
+
+
+@pytest.fixture(autouse=True)
 def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """After every test: no log record, response or stored row may hold the canary credential."""
     from django.core.handlers.base import BaseHandler

@@ -38,10 +38,19 @@ def reload(op: Operation) -> Operation:
     return Operation.objects.get(pk=op.pk)
 
 
+def _claims_of(task: dict) -> list[tuple[str, int]]:
+    """The (operation_id, fence) pairs a poll task carries: one, or a batch under load."""
+    if task["func"] == dispatch.POLLS_TASK:
+        return [(op_id, fence) for op_id, fence in task["args"][0]]
+    return [tuple(task["args"])]
+
+
 def queued() -> list[tuple[str, int]]:
-    """(operation_id, fence) of every task waiting in django-q2's queue, oldest first."""
+    """(operation_id, fence) of every poll waiting in django-q2's queue, oldest first."""
     return [
-        tuple(SignedPackage.loads(p)["args"]) for p in OrmQ.objects.order_by("id").values_list("payload", flat=True)
+        claim
+        for payload in OrmQ.objects.order_by("id").values_list("payload", flat=True)
+        for claim in _claims_of(SignedPackage.loads(payload))
     ]
 
 
@@ -50,10 +59,12 @@ def work(*, only: set[str] | None = None) -> dict[str, str]:
     results = {}
     for row in list(OrmQ.objects.order_by("id")):
         task = SignedPackage.loads(row.payload)
-        if only is not None and task["args"][0] not in only:
+        claims = _claims_of(task)
+        if only is not None and not any(op_id in only for op_id, _ in claims):
             continue
         row.delete()
-        results[task["args"][0]] = pydoc.locate(task["func"])(*task["args"], **task["kwargs"])
+        outcome = str(pydoc.locate(task["func"])(*task["args"], **task["kwargs"]))
+        results.update(zip((op_id for op_id, _ in claims), outcome.split(","), strict=True))
     return results
 
 
@@ -418,6 +429,7 @@ def test_a_full_batch_means_more_is_waiting_and_the_next_pass_comes_at_once(make
 
 @pytest.mark.django_db
 def test_an_idle_dispatcher_sleeps_less_when_the_next_due_time_is_nearer(make_operation, settings):
+    settings.DISPATCH_MIN_SLEEP_S = 0.05
     assert dispatch.idle_sleep_s(now=T0) == settings.DISPATCH_IDLE_SLEEP_S
     op = make_operation(job_id("slow_success"))
     Operation.objects.filter(pk=op.pk).update(next_poll_at=T0 + timedelta(seconds=0.1))
@@ -514,7 +526,7 @@ def test_admitted_charges_of_one_account_do_not_queue_on_its_row(make_operation,
         from django.db import transaction
 
         with transaction.atomic():
-            pacing.share_account(op.account)
+            pacing.share_account(name=op.account, rate_per_s=100, now=T0)
             shared.set()
             release.wait(10)
 
@@ -599,9 +611,54 @@ def test_concurrent_dispatchers_claim_each_due_operation_once(make_profile, make
     for thread in threads:
         thread.join(30)
     claimed = [c.operation_id for batch in found for c in batch]
-    assert len(claimed) == len(set(claimed)) == OrmQ.objects.count()
+    assert len(claimed) == len(set(claimed)) == len(queued())
     limited_ids = {op.pk for op in ops[60:]}
     # Both dispatchers together admitted no more than the account's allowance (7 per window).
     assert sum(pk in limited_ids for pk in claimed) == 7
     assert len(claimed) == 60 + 7
     assert connection.vendor == "postgresql"
+
+
+# --- grouping polls into tasks under load ---------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_light_pass_gets_one_task_per_poll(make_operation, settings):
+    settings.DISPATCH_TASK_SPREAD = 4
+    ops = [make_operation(job_id("slow_success")) for _ in range(3)]
+    claim(now=T0)
+    tasks = [SignedPackage.loads(p) for p in OrmQ.objects.values_list("payload", flat=True)]
+    assert [task["func"] for task in tasks] == [dispatch.POLL_TASK] * 3
+    assert sorted(op_id for op_id, _ in queued()) == sorted(op.pk for op in ops)
+
+
+@pytest.mark.django_db
+def test_under_load_polls_are_grouped_into_a_few_tasks_each_polled_once(make_operation, settings, fake_provider):
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 2, 3
+    ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(7)]
+    claim(now=T0)
+    tasks = [SignedPackage.loads(p) for p in OrmQ.objects.values_list("payload", flat=True)]
+    assert [task["func"] for task in tasks] == [dispatch.POLLS_TASK] * 3
+    assert all(len(task["args"][0]) <= 3 for task in tasks)
+    assert sorted(op_id for op_id, _ in queued()) == sorted(op.pk for op in ops)
+    assert set(work().values()) == {PollResult.POLLED}
+    for op in ops:
+        assert reload(op).status == "succeeded" and len(status_requests(fake_provider, op)) == 1
+
+
+@pytest.mark.django_db
+def test_a_batch_releases_the_polls_that_no_longer_fit_its_time_limit(make_operation, settings, fake_provider):
+    from operations.controller import poll_claims
+
+    ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(3)]
+    claims = claim(now=T0)
+    # A task time limit shorter than one request: only the first poll may start.
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 1}
+    results = poll_claims(claims=[(c.operation_id, c.fence) for c in claims])
+    assert results == [PollResult.POLLED, PollResult.STALE, PollResult.STALE]
+    released = [reload(op) for op in ops if op.pk != claims[0].operation_id]
+    for op in released:
+        assert op.lease_owner == "" and op.status_requests_used == 0 and op.next_poll_at <= T0
+        assert status_requests(fake_provider, op) == []
+    # The next pass hands them out again at once.
+    assert {c.operation_id for c in claim(now=T0)} == {op.pk for op in released}
