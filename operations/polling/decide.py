@@ -280,10 +280,7 @@ def _wait_decision(
         hint_cap_s=policy.hint_cap_s,
         rng=rng,
     )
-    pause_until = None
-    if obs.http_status in (429, 503) and wait.delay_source is DelaySource.PROVIDER_RETRY_AFTER:
-        # The provider asked the whole account to back off, not just this job.
-        pause_until = wait.next_poll_at
+    pause_until = _account_pause(policy, obs, retry_after)
     all_warnings = warnings + wait.notes
     if bounds.requests_used >= bounds.max_requests:
         return _escalate(
@@ -314,6 +311,15 @@ def _wait_decision(
     )
 
 
+def _account_pause(policy: Policy, obs: Observation, retry_after: Hint | None) -> datetime | None:
+    """A 429/503 with Retry-After asks the whole provider account to back off, for as long as it
+    said: not capped at this operation's own deadline (other operations outlive it), only at the
+    longest any operation may be watched."""
+    if obs.http_status not in (429, 503) or retry_after is None or retry_after.delay_s is None:
+        return None
+    return obs.received_at + seconds(min(max(retry_after.delay_s, policy.hint_floor_s), policy.hint_absurd_s))
+
+
 def _transport_failure(
     policy: Policy,
     bounds: Bounds,
@@ -329,10 +335,7 @@ def _transport_failure(
     failures = bounds.transport_failures_used + 1
     explanation = f"{what} (transport failure {failures} of {bounds.max_transport_failures})"
     if failures >= bounds.max_transport_failures:
-        retry_after = _retry_after(obs)
-        pause_until = None
-        if obs.http_status in (429, 503) and retry_after is not None and retry_after.delay_s is not None:
-            pause_until = obs.received_at + seconds(max(retry_after.delay_s, policy.hint_floor_s))
+        pause_until = _account_pause(policy, obs, _retry_after(obs))
         return _escalate(
             spent_reason,
             interpreted,

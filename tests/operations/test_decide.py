@@ -271,3 +271,15 @@ def test_progress_is_clamped_and_nonsense_is_noted() -> None:
 def test_the_same_inputs_give_the_same_decision() -> None:
     obs = ok({"state": "running"})
     assert run(obs) == run(obs)
+
+
+def test_an_account_pause_lasts_as_long_as_the_provider_asked_not_just_this_operations_deadline() -> None:
+    deadline = NOW + timedelta(seconds=20)
+    d = run(ok({}, status=503, headers={"retry-after": ("3600",)}), deadline_at=deadline)
+    assert d.next_poll_at == deadline
+    assert d.account_pause_until == NOW + timedelta(seconds=3600)
+
+
+def test_an_absurd_retry_after_pauses_the_account_at_most_as_long_as_any_operation_lives() -> None:
+    d = run(ok({}, status=429, headers={"retry-after": ("9999999999999999999",)}))
+    assert d.account_pause_until == NOW + timedelta(seconds=POLICY.hint_absurd_s)
