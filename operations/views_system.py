@@ -6,13 +6,13 @@ import hmac
 import ipaddress
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
+from escalations.roles import viewer_required
 from operations import metrics
 from operations.audit_health import audit_protection_checks
 from operations.vocabulary import REASON_LABELS, Reason
@@ -32,7 +32,7 @@ OLDEST_DUE_WARN_S = 5.0
 QUEUE_WAIT_WARN_S = 5.0
 
 
-@login_required
+@viewer_required
 @require_GET
 def system(request: HttpRequest) -> HttpResponse:
     snap = metrics.snapshot()

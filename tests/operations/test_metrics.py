@@ -21,6 +21,14 @@ from tests.support import T0, job_id
 pytestmark = pytest.mark.django_db
 
 
+def a_viewer(user_model, username: str):  # noqa: ANN001, ANN201
+    from django.contrib.auth.models import Group
+
+    user = user_model.objects.create_user(username, password="x")
+    user.groups.add(Group.objects.get_or_create(name="viewer")[0])
+    return user
+
+
 @pytest.fixture(autouse=True)
 def _frozen_clock(clock):  # noqa: ANN001, ANN202
     return clock
@@ -98,7 +106,7 @@ def test_the_system_panel_needs_a_login(client):
 
 
 def test_the_system_panel_shows_what_an_on_call_engineer_needs(busy_system, client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("viewer1", password="x"))
+    client.force_login(a_viewer(django_user_model, "viewer1"))
     response = client.get(reverse("system"))
     assert response.status_code == 200
     html = response.content.decode()
@@ -115,7 +123,7 @@ def test_the_system_panel_shows_what_an_on_call_engineer_needs(busy_system, clie
 
 
 def test_the_panel_refresh_returns_only_the_fragment(busy_system, client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("viewer2", password="x"))
+    client.force_login(a_viewer(django_user_model, "viewer2"))
     response = client.get(reverse("system"), headers={"HX-Request": "true"})
     html = response.content.decode()
     assert response.status_code == 200 and "<html" not in html and "Dispatch lag" in html
@@ -123,13 +131,13 @@ def test_the_panel_refresh_returns_only_the_fragment(busy_system, client, django
 
 def test_a_quiet_system_says_so(client, django_user_model):
     dispatch.record_heartbeat(name="dispatcher@host-a:11", started_at=T0, info={}, now=T0)
-    client.force_login(django_user_model.objects.create_user("viewer3", password="x"))
+    client.force_login(a_viewer(django_user_model, "viewer3"))
     html = client.get(reverse("system")).content.decode()
     assert "Dispatch is healthy" in html and "No polls in the last 5 minutes" in html
 
 
 def test_without_a_dispatcher_heartbeat_the_panel_warns(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("viewer4", password="x"))
+    client.force_login(a_viewer(django_user_model, "viewer4"))
     html = client.get(reverse("system")).content.decode()
     assert "No dispatcher has sent a heartbeat recently" in html
 
@@ -194,3 +202,8 @@ def test_with_a_token_metrics_need_it_from_everywhere(client, settings):
     assert client.get("/metrics", headers=wrong).status_code == 401
     right = {"Authorization": "Bearer scrape-token-123456", "X-Forwarded-For": "203.0.113.9"}
     assert client.get("/metrics", headers=right, REMOTE_ADDR="10.1.2.3").status_code == 200
+
+
+def test_a_signed_in_user_without_a_role_does_not_see_the_panel(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("norole", password="x"))
+    assert client.get(reverse("system")).status_code == 403
