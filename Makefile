@@ -29,6 +29,7 @@ var/demo.env:
 	  "FAKE_PROVIDER_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
 	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
 	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1,localhost' \
+	  'NOTIFY_EMAILS=oncall@example.invalid' \
 	  'Q_WORKERS=2' > $@
 
 demo: $(STAMP) var/demo.env
@@ -48,8 +49,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	SECRET_KEY=lint $(BIN)/python manage.py makemigrations --check --dry-run
 
+# Benchmarks print figures (they assert nothing); each uses its own scratch PostgreSQL database.
 bench: $(STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/controller.py
+	SECRET_KEY=bench $(BIN)/python bench/dispatch.py
+	SECRET_KEY=bench $(BIN)/python bench/audit.py
+	SECRET_KEY=bench $(BIN)/python bench/api.py
+	SECRET_KEY=bench $(BIN)/python bench/dashboard.py
 
 clean:
 	rm -rf $(VENV) var

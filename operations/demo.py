@@ -149,6 +149,16 @@ def ensure_user(*, username: str, group: Group, superuser: bool = False) -> str 
     return password
 
 
+def ensure_demo_agent(*, name: str = "demo-agent") -> str | None:
+    """An API token for the demo agent when the agent is new (shown once), else None."""
+    from operations.agents import agent_token_issue
+    from operations.models import Agent
+
+    if Agent.objects.filter(name=name).exists():
+        return None
+    return agent_token_issue(name=name).token
+
+
 def load_demo_profiles(*, provider_url: str, path: Path = DEMO_PROFILES) -> list[str]:
     """Load the demo profiles, re-pointed at the fake provider's actual address."""
     specs = [_repoint(spec, provider_url) for spec in load_profiles_file(path=path)]

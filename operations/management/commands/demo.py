@@ -23,6 +23,7 @@ class Command(BaseCommand):
             "viewer": demo.ensure_user(username="viewer", group=roles["viewer"]),
             "admin": demo.ensure_user(username="admin", group=roles["responder"], superuser=True),
         }
+        token = demo.ensure_demo_agent()
         if not options["no_scenarios"]:
             operations = demo.seed_scenarios()
             self.stdout.write(f"seeded {len(operations)} demo operations against {options['provider_url']}")
@@ -33,3 +34,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"  login {username:<11} password {password}   (shown once)")
             else:
                 self.stdout.write(f"  login {username:<11} (exists; `manage.py changepassword {username}` to reset)")
+        if token:
+            self.stdout.write(f"  agent API token for demo-agent: {token}   (shown once)")
+            self.stdout.write(
+                f"    curl -s -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' "
+                f'-d \'{{"provider": "fake-export", "provider_job_id": "slow_success__polls=3__id=try1"}}\' '
+                f"{settings.SITE_URL}/api/v1/operations"
+            )
