@@ -12,16 +12,18 @@ PYTEST_ARGS ?=
 .PHONY: demo test lint bench clean venv
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "Installing pollerdash into $(VENV) (log: var/install.log)"
+	@mkdir -p var
+	@$(PYTHON) -m venv $(VENV)
+	@{ $(BIN)/python -m pip install --upgrade pip && $(BIN)/python -m pip install -e '.[dev]'; } \
+	  > var/install.log 2>&1 || { tail -n 40 var/install.log; exit 1; }
+	@touch $(STAMP)
 
 venv: $(STAMP)
 
 var/demo.env:
-	mkdir -p var
-	printf '%s\n' \
+	@mkdir -p var
+	@printf '%s\n' \
 	  'DEBUG=1' \
 	  'SITE_URL=http://127.0.0.1:$(WEB_PORT)' \
 	  'WEB_PORT=$(WEB_PORT)' \
@@ -33,7 +35,7 @@ var/demo.env:
 	  'Q_WORKERS=2' > $@
 
 demo: $(STAMP) var/demo.env
-	set -a && . ./var/demo.env && set +a && \
+	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
 	  { [ -z "$$AUDIT_SIGNING_KEY_FILE" ] || [ -f "$$AUDIT_SIGNING_KEY_FILE" ] || \
 	    $(BIN)/python manage.py audit_keys --generate "$$AUDIT_SIGNING_KEY_FILE"; } && \
