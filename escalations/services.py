@@ -151,16 +151,17 @@ def escalation_decide(
             operation_id=operation_id, escalation_id=escalation_id, user=user, card_version=card_version, comment=text
         )
     with transaction.atomic():
-        operation, escalation = _lock(operation_id=operation_id, escalation_id=escalation_id)
-        now = timezone.now()
-        card = load_card(escalation=escalation, operation=operation, now=now)
-        refusal = _refusal(card=card, user=user, posted_id=posted_id, card_version=card_version, comment=text)
-        if refusal is not None:
-            return _refuse(
-                card=card, user=user, posted_id=posted_id, card_version=card_version, comment=text, why=refusal
-            )
-        option = card.option(posted_id)
-        assert option is not None
+        offered = _offered(
+            operation_id=operation_id,
+            escalation_id=escalation_id,
+            user=user,
+            posted_id=posted_id,
+            card_version=card_version,
+            comment=text,
+        )
+        if isinstance(offered, DecideResult):
+            return offered
+        card, option, now = offered.card, offered.option, offered.now
         apply = {
             Kind.EXTEND: _apply_extension,
             Kind.TREAT_AS_PENDING: _apply_extension,
@@ -526,6 +527,35 @@ def _apply_accept_output(*, card: Card, option: Option, user: object, comment: s
     return DecideResult(decision=decision, message="Output accepted by two responders: the operation succeeded.")
 
 
+@dataclass(frozen=True)
+class _Offered:
+    operation: Operation
+    escalation: Escalation
+    card: Card
+    option: Option
+    now: datetime
+
+
+def _offered(
+    *, operation_id: str, escalation_id: int, user: object, posted_id: str, card_version: object, comment: str
+) -> _Offered | DecideResult:
+    """Lock the card and check the posted option against it; a refusal is recorded and returned.
+
+    Runs inside the decision's transaction: the locks are held until it commits.
+    """
+    operation, escalation = _lock(operation_id=operation_id, escalation_id=escalation_id)
+    now = timezone.now()
+    card = load_card(escalation=escalation, operation=operation, now=now)
+    refusal = _refusal(card=card, user=user, posted_id=posted_id, card_version=card_version, comment=comment)
+    if refusal is not None:
+        return _refuse(
+            card=card, user=user, posted_id=posted_id, card_version=card_version, comment=comment, why=refusal
+        )
+    option = card.option(posted_id)
+    assert option is not None
+    return _Offered(operation=operation, escalation=escalation, card=card, option=option, now=now)
+
+
 # --- cancel at the provider: claim, send once outside any transaction, record the answer -----------------
 
 
@@ -534,16 +564,18 @@ def _cancel_at_provider(
 ) -> DecideResult:
     posted_id = Kind.CANCEL_AT_PROVIDER.value
     with transaction.atomic():
-        operation, escalation = _lock(operation_id=operation_id, escalation_id=escalation_id)
-        now = timezone.now()
-        card = load_card(escalation=escalation, operation=operation, now=now)
-        refusal = _refusal(card=card, user=user, posted_id=posted_id, card_version=card_version, comment=comment)
-        if refusal is not None:
-            return _refuse(
-                card=card, user=user, posted_id=posted_id, card_version=card_version, comment=comment, why=refusal
-            )
-        option = card.option(posted_id)
-        assert option is not None
+        offered = _offered(
+            operation_id=operation_id,
+            escalation_id=escalation_id,
+            user=user,
+            posted_id=posted_id,
+            card_version=card_version,
+            comment=comment,
+        )
+        if isinstance(offered, DecideResult):
+            return offered
+        card, option, now = offered.card, offered.option, offered.now
+        operation, escalation = offered.operation, offered.escalation
         decision = _new_decision(
             card=card,
             option=option,

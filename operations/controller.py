@@ -308,14 +308,14 @@ def _take(
     if fastsql.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {used} = {used} + 1 WHERE {where}", params) != 1:
         return None
     check = StatusCheck(
-        operation_id=op.pk,
+        operation=op,
         account=op.account,
         fence=fence + 1,
         due_at=op.claim_due_at or op.next_poll_at,
         started_at=started_at,
         sent_at=now,
     )
-    values = {name: getattr(check, name) for name in _CHECK_SENT_FIELDS}
+    values = {"operation": op.pk, **{name: getattr(check, name) for name in _CHECK_SENT_FIELDS}}
     columns = ", ".join(fastsql.column(StatusCheck, name) for name in values)
     row = fastsql.fetchone(
         f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
@@ -329,7 +329,6 @@ def _take(
 
 
 _CHECK_SENT_FIELDS = (
-    "operation",
     "account",
     "fence",
     "due_at",
