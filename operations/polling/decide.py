@@ -356,6 +356,14 @@ def _transport_failure(
     )
 
 
+# Terminal provider states without a result: (status, interpreted state, meaning, error code).
+_ENDINGS = {
+    StateClass.FAILURE: (Status.FAILED, "failure", "the job failed", "provider_failed"),
+    StateClass.CANCELLED: (Status.CANCELLED, "cancelled", "the job was cancelled", "provider_cancelled"),
+    StateClass.EXPIRED: (Status.EXPIRED, "expired", "the job expired at the provider", "provider_expired"),
+}
+
+
 def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: object, rng: random.Random) -> Decision:
     raw_state = extract(body, policy.state_field)
     shown_state = describe_state(raw_state)
@@ -417,30 +425,13 @@ def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: obje
             warnings=warnings,
             **common,
         )
-    if state_class is StateClass.FAILURE:
+    if state_class in _ENDINGS:
+        status, interpreted, meaning, code = _ENDINGS[state_class]
         return _complete(
-            Status.FAILED,
-            "failure",
-            f"provider state {shown_state!r} is failure",
-            error=_error(policy, body, code="provider_failed", state=shown_state),
-            warnings=warnings,
-            **common,
-        )
-    if state_class is StateClass.CANCELLED:
-        return _complete(
-            Status.CANCELLED,
-            "cancelled",
-            f"provider state {shown_state!r}: the job was cancelled",
-            error=_error(policy, body, code="provider_cancelled", state=shown_state),
-            warnings=warnings,
-            **common,
-        )
-    if state_class is StateClass.EXPIRED:
-        return _complete(
-            Status.EXPIRED,
-            "expired",
-            f"provider state {shown_state!r}: the job expired at the provider",
-            error=_error(policy, body, code="provider_expired", state=shown_state),
+            status,
+            interpreted,
+            f"provider state {shown_state!r}: {meaning}",
+            error=_error(policy, body, code=code, state=shown_state),
             warnings=warnings,
             **common,
         )
