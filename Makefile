@@ -37,6 +37,7 @@ var/demo.env:
 demo: $(STAMP) var/demo.env
 	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
+	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \
 	  { [ -z "$$AUDIT_SIGNING_KEY_FILE" ] || [ -f "$$AUDIT_SIGNING_KEY_FILE" ] || \
 	    $(BIN)/python manage.py audit_keys --generate "$$AUDIT_SIGNING_KEY_FILE"; } && \
 	  $(BIN)/python manage.py demo --provider-url http://127.0.0.1:$(PROVIDER_PORT) && \
