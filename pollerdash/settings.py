@@ -5,8 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from django.core.exceptions import ImproperlyConfigured
-
 from pollerdash.env import (
     database_from_url,
     env_bool,
@@ -21,11 +19,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("POLLERDASH_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", False)
+# Without DEBUG there is no fallback: an unset key stays empty, and Django refuses everything that
+# signs (sessions, CSRF, list cursors, django-q2 tasks) with "The SECRET_KEY setting must not be
+# empty", while commands that sign nothing (migrate, makemigrations, check) still run.
 SECRET_KEY = env_secret("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set unless DEBUG=1")
-    # Development only: sessions, CSRF and list cursors are signed with this.
+if not SECRET_KEY and DEBUG:
+    # Development only.
     SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"  # noqa: S105
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
