@@ -16,11 +16,19 @@ from datetime import UTC, datetime
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
 from tests.support import CANARY, T0, canary_log_handler, canary_rows, job_id
 
 os.environ["FAKE_PROVIDER_TOKEN"] = CANARY
+# `make test` sets SECRET_KEY; a bare `pytest` run gets the same test-only key, here and in the
+# processes the integration tests start.
+os.environ.setdefault("SECRET_KEY", "test-only-not-secret")
+try:
+    settings.SECRET_KEY  # noqa: B018 - Django refuses to read an empty key
+except ImproperlyConfigured:
+    settings.SECRET_KEY = os.environ["SECRET_KEY"]
 __all__ = ["CANARY", "T0", "job_id"]
 
 
