@@ -424,7 +424,7 @@ def _record(
 
     observation = Observation(
         received_at=received_at,
-        http_status=raw.http_status if raw.transport_error is None else None,
+        http_status=raw.http_status,
         headers=raw.headers,
         body=raw.body,
         transport_error=raw.transport_error,

@@ -116,8 +116,17 @@ class Decision:
         return str(self.status)
 
 
+BODY_TOO_LARGE = "body_too_large"
+
+
 class _Body:
     """Parsed JSON of a 2xx body, or why it could not be parsed."""
+
+    @classmethod
+    def too_large(cls, detail: str) -> _Body:
+        body = cls(None)
+        body.problem = detail or "body over the size cap"
+        return body
 
     def __init__(self, raw: bytes | None) -> None:
         self.value: object = None
@@ -145,7 +154,7 @@ def _no_constants(name: str) -> object:
 def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: random.Random) -> Decision:
     """The decision for one response, following DESIGN.md section 5 row by row."""
     obs = observation
-    if obs.transport_error is not None:
+    if obs.transport_error is not None and obs.transport_error != BODY_TOO_LARGE:
         return _transport_failure(
             policy,
             bounds,
@@ -157,7 +166,7 @@ def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: ran
         )
     code = obs.http_status or 0
     if 200 <= code < 300:
-        body = _Body(obs.body)
+        body = _Body(obs.body) if obs.transport_error is None else _Body.too_large(obs.transport_detail)
         if body.problem is not None:
             return _transport_failure(
                 policy,

@@ -355,11 +355,14 @@ def test_a_next_check_time_hint_is_followed(make_operation, rng):
     assert op.delay_source == DelaySource.PROVIDER_POLL_HINT and op.next_poll_at == T0 + timedelta(seconds=45)
 
 
-def test_a_body_over_the_cap_is_a_transport_failure(make_operation, rng):
+def test_a_body_over_the_cap_is_a_transport_failure_then_an_integration_failure(make_operation, rng, drive):
     op = poll(make_operation(job_id("huge_body")), rng)
     check = last_check(op)
     assert check.transport_error == "body_too_large" and op.transport_failures_used == 1
-    assert op.status == Status.RUNNING
+    assert op.status == Status.RUNNING and check.http_status == 200
+    drive(op)
+    op = reload(op)
+    assert op.transport_failures_used == 3 and open_reason(op) == Reason.INTEGRATION_FAILURE
 
 
 @pytest.mark.parametrize("kind", ["truncated", "html", "empty", "nan", "dupkeys"])

@@ -180,7 +180,19 @@ def test_bad_bodies_escalate_as_integration_failure_when_the_transport_budget_is
 def test_a_body_over_the_cap_is_a_transport_failure() -> None:
     obs = Observation(received_at=NOW, http_status=200, transport_error="body_too_large")
     d = run(obs)
-    assert d.charge_transport and d.action is Action.WAIT
+    assert d.charge_transport and d.action is Action.WAIT and d.interpreted_state == "invalid_body"
+
+
+def test_bodies_over_the_cap_escalate_as_integration_failure_when_the_transport_budget_is_spent() -> None:
+    obs = Observation(received_at=NOW, http_status=200, transport_error="body_too_large")
+    d = run(obs, transport_failures_used=2)
+    assert (d.action, d.reason, d.charge_transport) == (Action.ESCALATE, Reason.INTEGRATION_FAILURE, True)
+
+
+def test_an_error_response_with_a_huge_body_is_judged_by_its_status() -> None:
+    obs = Observation(received_at=NOW, http_status=503, transport_error="body_too_large")
+    d = run(obs, transport_failures_used=2)
+    assert (d.action, d.reason, d.interpreted_state) == (Action.ESCALATE, Reason.PROVIDER_FAILURE, "server_error")
 
 
 @pytest.mark.parametrize("code", [401, 403])
