@@ -23,7 +23,7 @@ behaves like ``slow_success__polls=2``):
 - not_found_then_ok [polls=2], ok_then_gone [polls=1], auth_revoked [accept=], redirect [to=metadata|loop],
   flaky_5xx [pattern=500.502.504.200 (a "drop" token closes without answering), polls=6]
 - huge_body [size=2097152], invalid_json [kind=truncated|html|empty|nan|dupkeys],
-  slowloris [mode=dribble|silent, chunk_bytes=1, chunk_delay_ms=1000, hold_s=60],
+  slowloris [mode=dribble|headers|silent, chunk_bytes=1, chunk_delay_ms=1000, hold_s=60],
   held [hold_ms=5000, times=1]
 - cancel_ok [polls=infinite], cancel_unsupported; cancelling anything else answers 202 "cancelling"
 
@@ -113,6 +113,7 @@ class _Reply:
     date_skew: float = 0.0
     delay_s: float = 0.0  # wait before answering
     chunk: tuple[int, float] | None = None  # slowloris dribble: (bytes per chunk, seconds between chunks)
+    chunk_head: bool = False  # dribble the status line and headers too, not just the body
     hold_s: float = 0.0  # status None: keep the socket open this long, then close it
 
 
@@ -350,6 +351,9 @@ def _slowloris(c: _Call) -> _Reply:
         return _Reply(None, hold_s=_int(c.params, "hold_s", 60))
     reply = c.running(None)
     reply.chunk = (max(_int(c.params, "chunk_bytes", 1), 1), _int(c.params, "chunk_delay_ms", 1000) / 1000)
+    # mode=headers trickles the status line and headers as well: a client whose only limit is a
+    # per-read timeout would wait forever for the response to begin.
+    reply.chunk_head = c.params.get("mode") == "headers"
     return reply
 
 
@@ -622,8 +626,10 @@ class _Handler(BaseHTTPRequestHandler):
         lines.append("\r\n")
         head = "".join(lines).encode("latin-1")
         if reply.chunk is not None:
-            self.wfile.write(head)
             size, pause = reply.chunk
+            if reply.chunk_head:
+                body, head = head + body, b""
+            self.wfile.write(head)
             for start in range(0, len(body), size):
                 # Between chunks only; checking the stop event lets stop() return promptly.
                 if start and stop.wait(pause):

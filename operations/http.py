@@ -1,10 +1,13 @@
 """The one HTTP client pollerdash uses to talk to providers.
 
 One keep-alive httpx.Client per process (created after fork, so django-q2 workers never share a
-socket), with the bounds of DESIGN.md section 4: connect 5 s, read 10 s, the whole request 30 s
-(enforced by shutting the socket down, so a slowloris body cannot stretch it), a 1 MiB body cap
-read as a stream, and no redirects. Credentials are read from the environment at request time
-and never stored.
+socket), with the bounds of DESIGN.md section 4: connect 5 s, read 10 s, the whole request 30 s,
+a 1 MiB body cap read as a stream, and no redirects. Credentials are read from the environment at
+request time and never stored.
+
+The whole-request limit is enforced inside the network layer: every connect, read and write of
+the request gets at most the time left before its deadline, so a provider that trickles its
+headers or its body a byte at a time is cut off at 30 s, not kept alive by a per-read timeout.
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 
+import httpcore
 import httpx
 from django.conf import settings
 
@@ -42,6 +45,73 @@ class RawResponse:
     transport_detail: str = ""
 
 
+_request_deadline = threading.local()
+
+
+def _time_left(timeout: float | None, error: type[Exception]) -> float | None:
+    """This I/O step's timeout, shortened to what is left of the current request's deadline."""
+    deadline = getattr(_request_deadline, "at", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error("the whole-request time limit was reached")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _time_left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _time_left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: object, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        return _DeadlineStream(
+            self._inner.start_tls(ssl_context, server_hostname, _time_left(timeout, httpcore.ConnectTimeout))
+        )
+
+    def get_extra_info(self, info: str) -> object:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.SyncBackend):
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: object = None,
+    ) -> httpcore.NetworkStream:
+        inner = super().connect_tcp(
+            host, port, _time_left(timeout, httpcore.ConnectTimeout), local_address, socket_options
+        )
+        return _DeadlineStream(inner)
+
+
+def _transport(limits: httpx.Limits) -> httpx.HTTPTransport:
+    transport = httpx.HTTPTransport(limits=limits, trust_env=False)
+    # httpx offers no public way to choose httpcore's network backend: rebuild its connection pool
+    # with the same settings and ours (httpx and httpcore are pinned in pyproject.toml).
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=transport._pool._ssl_context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=_DeadlineBackend(),
+    )
+    return transport
+
+
 def client() -> httpx.Client:
     global _client, _client_pid
     with _client_lock:
@@ -53,7 +123,7 @@ def client() -> httpx.Client:
                     write=settings.POLL_HTTP_READ_TIMEOUT_S,
                     pool=settings.POLL_HTTP_CONNECT_TIMEOUT_S,
                 ),
-                limits=httpx.Limits(max_connections=50, max_keepalive_connections=20),
+                transport=_transport(httpx.Limits(max_connections=50, max_keepalive_connections=20)),
                 follow_redirects=False,
                 # Never route provider traffic through proxies picked up from the environment.
                 trust_env=False,
@@ -82,21 +152,10 @@ def credential_fingerprint(*, credential_env: str) -> str:
     return hmac.new(settings.SECRET_KEY.encode(), value.encode(), hashlib.sha256).hexdigest()[:16]
 
 
-def _shutdown(sock: socket.socket | None, fired: threading.Event) -> None:
-    fired.set()
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
 def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> RawResponse:
     """Send one request and read at most the body cap, within the whole-request limit."""
     cap = settings.POLL_BODY_CAP_BYTES
-    deadline = time.monotonic() + settings.POLL_HTTP_TOTAL_TIMEOUT_S
-    fired = threading.Event()
-    timer: threading.Timer | None = None
+    _request_deadline.at = time.monotonic() + settings.POLL_HTTP_TOTAL_TIMEOUT_S
     status: int | None = None
     response_headers: dict[str, tuple[str, ...]] = {}
     try:
@@ -104,11 +163,6 @@ def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> Raw
             status = response.status_code
             for name in {key.lower() for key in response.headers.keys()}:
                 response_headers[name] = tuple(response.headers.get_list(name))
-            stream = response.extensions.get("network_stream")
-            sock = stream.get_extra_info("socket") if stream is not None else None
-            timer = threading.Timer(max(0.0, deadline - time.monotonic()), _shutdown, (sock, fired))
-            timer.daemon = True
-            timer.start()
             digest = hashlib.sha256()
             chunks: list[bytes] = []
             size = 0
@@ -124,33 +178,23 @@ def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> Raw
                     )
                 digest.update(chunk)
                 chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise _TotalTimeout
-            body = b"".join(chunks)
             return RawResponse(
                 http_status=status,
                 headers=response_headers,
-                body=body,
+                body=b"".join(chunks),
                 body_bytes=size,
                 body_digest=digest.hexdigest(),
             )
-    except _TotalTimeout:
-        return _failure(status, response_headers, "timeout", _total_detail())
     except httpx.TimeoutException as exc:
+        if time.monotonic() >= _request_deadline.at:
+            return _failure(status, response_headers, "timeout", _total_detail())
         kind = "connect_timeout" if isinstance(exc, httpx.ConnectTimeout) else "timeout"
         return _failure(status, response_headers, kind, type(exc).__name__)
     except httpx.HTTPError as exc:
-        if fired.is_set():
-            return _failure(status, response_headers, "timeout", _total_detail())
         kind = "connect_error" if isinstance(exc, httpx.ConnectError) else "protocol_error"
         return _failure(status, response_headers, kind, f"{type(exc).__name__}: {str(exc)[:120]}")
     finally:
-        if timer is not None:
-            timer.cancel()
-
-
-class _TotalTimeout(Exception):
-    pass
+        _request_deadline.at = None
 
 
 def _total_detail() -> str:
