@@ -261,7 +261,7 @@ def _charge_admitted(
     do not queue on its row, yet a pause being recorded is waited for and honoured.
     """
     with transaction.atomic():
-        account, room = pacing.share_account(name=op.account, rate_per_s=rate, now=timezone.now())
+        account = pacing.share_account(name=op.account)
         if account is None:
             return None
         # Read the clock after any lock wait: `sent_at` is what pacing counts (see pacing.py).
@@ -271,7 +271,7 @@ def _charge_admitted(
                 op=op, fence=fence, until=account.paused_until, why=f"provider account paused: {account.pause_reason}"
             )
             return PollResult.DEFERRED
-        if not room:
+        if not pacing.has_room(account=op.account, rate_per_s=rate, now=now):
             return None
         return _take(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=True)
 

@@ -57,31 +57,33 @@ def lock_account(name: str) -> ProviderAccount:
     return account
 
 
-def share_account(*, name: str, rate_per_s: float, now: datetime) -> tuple[ProviderAccount | None, bool]:
-    """The account row under a shared lock (PostgreSQL FOR SHARE), and whether the window has room.
+def share_account(*, name: str) -> ProviderAccount | None:
+    """The account row under a shared lock (PostgreSQL FOR SHARE), or None if it does not exist.
 
     Shared holders do not wait for each other, but they do wait for a transaction that holds the
-    row exclusively (a pause being recorded, a dispatcher admitting claims), and such a
-    transaction waits for them: a charge sees every committed pause and none is recorded under it.
-    The window is counted in the same statement from `now` read before any lock wait, which can
-    only count more sends, never fewer. SQLite serialises every writing transaction anyway, so a
-    plain read is enough there.
+    row exclusively (a pause being recorded, a dispatcher admitting claims, a charge counting the
+    window), and such a transaction waits for them: a charge sees every committed pause and none
+    is recorded under it. Count the window in a later statement (`has_room`): a statement that
+    waited for the lock still reads everything else from its snapshot taken before the wait, so
+    it would miss the sends the exclusive holder just committed. SQLite serialises every writing
+    transaction anyway, so a plain read is enough there.
     """
-    rule = allowance(rate_per_s)
     if connection.vendor != "postgresql":
-        account = ProviderAccount.objects.filter(name=name).first()
-        return account, _sent_in_window(account=name, rule=rule, now=now) < rule.max_in_window
+        return ProviderAccount.objects.filter(name=name).first()
     found = list(
         ProviderAccount.objects.raw(
-            "SELECT a.id, a.name, a.paused_until, a.pause_reason, (SELECT COUNT(*) FROM (SELECT 1 FROM "
-            f"{fastsql.table(StatusCheck)} c WHERE c.account = a.name AND c.sent_at > %s LIMIT %s) AS w) AS recent "
-            f"FROM {fastsql.table(ProviderAccount)} a WHERE a.name = %s FOR SHARE OF a",
-            [now - rule.window, rule.max_in_window, name],
+            f"SELECT id, name, paused_until, pause_reason FROM {fastsql.table(ProviderAccount)} "
+            "WHERE name = %s FOR SHARE",
+            [name],
         )
     )
-    if not found:
-        return None, False
-    return found[0], found[0].recent < rule.max_in_window  # type: ignore[attr-defined]
+    return found[0] if found else None
+
+
+def has_room(*, account: str, rate_per_s: float, now: datetime) -> bool:
+    """Whether one more request to this account fits the allowance now."""
+    rule = allowance(rate_per_s)
+    return _sent_in_window(account=account, rule=rule, now=now) < rule.max_in_window
 
 
 def _sent_in_window(*, account: str, rule: Allowance, now: datetime) -> int:

@@ -526,7 +526,7 @@ def test_admitted_charges_of_one_account_do_not_queue_on_its_row(make_operation,
         from django.db import transaction
 
         with transaction.atomic():
-            pacing.share_account(name=op.account, rate_per_s=100, now=T0)
+            pacing.share_account(name=op.account)
             shared.set()
             release.wait(10)
 
