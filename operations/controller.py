@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from operations import audit, fastsql, http, pacing
@@ -223,7 +224,7 @@ def _charge(
             return admitted
     for _attempt in range(3):
         with transaction.atomic():
-            account = pacing.lock_account(op.account)
+            account = pacing.lock_account(name=op.account)
             # Read the clock after the lock wait: `sent_at` is what pacing counts, and it must be
             # as close as possible to the moment the request actually leaves (see pacing.py).
             now = timezone.now()
@@ -305,7 +306,10 @@ def _take(
             f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
         )
         params.append(fastsql.prep(Operation, "lease_expires_at", now))
-    if fastsql.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {used} = {used} + 1 WHERE {where}", params) != 1:
+    sequence = fastsql.column(Operation, "sequence")
+    # The request count and the status are visible to agents: the sequence moves with them.
+    increments = f"{used} = {used} + 1, {sequence} = {sequence} + 1"
+    if fastsql.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where}", params) != 1:
         return None
     check = StatusCheck(
         operation=op,
@@ -324,6 +328,7 @@ def _take(
     check.pk = row[0] if row else None
     op.fence, op.status = fence + 1, Status.RUNNING
     op.status_requests_used += 1
+    op.sequence += 1
     op.approved_checks = 0
     return op, check
 
@@ -353,6 +358,7 @@ def _defer(*, op: Operation, fence: int, until: datetime, why: str) -> None:
     now = timezone.now()
     moved = Operation.objects.filter(pk=op.pk, fence=fence).update(
         fence=fence + 1,
+        sequence=F("sequence") + 1,
         next_poll_at=until,
         delay_source=DelaySource.PROVIDER_RETRY_AFTER,
         lease_owner="",
@@ -437,8 +443,11 @@ def _record(
         request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
     retry_after = ", ".join(raw.headers.get("retry-after", ()))[:200]
     with transaction.atomic():
-        if decision.account_pause_until is not None:
-            _pause_account(op=op, until=decision.account_pause_until, http_status=raw.http_status)
+        # The account lock first (lock order: account, operation, audit head); its audit entry
+        # comes with the others, last.
+        paused = decision.account_pause_until is not None and _pause_account(
+            op=op, until=decision.account_pause_until, http_status=raw.http_status
+        )
         fields = _decision_fields(op, decision, received_at=received_at, http_status=raw.http_status)
         # One fenced UPDATE: under the fence nobody else changes what the decision was computed from.
         sets, params = fastsql.assignments(Operation, fields)
@@ -450,11 +459,17 @@ def _record(
         if not updated:
             current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
             if current is None:
-                # A newer claim owns the operation; this late answer writes nothing.
+                # A newer claim owns the operation; this late answer writes nothing about it (the
+                # provider's request to pause the whole account still stands).
                 logger.info("late result for %s (fence %s) discarded", op.pk, check.fence)
+                if paused:
+                    _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
                 return PollResult.STALE
             _fill_check(check, raw=raw, decision=decision, received_at=received_at, request_id=request_id)
-            return _record_after_terminal(current, check, decision, raw, request_id, retry_after)
+            result = _record_after_terminal(current, check, decision, raw, request_id, retry_after)
+            if paused:
+                _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
+            return result
         for name, value in fields.items():
             setattr(op, name, value)
         current = op
@@ -483,6 +498,8 @@ def _record(
             ),
             at=received_at,
         )
+        if paused:
+            _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
         if decision.action is Action.ESCALATE:
             assert decision.reason is not None
             escalation_open(
@@ -593,9 +610,18 @@ def _record_after_terminal(
     op.last_http_status = raw.http_status
     op.last_polled_at = check.received_at
     op.fence += 1
+    op.sequence += 1
     op.lease_owner, op.lease_expires_at = "", None
     op.save(
-        update_fields=["warnings", "last_http_status", "last_polled_at", "fence", "lease_owner", "lease_expires_at"]
+        update_fields=[
+            "warnings",
+            "last_http_status",
+            "last_polled_at",
+            "fence",
+            "sequence",
+            "lease_owner",
+            "lease_expires_at",
+        ]
     )
     audit.append(
         entry_type="controller.decision",
@@ -617,21 +643,39 @@ def _record_after_terminal(
     return PollResult.POLLED
 
 
-def _pause_account(*, op: Operation, until: datetime, http_status: int | None) -> None:
-    """A 429/503 with Retry-After pauses every operation of the provider account until then."""
-    account = pacing.lock_account(op.account)
+def _pause_account(*, op: Operation, until: datetime, http_status: int | None) -> bool:
+    """A 429/503 with Retry-After pauses every operation of the provider account until then.
+
+    Returns whether the pause was extended; the caller appends its audit entry (`_append_pause`)
+    with its other entries, last in the transaction.
+    """
+    account = pacing.lock_account(name=op.account)
     if account.paused_until and account.paused_until >= until:
-        return
-    reason = f"{http_status} with Retry-After on {op.pk}"
-    ProviderAccount.objects.filter(pk=account.pk).update(paused_until=until, pause_reason=reason[:300])
+        return False
+    ProviderAccount.objects.filter(pk=account.pk).update(
+        paused_until=until, pause_reason=_pause_reason(op, http_status)
+    )
     Operation.objects.filter(account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until).exclude(
         pk=op.pk
-    ).update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER)
+    ).update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER, sequence=F("sequence") + 1)
+    return True
+
+
+def _pause_reason(op: Operation, http_status: int | None) -> str:
+    return f"{http_status} with Retry-After on {op.pk}"[:300]
+
+
+def _append_pause(*, op: Operation, until: datetime | None, http_status: int | None) -> None:
     audit.append(
         entry_type="provider.paused",
         actor=audit.SYSTEM_CONTROLLER,
         operation_id=op.pk,
-        data={"account": op.account, "paused_until": audit.iso(until), "http_status": http_status, "reason": reason},
+        data={
+            "account": op.account,
+            "paused_until": audit.iso(until),
+            "http_status": http_status,
+            "reason": _pause_reason(op, http_status),
+        },
     )
 
 

@@ -39,7 +39,7 @@ class Allowance:
     max_in_window: int
 
 
-def allowance(rate_per_s: float) -> Allowance:
+def allowance(*, rate_per_s: float) -> Allowance:
     """N requests per window: rate 10/s -> 10 per 1.13 s; rate 0.5/s -> 1 per 2.16 s."""
     base_s = max(1.0, 1.0 / rate_per_s)
     return Allowance(
@@ -48,7 +48,7 @@ def allowance(rate_per_s: float) -> Allowance:
     )
 
 
-def lock_account(name: str) -> ProviderAccount:
+def lock_account(*, name: str) -> ProviderAccount:
     """The account row, locked for this transaction (created on first use)."""
     account = ProviderAccount.objects.select_for_update().filter(name=name).first()
     if account is None:
@@ -82,7 +82,7 @@ def share_account(*, name: str) -> ProviderAccount | None:
 
 def has_room(*, account: str, rate_per_s: float, now: datetime) -> bool:
     """Whether one more request to this account fits the allowance now."""
-    rule = allowance(rate_per_s)
+    rule = allowance(rate_per_s=rate_per_s)
     return _sent_in_window(account=account, rule=rule, now=now) < rule.max_in_window
 
 
@@ -103,7 +103,7 @@ def next_free_send(*, account: str, rate_per_s: float, now: datetime) -> datetim
 
     Call with the account row locked, so the answer holds until the charge commits.
     """
-    rule = allowance(rate_per_s)
+    rule = allowance(rate_per_s=rate_per_s)
     if _sent_in_window(account=account, rule=rule, now=now) < rule.max_in_window:
         return now
     # The oldest of the last N sends must leave the window before another fits.
@@ -141,6 +141,6 @@ def admissible(*, account: str, rate_per_s: float, now: datetime) -> int:
     but not yet sent. Call with the account row locked (like the charge), so two dispatchers
     cannot both spend the same room. The charge re-checks the exact limit at send time.
     """
-    rule = allowance(rate_per_s)
+    rule = allowance(rate_per_s=rate_per_s)
     sent = _sent_in_window(account=account, rule=rule, now=now)
     return max(0, rule.max_in_window - sent - claimed_unsent(account=account, now=now))

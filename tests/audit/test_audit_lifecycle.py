@@ -60,8 +60,8 @@ def test_the_chain_holds_every_decision_in_order(lived):
     chain = entries(lived)
     assert [(e["type"], e["data"].get("decision") or e["data"].get("option")) for e in chain] == [
         ("operation.registered", None),
-        ("provider.paused", None),
         ("controller.decision", "wait"),
+        ("provider.paused", None),
         ("controller.decision", "escalate"),
         ("escalation.opened", None),
         ("human.inspect", None),
@@ -71,7 +71,7 @@ def test_the_chain_holds_every_decision_in_order(lived):
     ]
     seqs = [e["seq"] for e in chain]
     assert seqs == sorted(seqs)
-    registered, _, first, stop, opened, inspect, extend, refused, done = chain
+    registered, first, _, stop, opened, inspect, extend, refused, done = chain
     assert registered["data"]["max_requests"] == 2 and registered["actor"] == {"kind": "operator", "id": "test"}
     assert first["data"] | {"deadline": None, "provider_request_id": None} == {
         "state": "running",
@@ -115,10 +115,10 @@ def test_the_story_reads_like_the_incident_timeline(lived):
     assert [line.seq for line in story] == [e["seq"] for e in entries(lived)]
     text = [line.as_text() for line in story]
     assert text[0].startswith("10:00:00 registered by operator:test: ") and "up to 2 requests" in text[0]
-    assert text[1].startswith("10:00:00 provider account ") and "paused until 10:02:00 after 503" in text[1]
-    assert text[2] == (
+    assert text[1] == (
         "10:00:00 received 503, Retry-After 120, next poll 10:02:00 from provider guidance (request 1 of 2)"
     )
+    assert text[2].startswith("10:00:00 provider account ") and "paused until 10:02:00 after 503" in text[2]
     assert text[3].startswith("10:02:00 received 200 'running'; stopped polling: request budget exhausted: ")
     assert text[3].endswith("(request 2 of 2)")
     assert text[4] == "10:02:00 escalated: request budget exhausted (2 of 2 requests)"

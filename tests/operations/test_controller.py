@@ -434,3 +434,20 @@ def test_trickled_headers_are_cut_at_the_whole_request_limit(make_operation, rng
     assert check.transport_error == "timeout" and "whole request" in check.reason
     assert op.transport_failures_used == 1 and op.status == Status.RUNNING
     assert time.perf_counter() - started < 3
+
+
+def test_every_change_an_agent_can_see_moves_the_sequence(make_operation, monkeypatch, rng):
+    op = make_operation(job_id("slow_success", polls=1))
+    seen = [reload(op).sequence]
+    real_send = http.send
+
+    def look_while_in_flight(**kwargs: object) -> http.RawResponse:
+        # Charged and running, request count up: an agent reading now must see a new sequence.
+        seen.append(reload(op).sequence)
+        return real_send(**kwargs)
+
+    monkeypatch.setattr(http, "send", look_while_in_flight)
+    op = poll(op, rng)
+    seen.append(op.sequence)
+    assert seen == sorted(set(seen)), seen
+    assert len(seen) == 3

@@ -550,7 +550,7 @@ def test_an_admitted_charge_waits_for_a_pause_being_recorded_and_honours_it(make
         from django.db import transaction
 
         with transaction.atomic():
-            pacing.lock_account(op.account)  # as controller._pause_account does
+            pacing.lock_account(name=op.account)  # as controller._pause_account does
             locked.set()
             # The pause commits only once the worker's charge is waiting on the account row.
             waited = _wait_for_a_lock_waiter()
