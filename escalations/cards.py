@@ -24,7 +24,7 @@ from escalations.options import (
     human_duration,
     unavailable_notes,
 )
-from operations import http
+from operations.credentials import credential_current
 from operations.models import Authorization, Operation
 from operations.vocabulary import REASON_LABELS, Reason
 
@@ -129,8 +129,9 @@ def build_card(
     caps = capabilities_of(profile)
     credential_changed = False
     if escalation.reason == Reason.AUTHORIZATION_DENIED:
-        current = http.credential_fingerprint(credential_env=profile.credential_env)
-        credential_changed = current != (escalation.credential_fingerprint or "")
+        # What the workers hold now (they publish it), not this web process's environment.
+        current = credential_current(credential_env=profile.credential_env)
+        credential_changed = bool(current) and current != (escalation.credential_fingerprint or "")
     cancel = escalation.cancel_response or {}
     facts = Facts(
         reason=escalation.reason,

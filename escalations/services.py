@@ -23,8 +23,9 @@ from escalations import notifications
 from escalations.cards import Card, load_card, snapshot_sha256
 from escalations.models import Decision, Escalation
 from escalations.options import Kind, Option, parse_option_id
-from operations import audit, http
+from operations import audit
 from operations.callbacks import record_event
+from operations.credentials import credential_publish
 from operations.models import Authorization, Operation
 from operations.provider_cancel import CancelResult, send_provider_cancel
 from operations.vocabulary import DelaySource, Reason, Status
@@ -71,7 +72,8 @@ def escalation_open(*, operation: Operation, reason: Reason, detail: str, contex
     now = timezone.now()
     fingerprint = ""
     if reason is Reason.AUTHORIZATION_DENIED:
-        fingerprint = http.credential_fingerprint(credential_env=operation.provider.credential_env)
+        # Recorded (and published) by the worker that was refused: the credential it sent.
+        fingerprint = credential_publish(credential_env=operation.provider.credential_env)
     escalation = Escalation.objects.create(
         operation=operation,
         reason=reason,

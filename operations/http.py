@@ -133,11 +133,24 @@ def client() -> httpx.Client:
         return _client
 
 
-def credential_headers(*, credential_env: str, auth_scheme: str) -> dict[str, str]:
-    """The Authorization header for a profile, read from its environment variable now."""
+def credential_value(*, credential_env: str) -> str:
+    """The provider credential named by a profile, read now: from NAME, or from the file NAME_FILE
+    names (so a rotated credential file is picked up without restarting workers)."""
     if not credential_env:
-        return {}
-    value = os.environ.get(credential_env, "")
+        return ""
+    path = os.environ.get(f"{credential_env}_FILE")
+    if path:
+        try:
+            with open(path) as handle:
+                return handle.read().strip()
+        except OSError:
+            return ""
+    return os.environ.get(credential_env, "")
+
+
+def credential_headers(*, credential_env: str, auth_scheme: str) -> dict[str, str]:
+    """The Authorization header for a profile, read from its credential now."""
+    value = credential_value(credential_env=credential_env)
     if not value:
         return {}
     register_secret(value)
@@ -146,7 +159,7 @@ def credential_headers(*, credential_env: str, auth_scheme: str) -> dict[str, st
 
 def credential_fingerprint(*, credential_env: str) -> str:
     """A keyed fingerprint of the current credential: tells "changed" apart without storing it."""
-    value = os.environ.get(credential_env, "") if credential_env else ""
+    value = credential_value(credential_env=credential_env)
     if not value:
         return ""
     return hmac.new(settings.SECRET_KEY.encode(), value.encode(), hashlib.sha256).hexdigest()[:16]

@@ -25,3 +25,9 @@ def forward_provider_cancel(operation_id: str) -> str:
     from operations.services import provider_cancel_forward
 
     return provider_cancel_forward(operation_id=operation_id)
+
+
+def publish_credential_fingerprints() -> int:
+    from operations.credentials import credentials_publish_all
+
+    return credentials_publish_all()

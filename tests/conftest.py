@@ -77,12 +77,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_profile_cache() -> None:
+def _fresh_process_caches() -> None:
     # Rolled-back rows can come back with the same id and, under a frozen clock, the same
-    # updated_at: the controller's per-process profile cache must not outlive a test.
+    # updated_at: per-process caches of rows must not outlive a test.
     from operations.controller import clear_profile_cache
+    from operations.credentials import forget_published
 
     clear_profile_cache()
+    forget_published()
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ from operations.models.agent import Agent, AgentToken, IdempotencyKey
 from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead
 from operations.models.authorization import Authorization
 from operations.models.callback import CallbackDelivery, CallbackEndpoint
+from operations.models.credential import CredentialFingerprint
 from operations.models.heartbeat import ProcessHeartbeat
 from operations.models.operation import Operation
 from operations.models.profile import ProviderProfile
@@ -17,6 +18,7 @@ __all__ = [
     "Authorization",
     "CallbackDelivery",
     "CallbackEndpoint",
+    "CredentialFingerprint",
     "IdempotencyKey",
     "Operation",
     "ProcessHeartbeat",

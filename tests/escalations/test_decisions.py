@@ -21,6 +21,7 @@ from escalations.services import (
     escalation_supersede,
 )
 from operations.controller import PollResult, poll_once
+from operations.credentials import credentials_publish_all
 from operations.models import AuditEntry, Authorization, CallbackDelivery, Operation, ProviderAccount, StatusCheck
 from operations.vocabulary import DelaySource, Reason, Status
 from tests.support import T0
@@ -243,6 +244,9 @@ def test_retry_after_rotation_appears_only_once_the_credential_changed(stopped, 
     assert esc.reason == Reason.AUTHORIZATION_DENIED
     assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
     monkeypatch.setenv("FAKE_PROVIDER_TOKEN", "new-token-rotated42")
+    # Rotated in the workers' environment; it counts once the workers have published it.
+    assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
+    credentials_publish_all()
     result = decide(esc, alice, "retry_after_rotation")
     assert result.outcome == "applied"
     op = reload(esc.operation)
@@ -334,3 +338,10 @@ def test_two_responders_deciding_the_same_card_at_once_apply_exactly_one(stopped
     assert Decision.objects.filter(escalation=esc, outcome="refused").count() == 1
     assert Authorization.objects.filter(operation=esc.operation, kind="extension").count() == 1
     assert audit_types(esc.operation)[-2:] == ["human.decision", "human.refused"]
+
+
+def test_a_web_process_without_the_credential_never_sees_a_rotation(stopped, alice, monkeypatch):
+    esc = stopped("auth_revoked")
+    # The dashboard runs where no provider credential is set; the workers still hold the old one.
+    monkeypatch.delenv("FAKE_PROVIDER_TOKEN")
+    assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
