@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 _rng = random.SystemRandom()
 # Waiting for a send slot holds a worker; beyond this the poll is deferred instead.
 MAX_SLOT_WAIT_S = 2.0
+SLOT_ATTEMPTS = 3
 MAX_WARNINGS_KEPT = 20
 
 
@@ -195,7 +196,9 @@ def poll_claims(*, claims: list[tuple[str, int]], rng: random.Random | None = No
     left over are released (fence + 1, still due) so the next dispatcher pass hands them to
     another worker at once instead of waiting for their leases to run out.
     """
-    budget_s = settings.Q_CLUSTER["timeout"] - settings.POLL_HTTP_TOTAL_TIMEOUT_S - 5
+    # The longest a poll can take: the waits for a send slot in _charge, then the whole request.
+    longest_poll_s = SLOT_ATTEMPTS * MAX_SLOT_WAIT_S + settings.POLL_HTTP_TOTAL_TIMEOUT_S
+    budget_s = settings.Q_CLUSTER["timeout"] - longest_poll_s - 5
     started = time.monotonic()
     results: list[PollResult] = []
     for index, (operation_id, fence) in enumerate(claims):
@@ -222,7 +225,7 @@ def _charge(
         admitted = _charge_admitted(op=op, fence=fence, worker=worker, started_at=started_at, rate=rate)
         if admitted is not None:
             return admitted
-    for _attempt in range(3):
+    for _attempt in range(SLOT_ATTEMPTS):
         with transaction.atomic():
             account = pacing.lock_account(name=op.account)
             # Read the clock after the lock wait: `sent_at` is what pacing counts, and it must be
@@ -242,12 +245,24 @@ def _charge(
                 return PollResult.STALE if taken is None else taken
             wait_s = (free_at - now).total_seconds()
             if wait_s > MAX_SLOT_WAIT_S:
-                _defer(op=op, fence=fence, until=free_at, why=f"provider account {op.account} at its rate limit")
+                _defer(
+                    op=op,
+                    fence=fence,
+                    until=free_at,
+                    why=f"provider account {op.account} at its rate limit",
+                    source=DelaySource.LOCAL_BACKOFF,
+                )
                 return PollResult.DEFERRED
         time.sleep(wait_s)
     # The allowance kept moving away (a busy account): give the slot back rather than spin.
     with transaction.atomic():
-        _defer(op=op, fence=fence, until=free_at, why=f"provider account {op.account} at its rate limit")
+        _defer(
+            op=op,
+            fence=fence,
+            until=free_at,
+            why=f"provider account {op.account} at its rate limit",
+            source=DelaySource.LOCAL_BACKOFF,
+        )
     return PollResult.DEFERRED
 
 
@@ -353,14 +368,16 @@ _CHECK_SENT_FIELDS = (
 )
 
 
-def _defer(*, op: Operation, fence: int, until: datetime, why: str) -> None:
+def _defer(
+    *, op: Operation, fence: int, until: datetime, why: str, source: DelaySource = DelaySource.PROVIDER_RETRY_AFTER
+) -> None:
     """Reschedule without sending or charging. Runs inside the caller's transaction."""
     now = timezone.now()
     moved = Operation.objects.filter(pk=op.pk, fence=fence).update(
         fence=fence + 1,
         sequence=F("sequence") + 1,
         next_poll_at=until,
-        delay_source=DelaySource.PROVIDER_RETRY_AFTER,
+        delay_source=source,
         lease_owner="",
         lease_expires_at=None,
         claimed_at=None,
@@ -378,7 +395,7 @@ def _defer(*, op: Operation, fence: int, until: datetime, why: str) -> None:
                 decision="defer",
                 reason=why,
                 next_poll_at=until,
-                delay_source=DelaySource.PROVIDER_RETRY_AFTER,
+                delay_source=source,
                 delay_ms=round((until - now).total_seconds() * 1000),
             ),
         )

@@ -409,15 +409,8 @@ def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: obje
             )
         result = {"values": values, "counts": counts}
         if counts and counts.get("failed"):
-            if counts.get("succeeded") == 0:
-                return _complete(
-                    Status.FAILED,
-                    "failure",
-                    f"provider state {shown_state!r}, but every item failed",
-                    error=_error(policy, body, code="all_items_failed", state=shown_state),
-                    warnings=warnings,
-                    **common,
-                )
+            # DESIGN section 5: any failed item makes it partial, even when none succeeded; the
+            # counts in the result say how many.
             return _complete(
                 Status.PARTIALLY_SUCCEEDED,
                 "success",

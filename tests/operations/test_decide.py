@@ -74,14 +74,15 @@ def test_success_with_failed_counts_is_partial() -> None:
     assert d.result["counts"] == {"total": 100, "succeeded": 97, "failed": 3}  # type: ignore[index]
 
 
-def test_success_where_every_item_failed_is_a_failure() -> None:
+def test_success_where_every_item_failed_is_still_partial_with_its_counts() -> None:
     body = {
         "state": "succeeded",
         "result": {"output_url": "u"},
         "summary": {"processed": 9, "succeeded": 0, "failed": 9},
     }
     d = run(ok(body))
-    assert d.status is Status.FAILED and d.error["code"] == "all_items_failed"  # type: ignore[index]
+    assert d.status is Status.PARTIALLY_SUCCEEDED and d.error is None
+    assert d.result["counts"] == {"total": 9, "succeeded": 0, "failed": 9}  # type: ignore[index]
 
 
 @pytest.mark.parametrize("result", [{}, {"output_url": None}, {"output_url": ""}, None])
