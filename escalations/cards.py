@@ -26,6 +26,7 @@ from escalations.options import (
 )
 from operations.credentials import credential_current
 from operations.models import Authorization, Operation
+from operations.representation import rfc3339
 from operations.vocabulary import REASON_LABELS, Reason
 
 # Authorization kinds that grant more time and checks: they count toward max_extensions.
@@ -80,8 +81,8 @@ class Card:
             "reason": esc.reason,
             "reason_label": self.reason_label,
             "why": esc.detail,
-            "opened_at": _iso(esc.opened_at),
-            "shown_at": _iso(facts.now),
+            "opened_at": rfc3339(esc.opened_at),
+            "shown_at": rfc3339(facts.now),
             "operation": {
                 "id": op.pk,
                 "status": op.status,
@@ -90,19 +91,19 @@ class Card:
                 "provider_job_id": op.provider_job_id,
                 "last_provider_state": op.last_provider_state or None,
                 "last_http_status": op.last_http_status,
-                "last_polled_at": _iso(op.last_polled_at),
+                "last_polled_at": rfc3339(op.last_polled_at),
                 "elapsed_s": int((facts.now - op.created_at).total_seconds()),
                 "requests_used": op.status_requests_used,
                 "max_requests": op.max_status_requests,
                 "transport_failures": op.transport_failures_used,
                 "max_transport_failures": op.max_transport_failures,
-                "deadline": _iso(op.deadline_at),
-                "business_deadline": _iso(op.business_deadline_at),
+                "deadline": rfc3339(op.deadline_at),
+                "business_deadline": rfc3339(op.business_deadline_at),
             },
             "context": dict(esc.context or {}),
             "extensions_used": facts.extensions_used,
             "max_extensions": self.caps.max_extensions,
-            "provider_paused_until": _iso(facts.paused_until),
+            "provider_paused_until": rfc3339(facts.paused_until),
             "cancel_response": esc.cancel_response,
             "accepted_by": facts.accepted_by,
             "options": [option.as_dict() for option in self.options],
@@ -187,7 +188,3 @@ def load_card(*, escalation: Escalation, operation: Operation, now: datetime) ->
 
 def waited(escalation: Escalation, now: datetime) -> str:
     return human_duration(now - escalation.opened_at)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")

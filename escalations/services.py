@@ -12,7 +12,6 @@ timer: no decision is ever taken by timeout.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,10 +23,12 @@ from escalations.cards import Card, load_card, snapshot_sha256
 from escalations.models import Decision, Escalation
 from escalations.options import Kind, Option, parse_option_id
 from operations import audit
-from operations.callbacks import record_event
+from operations.callbacks import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
 from operations.models import Authorization, Operation
 from operations.provider_cancel import CancelResult, send_provider_cancel
+from operations.representation import rfc3339
+from operations.services import CONTROL_CHARACTERS
 from operations.vocabulary import DelaySource, Reason, Status
 
 STALE = "state changed — review again"
@@ -35,7 +36,6 @@ NOT_OFFERED = "option not offered on this card"
 COMMENT_REQUIRED = "a comment is required for this option"
 SAME_RESPONDER = "a second, different responder must confirm; you already accepted this output"
 COMMENT_MAX = 2000
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def escalation_open(*, operation: Operation, reason: Reason, detail: str, contex
         credential_fingerprint=fingerprint,
         context={key: value for key, value in context.items() if value is not None},
     )
-    record_event(operation=operation, event_type="operation.needs_attention")
+    record_event(operation=operation, event_type=EVENT_NEEDS_ATTENTION)
     notifications.enqueue(escalation_id=escalation.pk, kind=notifications.OPENED)
     audit.append(
         entry_type="escalation.opened",
@@ -187,7 +187,7 @@ def _lock(*, operation_id: str, escalation_id: int) -> tuple[Operation, Escalati
 def _clean_comment(comment: object) -> str:
     if not isinstance(comment, str):
         return ""
-    return _CONTROL.sub("", comment).strip()[:COMMENT_MAX]
+    return CONTROL_CHARACTERS.sub("", comment).strip()[:COMMENT_MAX]
 
 
 def _version(card_version: object) -> int | None:
@@ -247,7 +247,7 @@ def _refuse(*, card: Card, user: object, posted_id: str, card_version: object, c
 
 
 def _printable(value: str) -> str:
-    return _CONTROL.sub("", value)
+    return CONTROL_CHARACTERS.sub("", value)
 
 
 def _link_audit(decision: Decision, seq: int) -> None:
@@ -399,7 +399,7 @@ def _release_claim(operation: Operation) -> None:
     # A new fence: any claim or in-flight poll from before the decision can no longer write.
     operation.fence += 1
     operation.lease_owner, operation.lease_expires_at, operation.claimed_at = "", None, None
-    operation.claim_due_at, operation.send_not_before = None, None
+    operation.claim_due_at = None
 
 
 def _apply_inspect(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> DecideResult:
@@ -593,7 +593,7 @@ def _cancel_at_provider(
             "state": "sending",
             "decision_id": decision.pk,
             "by": _username(user),
-            "sent_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "sent_at": rfc3339(now),
         }
         escalation.version += 1
         escalation.save(update_fields=["cancel_response", "version"])
@@ -615,7 +615,7 @@ def _record_cancel_response(
     with transaction.atomic():
         operation, escalation = _lock(operation_id=operation_id, escalation_id=escalation_id)
         now = timezone.now()
-        record = {**result.as_record(), "received_at": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        record = {**result.as_record(), "received_at": rfc3339(now)}
         Decision.objects.filter(pk=decision.pk).update(provider_response=record)
         decision.provider_response = record
         escalation.cancel_response = {**(escalation.cancel_response or {}), **record}
@@ -662,11 +662,12 @@ def _record_cancel_response(
     if confirmed:
         message = "The provider confirmed the cancel: the operation is cancelled."
     else:
-        message = f"Cancel sent; the provider answered {describe_cancel(result.as_record())}. The card stays open."
+        answer = describe_cancel(record=result.as_record())
+        message = f"Cancel sent; the provider answered {answer}. The card stays open."
     return DecideResult(decision=decision, message=message)
 
 
-def describe_cancel(record: dict) -> str:
+def describe_cancel(*, record: dict) -> str:
     """The provider's answer to a cancel in words, for messages and the card."""
     parts = [str(record.get("state", "")).replace("_", " ")]
     if record.get("http_status") is not None:

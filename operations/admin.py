@@ -164,11 +164,11 @@ class ProviderProfileAdmin(admin.ModelAdmin):
 class ProviderAccountAdmin(admin.ModelAdmin):
     """Accounts come from profiles; an operator may lift or annotate a provider-wide pause."""
 
-    list_display = ("name", "paused_until", "pause_reason", "next_send_at", "updated_at")
+    list_display = ("name", "paused_until", "pause_reason", "updated_at")
     search_fields = ("name",)
-    fields = ("name", "paused_until", "pause_reason", "next_send_at", "updated_at")
+    fields = ("name", "paused_until", "pause_reason", "updated_at")
     # Renaming would detach the account from the profiles and operations that name it.
-    readonly_fields = ("name", "next_send_at", "updated_at")
+    readonly_fields = ("name", "updated_at")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -73,8 +73,3 @@ def agent_authenticate(*, token: str) -> Agent | None:
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
         AgentToken.objects.filter(pk=row.pk).update(last_used_at=now)
     return row.agent
-
-
-def agent_token_revoke(*, prefix: str) -> int:
-    """Revoke every live token with this display prefix; returns how many."""
-    return AgentToken.objects.filter(prefix=prefix, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -275,7 +275,6 @@ def append(
 
 
 SYSTEM_CONTROLLER = {"kind": "system", "id": "controller"}
-SYSTEM_DISPATCHER = {"kind": "system", "id": "dispatcher"}
 
 
 def user_actor(user: object) -> dict[str, str]:

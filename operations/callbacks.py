@@ -38,6 +38,7 @@ from ulid import ULID
 
 from operations import audit
 from operations.models import CallbackDelivery, CallbackEndpoint, Operation
+from operations.representation import rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def event_payload(*, operation: Operation, event_type: str, at: datetime) -> byt
     return json.dumps(
         {
             "type": event_type,
-            "timestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "timestamp": rfc3339(at),
             "data": {
                 "object": "operation_event",
                 "operation_id": operation.pk,
@@ -416,7 +417,7 @@ def _escalate(delivery: CallbackDelivery, *, reason: str) -> None:
         op = Operation.objects.select_for_update().filter(pk=delivery.operation_id).first()
         if op is None:
             return
-        op.warnings = [*list(op.warnings or []), warning][-20:]
+        op.warnings = op.warnings_with(warning)
         op.sequence += 1
         op.updated_at = timezone.now()
         op.save(update_fields=["warnings", "sequence", "updated_at"])

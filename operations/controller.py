@@ -44,7 +44,6 @@ _rng = random.SystemRandom()
 # Waiting for a send slot holds a worker; beyond this the poll is deferred instead.
 MAX_SLOT_WAIT_S = 2.0
 SLOT_ATTEMPTS = 3
-MAX_WARNINGS_KEPT = 20
 
 
 class PollResult(StrEnum):
@@ -60,7 +59,7 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def policy_for(profile: ProviderProfile) -> Policy:
+def policy_for(*, profile: ProviderProfile) -> Policy:
     return Policy(
         profile_slug=profile.slug,
         state_field=profile.state_field,
@@ -89,7 +88,7 @@ def policy_for(profile: ProviderProfile) -> Policy:
     )
 
 
-def bounds_for(op: Operation) -> Bounds:
+def bounds_for(*, op: Operation) -> Bounds:
     return Bounds(
         registered_at=op.created_at,
         deadline_at=op.deadline_at,
@@ -102,7 +101,7 @@ def bounds_for(op: Operation) -> Bounds:
     )
 
 
-def status_url(profile: ProviderProfile, job_id: str) -> str:
+def status_url(*, profile: ProviderProfile, job_id: str) -> str:
     # The job id is always one percent-encoded path segment: an agent can never steer the URL.
     return profile.status_url.replace("{job_id}", quote(job_id, safe=""))
 
@@ -145,7 +144,7 @@ def poll_once(
     op, check = charged
     raw = http.send(
         method="GET",
-        url=status_url(profile, op.provider_job_id),
+        url=status_url(profile=profile, job_id=op.provider_job_id),
         headers=http.credential_headers(credential_env=profile.credential_env, auth_scheme=profile.auth_scheme),
     )
     received_at = timezone.now()
@@ -305,7 +304,6 @@ def _take(
             "lease_owner": worker,
             "lease_expires_at": now + timedelta(seconds=settings.POLL_LEASE_S),
             "claimed_at": None,
-            "send_not_before": None,
             "updated_at": now,
         },
     )
@@ -381,7 +379,6 @@ def _defer(
         lease_owner="",
         lease_expires_at=None,
         claimed_at=None,
-        send_not_before=None,
         updated_at=now,
     )
     if moved:
@@ -405,7 +402,7 @@ def release(*, operation_id: str, fence: int) -> bool:
     """Give up a claim without polling: the fence moves so a duplicate task is a no-op."""
     return bool(
         Operation.objects.filter(pk=operation_id, fence=fence).update(
-            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None, send_not_before=None
+            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None
         )
     )
 
@@ -425,7 +422,7 @@ def escalate_without_request(*, operation_id: str, fence: int | None, reason: Re
         op.status = Status.NEEDS_ATTENTION
         op.next_poll_at = None
         op.fence += 1
-        op.lease_owner, op.lease_expires_at, op.claimed_at, op.send_not_before = "", None, None, None
+        op.lease_owner, op.lease_expires_at, op.claimed_at = "", None, None
         op.sequence += 1
         op.updated_at = now
         op.save()
@@ -454,7 +451,7 @@ def _record(
         transport_detail=raw.transport_detail,
     )
     profile = op.provider
-    decision = decide(policy=policy_for(profile), bounds=bounds_for(op), observation=observation, rng=rng)
+    decision = decide(policy=policy_for(profile=profile), bounds=bounds_for(op=op), observation=observation, rng=rng)
     request_id = ""
     if profile.request_id_header:
         request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
@@ -590,7 +587,6 @@ def _decision_fields(
         "lease_owner": "",
         "lease_expires_at": None,
         "claimed_at": None,
-        "send_not_before": None,
         "sequence": op.sequence + 1,
         "updated_at": received_at,
     }
@@ -603,7 +599,7 @@ def _decision_fields(
     if decision.charge_transport:
         fields["transport_failures_used"] = op.transport_failures_used + 1
     if decision.warnings:
-        fields["warnings"] = (list(op.warnings or []) + list(decision.warnings))[-MAX_WARNINGS_KEPT:]
+        fields["warnings"] = op.warnings_with(*decision.warnings)
     if decision.action is Action.WAIT:
         fields["delay_source"] = decision.delay_source or ""
     if decision.action is Action.COMPLETE:
@@ -623,7 +619,7 @@ def _record_after_terminal(
     check.decision = "ignored_after_terminal"
     check.warnings = [*check.warnings, warning]
     check.save()
-    op.warnings = (list(op.warnings or []) + [warning])[-MAX_WARNINGS_KEPT:]
+    op.warnings = op.warnings_with(warning)
     op.last_http_status = raw.http_status
     op.last_polled_at = check.received_at
     op.fence += 1

@@ -113,7 +113,7 @@ def requeue_expired_leases(*, now: datetime | None = None, limit: int = 500) -> 
     requeued = 0
     for pk, fence, owner, expired_at in rows:
         moved = Operation.objects.filter(pk=pk, fence=fence, lease_expires_at=expired_at).update(
-            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None, send_not_before=None
+            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None
         )
         if moved:
             requeued += 1
@@ -179,7 +179,6 @@ def _claim_rows(*, account: str, now: datetime, take: int, owner: str) -> list[C
             lease_expires_at=lease_until,
             claimed_at=now,
             claim_due_at=F("next_poll_at"),
-            send_not_before=None,
         )
         return [Claim(pk, fence + 1, due_at) for pk, fence, due_at in rows]
     # SQLite has no row locks: claim each row by compare-and-set on its fence.
@@ -193,7 +192,6 @@ def _claim_rows(*, account: str, now: datetime, take: int, owner: str) -> list[C
                 lease_expires_at=lease_until,
                 claimed_at=now,
                 claim_due_at=due_at,
-                send_not_before=None,
             )
         )
         if won:

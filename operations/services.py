@@ -18,7 +18,8 @@ from operations import audit
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
 from operations.vocabulary import NOT_DONE_STATUSES, Status
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Control characters other than tab, newline and carriage return: never part of a text field.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 PURPOSE_MAX = 280
 METADATA_MAX_KEYS = 16
 METADATA_KEY_MAX = 40
@@ -53,7 +54,7 @@ def _check_job_id(profile: ProviderProfile, job_id: object) -> FieldProblem | No
     if len(job_id) > JOB_ID_MAX:
         return FieldProblem("provider_job_id", "invalid_provider_job_id", f"longer than {JOB_ID_MAX} characters")
     # "." and ".." would be collapsed by URL normalisation into another path on the provider.
-    if job_id in {".", ".."} or _CONTROL.search(job_id) or "\r" in job_id or "\n" in job_id:
+    if job_id in {".", ".."} or CONTROL_CHARACTERS.search(job_id) or "\r" in job_id or "\n" in job_id:
         return FieldProblem("provider_job_id", "invalid_provider_job_id", "contains forbidden characters")
     try:
         matched = re.fullmatch(profile.job_id_pattern, job_id) is not None
@@ -73,7 +74,7 @@ def _check_text(name: str, value: object, *, limit: int) -> FieldProblem | None:
         return FieldProblem(name, "invalid_field", "must be a string")
     if len(value) > limit:
         return FieldProblem(name, "invalid_field", f"longer than {limit} characters")
-    if _CONTROL.search(value):
+    if CONTROL_CHARACTERS.search(value):
         return FieldProblem(name, "invalid_field", "contains control characters")
     return None
 

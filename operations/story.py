@@ -56,6 +56,14 @@ def operation_story(*, operation_id: str) -> list[StoryLine]:
     return [story_line(seq=seq, body=bytes(body)) for seq, body in bodies]
 
 
+def operation_story_latest(*, operation_id: str, limit: int) -> list[StoryLine]:
+    """The newest `limit` lines of an operation's story, oldest first (the page shows only these)."""
+    rows = list(
+        AuditEntry.objects.filter(operation_id=operation_id).order_by("-seq").values_list("seq", "body")[:limit]
+    )
+    return [story_line(seq=seq, body=bytes(body)) for seq, body in reversed(rows)]
+
+
 def story_line(*, seq: int, body: bytes) -> StoryLine:
     """One entry body as a StoryLine; an entry it cannot read still gets a line, never an error."""
     try:

@@ -17,6 +17,7 @@ from escalations.roles import can_decide, viewer_required
 from escalations.views import audit_jsonl, refresh_s
 from operations import selectors
 from operations.models import StatusCheck
+from operations.story import operation_story, operation_story_latest
 
 
 @viewer_required
@@ -46,26 +47,6 @@ STORY_SHOWN = 150
 CHECKS_LISTED = 50
 
 
-def _story(operation_id: str, *, latest: int | None = None) -> tuple[list[object], int] | tuple[None, int]:
-    """The human-readable timeline from the audit log (operations.story): all of it, or the latest lines.
-
-    Returns (lines oldest first, how many lines)."""
-    try:
-        from operations.story import operation_story, story_line
-    except ImportError:
-        return None, 0
-    if latest is None:
-        lines = list(operation_story(operation_id=operation_id))
-        return lines, len(lines)
-    from operations.models import AuditEntry
-
-    rows = list(
-        AuditEntry.objects.filter(operation_id=operation_id).order_by("-seq").values_list("seq", "body")[:latest]
-    )[::-1]
-    # Only "is there more?" matters on the page; the report and the export have everything.
-    return [story_line(seq=seq, body=bytes(body)) for seq, body in rows], len(rows)
-
-
 @viewer_required
 @require_GET
 def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
@@ -75,7 +56,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     now = timezone.now()
     op = page.operation
     card_view, escalations = card_selectors.operation_cards(operation=op, now=now)
-    story, story_count = _story(op.pk, latest=STORY_SHOWN)
+    story = operation_story_latest(operation_id=op.pk, limit=STORY_SHOWN)
     chart = request_chart(
         checks=page.checks,
         authorizations=page.authorizations,
@@ -97,7 +78,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         "chart_svg": render_svg(chart),
         "recent_checks": page.checks[::-1][:CHECKS_LISTED],
         "story": story,
-        "story_more": story_count >= STORY_SHOWN,
+        "story_more": len(story) >= STORY_SHOWN,
         "can_decide": can_decide(request.user),
         "where": "operation",
         "nav": "operations",
@@ -169,7 +150,7 @@ def operation_report(request: HttpRequest, operation_id: str) -> HttpResponse:
             "page": page,
             "op": page.operation,
             "escalations": escalations,
-            "story": _story(page.operation.pk)[0],
+            "story": operation_story(operation_id=page.operation.pk),
             "generated_at": timezone.now(),
         },
     )

@@ -11,7 +11,6 @@ class ProviderAccount(models.Model):
     """
 
     name = models.CharField(max_length=64, unique=True)
-    next_send_at = models.DateTimeField(null=True, blank=True)
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -12,6 +12,9 @@ from operations.vocabulary import (
     choices_of,
 )
 
+# Warnings shown to agents and people; the oldest are dropped beyond this many.
+WARNINGS_KEPT = 20
+
 
 class Operation(models.Model):
     """One watched provider job and the bounds pollerdash may spend on it (DESIGN.md section 3).
@@ -65,8 +68,6 @@ class Operation(models.Model):
     # When the current claim was made and the due time it served (dispatch lag = start - due).
     claimed_at = models.DateTimeField(null=True, blank=True)
     claim_due_at = models.DateTimeField(null=True, blank=True)
-    # Earliest send time reserved for this claim in the provider account's pacing.
-    send_not_before = models.DateTimeField(null=True, blank=True)
 
     sequence = models.BigIntegerField(default=1)
     result = models.JSONField(null=True, blank=True)
@@ -116,6 +117,10 @@ class Operation(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    def warnings_with(self, *new: str) -> list[str]:
+        """The warnings list with `new` appended, keeping the newest WARNINGS_KEPT."""
+        return [*(self.warnings or []), *new][-WARNINGS_KEPT:]
 
     @property
     def done(self) -> bool:
