@@ -18,10 +18,14 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
+from hypothesis import settings as hypothesis_settings
 
 from tests.support import CANARY, T0, canary_log_handler, canary_rows, job_id
 
 os.environ["FAKE_PROVIDER_TOKEN"] = CANARY
+# Property tests draw the same examples on every run, so a failure in CI reproduces on a laptop.
+hypothesis_settings.register_profile("pollerdash", derandomize=True, database=None)
+hypothesis_settings.load_profile("pollerdash")
 # `make test` sets SECRET_KEY; a bare `pytest` run gets the same test-only key, here and in the
 # processes the integration tests start.
 os.environ.setdefault("SECRET_KEY", "test-only-not-secret")
