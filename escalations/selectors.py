@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import BooleanField, Case, Count, F, Q, QuerySet, Value, When
 
 from escalations.cards import EXTENSION_KINDS, Card, build_card, reason_label
 from escalations.models import Decision, Escalation
@@ -123,6 +123,23 @@ class InboxFilters:
         return urlencode({k: v for k, v in params.items() if v})
 
 
+@dataclass(frozen=True)
+class InboxFacets:
+    """Open-card counts grouped by (reason, provider, assigned to the viewer): each filter's count
+    is computed with the other filters applied, so a number never promises rows the list hides."""
+
+    groups: tuple[tuple[str, str, bool, int], ...]
+
+    def count(self, *, reason: str = "", provider: str = "", mine: bool = False) -> int:
+        return sum(
+            n
+            for group_reason, group_provider, group_mine, n in self.groups
+            if (not reason or group_reason == reason)
+            and (not provider or group_provider == provider)
+            and (not mine or group_mine)
+        )
+
+
 @dataclass
 class InboxView:
     page: Page
@@ -130,6 +147,7 @@ class InboxView:
     open_total: int
     reason_counts: list[tuple[str, str, int]]
     providers: list[str]
+    everyone_total: int = 0
     mine_total: int = 0
     rows: list[Escalation] = field(default_factory=list)
 
@@ -137,11 +155,24 @@ class InboxView:
 def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView:
     """Open cards needing a decision, most urgent first: business deadline soonest, then oldest."""
     open_cards = Escalation.objects.filter(state=Escalation.State.OPEN)
-    counts = dict(open_cards.values_list("reason").annotate(n=Count("id")).order_by())
-    mine_total = open_cards.filter(assignee_id=getattr(user, "pk", None)).count()
+    user_id = getattr(user, "pk", None)
+    is_mine = (
+        Case(When(assignee_id=user_id, then=Value(True)), default=Value(False), output_field=BooleanField())
+        if user_id is not None
+        else Value(False, output_field=BooleanField())
+    )
+    facets = InboxFacets(
+        groups=tuple(
+            (reason, provider, bool(mine), n)
+            for reason, provider, mine, n in open_cards.annotate(mine=is_mine)
+            .values_list("reason", "operation__provider__slug", "mine")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+    )
     query: QuerySet[Escalation] = open_cards
     if filters.mine:
-        query = query.filter(assignee_id=getattr(user, "pk", None))
+        query = query.filter(assignee_id=user_id)
     if filters.reason:
         query = query.filter(reason=filters.reason)
     if filters.provider:
@@ -151,23 +182,21 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
         .only(*INBOX_FIELDS)
         .order_by(F("operation__business_deadline_at").asc(nulls_last=True), "opened_at", "pk")
     )
-    known = None
-    if not filters.active:
-        known = sum(counts.values())
-    elif filters.mine and not (filters.reason or filters.provider):
-        known = mine_total
-    elif filters.reason and not (filters.mine or filters.provider):
-        known = counts.get(filters.reason, 0)
+    known = facets.count(reason=filters.reason, provider=filters.provider, mine=filters.mine)
     paginator = _with_count(Paginator(query, PAGE_SIZE), known)
     page_obj = paginator.get_page(_page_number(page))
     providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
     return InboxView(
         page=page_obj,
         filters=filters,
-        open_total=sum(counts.values()),
-        reason_counts=[(value, label, counts.get(value, 0)) for value, label in REASONS],
+        open_total=facets.count(),
+        reason_counts=[
+            (value, label, facets.count(reason=value, provider=filters.provider, mine=filters.mine))
+            for value, label in REASONS
+        ],
         providers=providers,
-        mine_total=mine_total,
+        everyone_total=facets.count(reason=filters.reason, provider=filters.provider),
+        mine_total=facets.count(reason=filters.reason, provider=filters.provider, mine=True),
         rows=list(page_obj.object_list),
     )
 

@@ -122,6 +122,13 @@
     if (working || (pointerInList && (changed || target.id !== "inbox-rows"))) {
       // Never reshuffle rows under the pointer or destroy an open card: hold, and say what changed.
       event.detail.shouldSwap = false;
+      // The counts move no rows: keep them in step with the tab title.
+      const counts = doc.getElementById("inbox-counts");
+      const shown = document.getElementById("inbox-counts");
+      if (counts && shown) {
+        counts.removeAttribute("hx-swap-oob");
+        shown.replaceWith(counts);
+      }
       if (changed) showNote(incoming, current);
       return;
     }

@@ -100,6 +100,29 @@ def test_keyboard_1_picks_the_first_option(open_page, make_user, budget_card):  
     expect(page.locator("#help")).to_be_visible()
 
 
+def test_an_open_inline_card_shows_what_another_responder_decided(open_page, make_user, budget_card):  # noqa: ANN001
+    from escalations.services import escalation_decide
+
+    alice, bob = make_user("alice"), make_user("bob")
+    esc = budget_card()
+    waiting = budget_card(purpose="Second export, still waiting")
+    page = open_page(alice)
+    page.locator(f"#esc-{esc.pk}").get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    expect(card.locator(".card-title")).to_have_text("Needs a decision")
+    page.mouse.move(0, 0)  # the pointer is off the list; the open card alone holds the rows
+
+    escalation_decide(escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version, comment="dup job")
+    # The card refreshes itself in place; the list is held (a card is open) and says only what changed.
+    expect(card.locator(".card-title")).to_have_text("Decided")
+    expect(card).to_contain_text("The operation is now")
+    expect(card.locator("[data-option-index]")).to_have_count(0)
+    expect(page.locator("#live-note")).to_contain_text("1 no longer open")
+    expect(page).to_have_title("(1) Inbox · pollerdash")
+    expect(page.locator("#inbox-counts .seg-item").first).to_contain_text("Everyone 1")
+    expect(page.locator(f"#esc-{waiting.pk}")).to_be_visible()
+
+
 def test_a_viewer_sees_no_decision_buttons(open_page, make_user, budget_card, live_server):  # noqa: ANN001
     vera = make_user("vera", role="viewer")
     esc = budget_card()

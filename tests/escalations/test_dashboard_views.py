@@ -52,6 +52,28 @@ def test_inbox_filters_live_in_the_url(stopped, make_profile, responder_client, 
     assert "No open cards match these filters" in empty and "Clear filters" in empty
 
 
+def chip_counts(html: str) -> dict[str, int]:
+    counts = re.search(r'id="inbox-counts".*?</div>\s*</div>', html, re.S).group(0)
+    return {label.strip(): int(n) for label, n in re.findall(r'>([^<>]+?) <span class="n">(\d+)</span>', counts)}
+
+
+def test_each_count_applies_the_other_filters(stopped, make_profile, responder_client, alice) -> None:  # noqa: ANN001
+    other = make_profile(slug="other-provider")
+    mine = stopped()
+    stopped()
+    stopped("unknown_state", provider=other)
+    responder_client.post(reverse("escalation_assign", args=[mine.pk]), {"take": "1"})
+    everything = responder_client.get(reverse("inbox")).content.decode()
+    assert chip_counts(everything) == {"Everyone": 3, "Mine": 1, "Deadline exceeded": 2, "Unknown provider state": 1}
+    other_only = responder_client.get(reverse("inbox"), {"provider": "other-provider"}).content.decode()
+    assert chip_counts(other_only) == {"Everyone": 1, "Mine": 0, "Unknown provider state": 1}
+    assert "<title>(3) Inbox" in other_only  # the tab title counts every open card
+    query = {"reason": "deadline_exceeded", "mine": "1"}
+    deadline_mine = responder_client.get(reverse("inbox"), query).content.decode()
+    assert chip_counts(deadline_mine) == {"Everyone": 2, "Mine": 1, "Deadline exceeded": 1}
+    assert row_ids(deadline_mine) == [mine.pk]
+
+
 def test_the_empty_inbox_says_so(responder_client) -> None:  # noqa: ANN001
     html = responder_client.get(reverse("inbox")).content.decode()
     assert "Nothing needs a decision" in html and "<title>Inbox · pollerdash</title>" in html
