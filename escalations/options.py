@@ -44,8 +44,10 @@ EXTENDABLE = frozenset(
 )
 # Reasons whose card may offer the provider's documented cancel.
 CANCELLABLE = EXTENDABLE | {Reason.UNKNOWN_STATE}
-# retry_after_rotation: how long the retry may take when the old deadline is already (nearly) spent.
+# retry_after_rotation and approve_one_check: how long the one request they allow may take when the
+# old deadline is already (nearly) spent; without it the approved request could never be sent.
 ROTATION_RETRY_WINDOW = timedelta(minutes=5)
+ONE_CHECK_WINDOW = ROTATION_RETRY_WINDOW
 # Upper bounds on preset values the server will ever honour, whatever a profile row says.
 MAX_PRESET_MINUTES = 7 * 24 * 60
 MAX_PRESET_CHECKS = 10_000
@@ -398,18 +400,26 @@ def _accept_output(facts: Facts) -> Option:
 
 
 def _approve_one_check(facts: Facts) -> Option:
-    left = max(0, facts.max_requests - facts.requests_used)
+    new_max = max(facts.max_requests, facts.requests_used + 1)
+    new_deadline = max(facts.deadline_at, facts.now + ONE_CHECK_WINDOW)
+    extra = new_max - facts.max_requests
+    effect = f"allows exactly 1 status request now ({new_max - facts.requests_used} of {new_max} left before it)"
+    if extra:
+        effect += f"; +{extra} request, the budget was spent"
+    if new_deadline != facts.deadline_at:
+        effect += f"; the deadline moves to {_clock(new_deadline, facts.now)} so the request can be sent"
     return Option(
         id=Kind.APPROVE_ONE_CHECK.value,
         kind=Kind.APPROVE_ONE_CHECK,
         label="Approve one status check",
-        effect=f"allows exactly 1 status request now ({left} of {facts.max_requests} left before it)",
+        effect=effect,
         confirm=Confirm.TWO_STEP,
-        new_deadline_at=facts.deadline_at,
-        new_max_requests=facts.max_requests,
+        new_deadline_at=new_deadline,
+        new_max_requests=new_max,
         new_max_transport_failures=facts.max_transport_failures,
         next_poll_at=facts.now,
-        extra_requests=0,
+        extra_requests=extra,
+        past_business_deadline=_past_business(facts, new_deadline) if new_deadline != facts.deadline_at else None,
     )
 
 

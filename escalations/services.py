@@ -363,8 +363,9 @@ def _apply_extension(*, card: Card, option: Option, user: object, comment: str, 
     operation.next_poll_at = option.next_poll_at or now
     operation.delay_source = DelaySource.MANUAL_EXTENSION
     operation.backoff_attempt = 0
-    if option.kind is Kind.APPROVE_ONE_CHECK:
-        operation.approved_checks = 1
+    # An approval is for the check it was asked for: one left unused (the operation stopped for
+    # another reason first) must not let a later extension send a request nobody approved.
+    operation.approved_checks = 1 if option.kind is Kind.APPROVE_ONE_CHECK else 0
     _release_claim(operation)
     operation.sequence += 1
     operation.updated_at = now

@@ -274,6 +274,46 @@ def test_approve_one_check_allows_exactly_one_status_request(make_profile, stopp
     assert Escalation.objects.get(operation=op, state="open").reason == Reason.PER_CALL_APPROVAL
 
 
+def test_an_approval_after_the_deadline_gets_a_short_window_so_its_one_request_is_sent(
+    make_profile, stopped, alice, rng, clock, fake_provider
+):
+    from escalations.options import ONE_CHECK_WINDOW
+    from escalations.selectors import card_by_id
+
+    gated = make_profile(approval_mode="per_call", cancel_method="", cancel_url="")
+    esc = stopped("slow_success", provider=gated, params={"polls": 5})
+    op = reload(esc.operation)
+    clock.move_to(op.deadline_at + timedelta(minutes=3), tick=False)
+    approve = next(
+        o for o in card_by_id(escalation_id=esc.pk, now=timezone.now()).card.options if o.id == "approve_one_check"
+    )
+    assert "the deadline moves to" in approve.effect
+    assert decide(esc, alice, "approve_one_check").outcome == "applied"
+    op = reload(op)
+    assert op.deadline_at == timezone.now() + ONE_CHECK_WINDOW and op.approved_checks == 1
+    assert poll_once(operation_id=op.pk, fence=op.fence, rng=rng) == PollResult.POLLED
+    assert len(status_requests(fake_provider, op)) == 1
+
+
+def test_an_unused_approval_does_not_outlive_the_next_decision(make_profile, stopped, alice, rng, clock, fake_provider):
+    gated = make_profile(approval_mode="per_call", cancel_method="", cancel_url="")
+    esc = stopped("slow_success", provider=gated, params={"polls": 5})
+    assert decide(esc, alice, "approve_one_check").outcome == "applied"
+    op = reload(esc.operation)
+    # The approved check never went out: the deadline passed first.
+    clock.move_to(op.deadline_at, tick=False)
+    assert poll_once(operation_id=op.pk, fence=op.fence, rng=rng) == PollResult.ESCALATED
+    deadline_card = Escalation.objects.get(operation=op, state="open")
+    assert deadline_card.reason == Reason.DEADLINE_EXCEEDED
+    assert decide(deadline_card, alice, "extend:15m:4").outcome == "applied"
+    op = reload(op)
+    assert op.approved_checks == 0
+    # More time is not an approval: the next check asks a human again and sends nothing.
+    assert poll_once(operation_id=op.pk, fence=op.fence, rng=rng) == PollResult.ESCALATED
+    assert Escalation.objects.get(operation=op, state="open").reason == Reason.PER_CALL_APPROVAL
+    assert status_requests(fake_provider, op) == []
+
+
 def test_inspect_is_recorded_and_changes_nothing_else(stopped, alice):
     esc = stopped()
     result = decide(esc, alice, "inspect")
