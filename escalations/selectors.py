@@ -75,7 +75,10 @@ def card_view(*, escalation: Escalation, now: datetime) -> CardView:
     extensions_used = Authorization.objects.filter(operation_id=operation.pk, kind__in=EXTENSION_KINDS).count()
     paused_until = ProviderAccount.objects.filter(name=operation.account).values_list("paused_until", flat=True).first()
     decisions = list(Decision.objects.filter(escalation=escalation).select_related("user").order_by("decided_at", "pk"))
-    awaiting = next((d for d in decisions if d.outcome == Decision.Outcome.AWAITING_SECOND), None)
+    # Once the card is decided nobody is awaited any more (the second responder confirmed, or
+    # something else closed the card).
+    is_open = escalation.state == Escalation.State.OPEN
+    awaiting = next((d for d in decisions if d.outcome == Decision.Outcome.AWAITING_SECOND), None) if is_open else None
     inspections = [d for d in decisions if d.outcome == Decision.Outcome.RECORDED]
     card = build_card(
         escalation=escalation,
@@ -272,12 +275,15 @@ class HistoryFilters:
 
 def history_queryset(*, filters: HistoryFilters) -> QuerySet[Decision]:
     query = Decision.objects.select_related(
-        "user", "escalation", "operation__provider", "authorization", "confirms__user"
+        "user", "escalation", "operation__provider", "authorization", "confirms__user", "confirmed_by__user"
     ).order_by("-decided_at", "-pk")
     if filters.user:
         query = query.filter(user__username=filters.user)
     if filters.outcome:
         query = query.filter(outcome=filters.outcome)
+        if filters.outcome == Decision.Outcome.AWAITING_SECOND:
+            # Still waiting: an acceptance a second responder confirmed is no longer awaiting anyone.
+            query = query.filter(confirmed_by__isnull=True)
     if filters.option:
         query = query.filter(Q(option=filters.option) | Q(option__startswith=f"{filters.option}:"))
     if filters.reason:

@@ -171,9 +171,10 @@ def history_csv(request: HttpRequest) -> HttpResponse:
 @require_GET
 def history_jsonl(request: HttpRequest) -> HttpResponse:
     filters = selectors.HistoryFilters.from_query(request.GET)
+    # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
     return audit_jsonl(
         request,
-        operation_id=None,
+        operation_id=filters.operation or None,
         since=filters.since_at,
         until=filters.until_at,
         filename=f"pollerdash-audit-{timezone.now():%Y%m%dT%H%M%SZ}.jsonl",

@@ -177,3 +177,34 @@ def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, clie
     client.force_login(bob)
     theirs = client.get(url, headers=HTMX).content.decode()
     assert "Confirm acceptance (second responder after alice)" in theirs and 'value="accept_output"' in theirs
+
+
+def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
+    from escalations.services import escalation_decide
+
+    esc = stopped("succeeded_no_result")
+    escalation_decide(
+        escalation_id=esc.pk, user=alice, option_id="accept_output", card_version=esc.version, comment="ok"
+    )
+    escalation_decide(
+        escalation_id=esc.pk, user=bob, option_id="accept_output", card_version=esc.version + 1, comment="checked"
+    )
+    client.force_login(alice)
+    card = client.get(reverse("escalation_card", args=[esc.pk]), headers=HTMX).content.decode()
+    assert "Decided" in card and "must confirm" not in card
+    history = client.get(reverse("decision_history")).content.decode()
+    assert "confirmed by bob" in history and "awaiting second</span>" not in history
+    waiting = client.get(reverse("decision_history"), {"outcome": "awaiting_second"}).content.decode()
+    assert "No decisions match" in waiting
+
+
+def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, responder_client, alice) -> None:  # noqa: ANN001
+    from escalations.services import escalation_decide
+
+    esc = stopped("cancel_unsupported")
+    result = escalation_decide(
+        escalation_id=esc.pk, user=alice, option_id="cancel_at_provider", card_version=esc.version
+    )
+    assert result.decision.provider_response["state"] != "confirmed"
+    history = responder_client.get(reverse("decision_history")).content.decode()
+    assert "sent, not confirmed" in history and 'outcome-applied">applied' not in history

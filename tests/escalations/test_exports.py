@@ -51,6 +51,17 @@ def test_the_history_jsonl_export_covers_the_chosen_days_and_verifies(
     assert audit_verify.verify_export(io.BytesIO(body(response)), keys=[signing_key])["ok"] is True
 
 
+def test_the_history_jsonl_export_of_one_operation_holds_only_that_operation(
+    client: Client, alice, decided, signing_key
+) -> None:  # noqa: ANN001
+    client.force_login(alice)
+    response = client.get(reverse("decision_history_jsonl"), {"operation": decided.operation_id, "user": "bob"})
+    result = audit_verify.verify_export(io.BytesIO(body(response)), keys=[signing_key])
+    assert result["ok"] is True and result["operation_id"] == decided.operation_id
+    page = client.get(reverse("decision_history"), {"operation": decided.operation_id}).content.decode()
+    assert "Audit log (JSONL, this operation)" in page
+
+
 def test_without_a_signing_key_the_export_says_why_instead_of_a_500(client: Client, alice, decided, settings) -> None:  # noqa: ANN001
     settings.AUDIT_SIGNING_KEY_FILE = ""
     client.force_login(alice)
