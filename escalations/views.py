@@ -76,7 +76,14 @@ def card(request: HttpRequest, escalation_id: int) -> HttpResponse:
         # Live refresh: nothing on the card changed, keep what the responder is looking at.
         return HttpResponse(status=204)
     where = request.GET.get("where") if request.GET.get("where") in {"inbox", "operation"} else "operation"
-    return render(request, "escalations/_card.html", card_context(request, view, where=where))
+    return _on_page(render(request, "escalations/_card.html", card_context(request, view, where=where)), where=where)
+
+
+def _on_page(response: HttpResponse, *, where: str) -> HttpResponse:
+    # On the operation page a changed card means a changed operation: the page refreshes the rest.
+    if where == "operation":
+        response["HX-Trigger"] = "pd:operation-changed"
+    return response
 
 
 @responder_required
@@ -111,7 +118,7 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
             status = 409 if result.stale else 422
         where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
         context = card_context(request, view, where=where, flash={"kind": kind, "text": result.message})
-        return render(request, "escalations/_card.html", context, status=status)
+        return _on_page(render(request, "escalations/_card.html", context, status=status), where=where)
     level = messages.ERROR if result.refused else messages.SUCCESS
     if (result.decision.provider_response or {}).get("state") not in (None, "confirmed"):
         level = messages.WARNING

@@ -123,6 +123,23 @@ def test_an_open_inline_card_shows_what_another_responder_decided(open_page, mak
     expect(page.locator(f"#esc-{waiting.pk}")).to_be_visible()
 
 
+def test_a_decision_on_the_operation_page_updates_the_whole_page(open_page, make_user, budget_card, live_server):  # noqa: ANN001
+    alice = make_user("alice")
+    esc = budget_card()
+    page = open_page(alice)
+    page.goto(f"{live_server.url}/operations/{esc.operation_id}/")
+    expect(page.locator("#op-head .status")).to_have_text("needs attention")
+    expect(page.locator("#op-body .gauges")).to_contain_text("1 of 1 used")
+    extend = page.locator(f"#card-{esc.pk}").get_by_role("button", name="Extend 15 min / 4 checks")
+    extend.click()
+    extend.click()
+    expect(page.locator(f"#card-{esc.pk} .flash-ok")).to_contain_text("Extend 15 min / 4 checks")
+    # Without a reload: the head, the gauges and the authorization chain follow the decision.
+    expect(page.locator("#op-head .status")).to_have_text("running")
+    expect(page.locator("#op-body .gauges")).to_contain_text("1 of 5 used")
+    expect(page.get_by_role("cell", name="extension").first).to_be_visible()
+
+
 def test_a_viewer_sees_no_decision_buttons(open_page, make_user, budget_card, live_server):  # noqa: ANN001
     vera = make_user("vera", role="viewer")
     esc = budget_card()
