@@ -6,6 +6,7 @@ for the tab counts, one COUNT and one page query (with the open card's reason as
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
@@ -115,8 +116,21 @@ def operation_queryset(*, filters: OperationFilters) -> QuerySet[Operation]:
         query = query.filter(Exists(Escalation.objects.filter(operation=OuterRef("pk"), reason=filters.reason)))
     if filters.q:
         text = filters.q
-        query = query.filter(Q(pk__startswith=text) | Q(provider_job_id__icontains=text) | Q(purpose__icontains=text))
+        matches = Q(pk__startswith=text) | Q(provider_job_id__icontains=text) | Q(purpose__icontains=text)
+        id_prefix = _operation_id_prefix(text)
+        if id_prefix:
+            matches |= Q(pk__startswith=id_prefix)
+        query = query.filter(matches)
     return query.order_by("-created_at", "-pk")
+
+
+_ULID_PREFIX = re.compile(r"^(?:op_)?([0-9A-HJKMNP-TV-Z]{4,26})$", re.IGNORECASE)
+
+
+def _operation_id_prefix(text: str) -> str:
+    """An id pasted without its "op_" or in lower case still finds its operation."""
+    found = _ULID_PREFIX.match(text)
+    return f"op_{found.group(1).upper()}" if found else ""
 
 
 @dataclass

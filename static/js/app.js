@@ -247,7 +247,8 @@
     details.parentElement.querySelectorAll("details.opt-explicit[open]").forEach(function (other) {
       if (other !== details) other.open = false;
     });
-    const field = details.querySelector("textarea[required]") || details.querySelector(".btn-confirm");
+    // The comment first: keys typed into it are text, never shortcuts.
+    const field = details.querySelector("textarea") || details.querySelector(".btn-confirm");
     if (field) field.focus();
   }, true);
 

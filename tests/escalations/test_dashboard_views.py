@@ -139,6 +139,9 @@ def test_operations_list_tabs_filters_and_search(stopped, make_operation, respon
     assert running.pk in responder_client.get(url, {"q": "invoice"}).content.decode()
     assert running.pk in responder_client.get(url, {"q": "listed"}).content.decode()
     assert running.pk in responder_client.get(url, {"q": running.pk[:12]}).content.decode()
+    # An id pasted without "op_" or in lower case finds it too.
+    assert running.pk in responder_client.get(url, {"q": running.pk[3:]}).content.decode()
+    assert running.pk in responder_client.get(url, {"q": running.pk.lower()}).content.decode()
     assert esc.operation_id not in responder_client.get(url, {"q": "invoice"}).content.decode()
     by_reason = responder_client.get(url, {"reason": "deadline_exceeded"}).content.decode()
     assert esc.operation_id in by_reason and running.pk not in by_reason
