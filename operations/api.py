@@ -141,7 +141,7 @@ def _registration(payload: RegisterIn) -> services.AgentRegistration:
     )
 
 
-def _registration_problem(exc: services.RegistrationError) -> ApiProblem:
+def _registration_problem(exc: services.RegistrationError, *, refused: str = "Registration refused") -> ApiProblem:
     errors = [
         FieldError("/body/" + problem.field.replace(".", "/"), problem.code, problem.message)
         for problem in exc.problems
@@ -149,7 +149,7 @@ def _registration_problem(exc: services.RegistrationError) -> ApiProblem:
     first = exc.problems[0]
     detail = "; ".join(f"{p.field} {p.message}" for p in exc.problems[:5])
     code = first.code if first.code in PROBLEMS and PROBLEMS[first.code][0] == 422 else "invalid_value"
-    return ApiProblem(code, f"Registration refused: {detail}.", errors=errors, status=422)
+    return ApiProblem(code, f"{refused}: {detail}.", errors=errors, status=422)
 
 
 def _conflict_problem(exc: services.OperationConflict) -> ApiProblem:
@@ -241,7 +241,7 @@ def list_operations(
     request: HttpRequest,
     view: str | None = Query(None, pattern="^open$", description="only `open` exists"),
     limit: str | None = Query(None, pattern=r"^[0-9]{1,6}$", description="1-100 (larger is lowered to 100)"),
-    cursor: str | None = Query(None, max_length=500, description="next_cursor of the previous page"),
+    cursor: str | None = Query(None, description="next_cursor of the previous page"),
 ) -> HttpResponse:
     reject_unknown_query(request, {"view", "limit", "cursor"})
     applied = parse_limit(limit, default=LIMIT_DEFAULT, maximum=LIMIT_MAX)
@@ -390,7 +390,7 @@ def cancel_operation(request: HttpRequest, operation_id: str = OperationIdPath) 
     except services.OperationConflict as exc:
         raise _conflict_problem(exc) from None
     except services.RegistrationError as exc:
-        raise _registration_problem(exc) from None
+        raise _registration_problem(exc, refused="Cancel refused") from None
     return operation_response(_render(op), status=202)
 
 

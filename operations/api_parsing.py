@@ -85,6 +85,9 @@ def parse_json_object(raw: bytes) -> dict[str, object]:
         ) from None
     except RecursionError:
         raise ApiProblem("invalid_json", f"The body is nested deeper than {MAX_DEPTH} levels.") from None
+    except ValueError:
+        # Python refuses integers of more than 4,300 digits (int_max_str_digits).
+        raise ApiProblem("invalid_json", "The body holds a number too long to read.") from None
     if not isinstance(value, dict):
         raise ApiProblem("invalid_json", f"The body must be a JSON object, not a {type(value).__name__}.")
     return value
@@ -210,7 +213,11 @@ def parse_rfc3339(value: str, *, pointer: str) -> datetime:
         )
     except ValueError:
         raise refuse(f"{value[:40]!r} is not a real date and time") from None
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        # 9999-12-31T23:59:59-23:59 is a valid RFC 3339 string but no time Python can hold in UTC.
+        raise refuse(f"{value[:40]!r} is outside the years 1 to 9999 in UTC") from None
 
 
 # --- list cursors ---------------------------------------------------------------------------------

@@ -46,9 +46,9 @@ def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None, 
         label = REASON_LABELS.get(Reason(escalation_reason), escalation_reason) if escalation_reason else "stopped"
         return (
             f"NOT DONE. pollerdash stopped waiting on {job} ({label}) and a human is deciding what happens "
-            f"next. Do not resubmit the job and do not report it as complete. Call {wait_call} (it returns "
-            f"as soon as the human decides), or check again with GET {API_PREFIX}/{op.pk} no earlier than "
-            f"{not_before} ({retry_s} s).",
+            f"next. Do not resubmit the job and do not report it as complete. Check again with GET "
+            f"{API_PREFIX}/{op.pk} no earlier than {not_before} ({retry_s} s); a wait returns at once while "
+            f"a human is deciding. Or end your turn: GET {API_PREFIX}?view=open lists it on your next run.",
             "not_done_needs_human",
         )
     if op.status in (Status.PENDING, Status.RUNNING):

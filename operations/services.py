@@ -492,10 +492,12 @@ def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = 
 
     from operations.callbacks import EVENT_COMPLETED, record_event
 
-    if (problem := _check_text("reason", reason, limit=PURPOSE_MAX)) is not None:
-        raise RegistrationError([problem])
+    problem = _check_text("reason", reason, limit=PURPOSE_MAX)
     with transaction.atomic():
+        # An unknown id is a 404 whatever the body says; only then is the reason judged.
         op = _agent_operation_locked(agent=agent, operation_id=operation_id)
+        if problem is not None:
+            raise RegistrationError([problem])
         if op.done:
             if op.status == Status.CLOSED and (op.error or {}).get("code") == WATCH_CANCELLED:
                 return op

@@ -37,7 +37,9 @@ def check_operation(obj: dict) -> dict:
     else:
         assert obj["result"] is None and obj["error"] is None
         assert obj["agent_hint"].startswith("NOT DONE.")
-        assert "/wait?timeout_s=" in obj["agent_hint"] and "no earlier than" in obj["agent_hint"]
+        # The next call and the earliest time to make it; waiting on a human is a GET later, not a wait.
+        next_call = "/wait?timeout_s=" if obj["status"] != "needs_attention" else f"GET /api/v1/operations/{obj['id']} "
+        assert next_call in obj["agent_hint"] and "no earlier than" in obj["agent_hint"]
         assert isinstance(obj["retry_after_s"], int) and 1 <= obj["retry_after_s"] <= 60
     if obj["status"] == "needs_attention":
         assert "human is deciding" in obj["agent_hint"] and "Do not resubmit" in obj["agent_hint"]
@@ -158,6 +160,10 @@ def test_needs_attention_says_a_human_is_deciding(api, register, drive):
         f"/operations/{obj['id']}/"
     )
     assert obj["provider_status"] == "needs_payment"
+    # The hint names a call that does what it says: a wait would return at once here.
+    assert (
+        "/wait" not in obj["agent_hint"] and f"GET /api/v1/operations/{obj['id']} no earlier than" in obj["agent_hint"]
+    )
 
 
 def test_another_agents_operation_is_not_found(api, other_api, register):
