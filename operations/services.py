@@ -513,19 +513,14 @@ def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = 
         op.completed_at = now
         op.next_poll_at = None
         op.result = None
-        provider_note = (
-            " A cancel request is being sent to the provider."
-            if forward
-            else " The provider documents no cancel request, so the job may still run there."
-        )
-        op.error = {
-            "code": WATCH_CANCELLED,
-            "message": "The agent cancelled the watch; pollerdash stopped polling." + provider_note,
-            "provider_error": None,
-        }
         op.cancel_requested_at = now
         op.cancel_reason = reason
         op.cancel_state = "requested" if forward else "not_documented"
+        op.error = {
+            "code": WATCH_CANCELLED,
+            "message": _watch_cancelled_message(op.cancel_state),
+            "provider_error": None,
+        }
         op.sequence += 1
         op.updated_at = now
         op.save()
@@ -542,6 +537,23 @@ def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = 
             at=now,
         )
     return op
+
+
+_CANCEL_NOTES = {
+    "requested": "A cancel request is being sent to the provider.",
+    "forwarding": "A cancel request is being sent to the provider.",
+    "confirmed": "The provider confirmed the cancel.",
+    "forwarded": "The provider took the cancel request but did not confirm it, so the job may still run there.",
+    "not_supported": "The provider refused the cancel request, so the job may still run there.",
+    "failed_to_forward": "The cancel request could not be delivered, so the job may still run at the provider.",
+    "not_documented": "The provider documents no cancel request, so the job may still run there.",
+}
+
+
+def _watch_cancelled_message(cancel_state: str) -> str:
+    """What the agent reads in error.message: it follows the provider's answer to the cancel."""
+    note = _CANCEL_NOTES.get(cancel_state, "")
+    return f"The agent cancelled the watch; pollerdash stopped polling. {note}".strip()
 
 
 def _supersede_open_escalation(*, operation: Operation) -> None:
@@ -564,9 +576,11 @@ def provider_cancel_forward(*, operation_id: str) -> str:
         op = Operation.objects.select_for_update().get(pk=operation_id)
         now = timezone.now()
         op.cancel_state = result.state
+        if (op.error or {}).get("code") == WATCH_CANCELLED:
+            op.error = {**op.error, "message": _watch_cancelled_message(result.state)}
         op.sequence += 1
         op.updated_at = now
-        op.save(update_fields=["cancel_state", "sequence", "updated_at"])
+        op.save(update_fields=["cancel_state", "error", "sequence", "updated_at"])
         audit.append(
             entry_type="operation.cancel_forwarded",
             actor=audit.SYSTEM_CONTROLLER,

@@ -276,6 +276,19 @@ def test_cancel_stops_watching_and_forwards_to_the_provider_in_the_background(ap
     assert types.count("operation.cancelled") == 1 and types.count("operation.cancel_forwarded") == 1
 
 
+def test_after_a_refused_provider_cancel_the_agent_is_told_the_job_may_still_run(api, register):
+    from operations.tasks import forward_provider_cancel
+
+    created = register("cancel_unsupported")
+    obj = api.post(f"/api/v1/operations/{created['id']}/cancel").json()
+    assert "being sent to the provider" in obj["error"]["message"]
+    assert forward_provider_cancel(created["id"]) == "not_supported"
+    after = check_operation(api.get(f"/api/v1/operations/{created['id']}").json())
+    assert after["cancel"]["state"] == "not_supported" and after["error"]["code"] == "watch_cancelled"
+    assert "refused the cancel request" in after["error"]["message"] and "may still run" in after["error"]["message"]
+    assert "being sent" not in after["agent_hint"]
+
+
 def test_cancel_of_a_finished_operation_is_refused_with_its_state(api, register, drive):
     created = register("slow_success", params={"polls": 1})
     drive(Operation.objects.get(pk=created["id"]))
