@@ -26,9 +26,9 @@ from operations.agents import agent_authenticate
 from operations.api_errors import json_body, no_such_resource, validate
 from operations.api_lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
 from operations.api_parsing import (
+    parse_deadline,
     parse_idempotency_key,
     parse_limit,
-    parse_rfc3339,
     parse_timeout,
     reject_unknown_query,
 )
@@ -126,7 +126,7 @@ def _agent(request: HttpRequest) -> Agent:
 
 def _registration(payload: RegisterIn) -> services.AgentRegistration:
     def when(value: str | None, name: str) -> datetime | None:
-        return None if value is None else parse_rfc3339(value, pointer=f"/body/{name}")
+        return None if value is None else parse_deadline(value, pointer=f"/body/{name}")
 
     return services.AgentRegistration(
         provider=payload.provider,

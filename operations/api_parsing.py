@@ -220,6 +220,12 @@ def parse_rfc3339(value: str, *, pointer: str) -> datetime:
         raise refuse(f"{value[:40]!r} is outside the years 1 to 9999 in UTC") from None
 
 
+def parse_deadline(value: str, *, pointer: str) -> datetime:
+    """A deadline, kept to the whole second the API shows: an agent that sends back the time it
+    was shown asks for the same watch (a replay), not for a different one."""
+    return parse_rfc3339(value, pointer=pointer).replace(microsecond=0)
+
+
 # --- list cursors ---------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, TextContent
 from operations import api_selectors, api_wait, services
 from operations.agents import agent_authenticate
 from operations.api_lists import LIMIT_MAX, open_list
-from operations.api_parsing import parse_rfc3339
+from operations.api_parsing import parse_deadline
 from operations.api_problems import ApiProblem, not_found, problem_body
 from operations.api_schemas import ListOut, OperationOut
 from operations.models import Agent
@@ -131,7 +131,7 @@ def build_server(*, identity: Identity) -> MCPServer:
                 provider=provider,
                 provider_job_id=provider_job_id,
                 purpose=purpose or "",
-                deadline_at=parse_rfc3339(deadline, pointer="/deadline") if deadline is not None else None,
+                deadline_at=parse_deadline(deadline, pointer="/deadline") if deadline is not None else None,
                 max_status_requests=max_status_requests,
                 metadata=metadata,
             )

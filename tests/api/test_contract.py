@@ -325,6 +325,27 @@ def test_same_job_while_not_done_replays_or_conflicts_on_the_natural_key(api, pr
     assert Operation.objects.count() == 1
 
 
+def test_sending_back_the_deadlines_the_server_showed_is_a_replay(api, profile):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    soon = timezone.now().astimezone(timezone.get_fixed_timezone(120)) + timedelta(minutes=20)
+    body = {
+        "provider": profile.slug,
+        "provider_job_id": job_id("slow_success"),
+        "deadline": soon.isoformat(timespec="milliseconds"),
+        "business_deadline": (soon + timedelta(minutes=5)).isoformat(timespec="microseconds"),
+    }
+    first = api.post("/api/v1/operations", body)
+    assert first.status_code == 202
+    shown = first.json()
+    echoed = {**body, "deadline": shown["deadline"], "business_deadline": shown["business_deadline"]}
+    again = api.post("/api/v1/operations", echoed)
+    assert again.status_code == 200 and again.json()["id"] == shown["id"]
+    assert api.post("/api/v1/operations", body).status_code == 200
+
+
 def test_a_done_job_may_be_registered_again(api, profile, drive):
     body = {"provider": profile.slug, "provider_job_id": job_id("slow_success", polls=1)}
     first = api.post("/api/v1/operations", body).json()
