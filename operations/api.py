@@ -240,7 +240,7 @@ docs.document(
 def list_operations(
     request: HttpRequest,
     view: str | None = Query(None, pattern="^open$", description="only `open` exists"),
-    limit: str | None = Query(None, pattern=r"^[0-9]{1,6}$", description="1-100 (larger is lowered to 100)"),
+    limit: str | None = Query(None, pattern=r"^[0-9]{1,9}$", description="1-100 (larger is lowered to 100)"),
     cursor: str | None = Query(None, description="next_cursor of the previous page"),
 ) -> HttpResponse:
     reject_unknown_query(request, {"view", "limit", "cursor"})

@@ -19,7 +19,7 @@ from operations.api_problems import ApiProblem, FieldError
 MAX_DEPTH = 16
 MAX_KEYS = 1000
 TIMEOUT_PATTERN = re.compile(r"[0-9]{1,4}")
-LIMIT_PATTERN = re.compile(r"[0-9]{1,6}")
+LIMIT_PATTERN = re.compile(r"[0-9]{1,9}")
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
 RFC3339 = re.compile(
     r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})T(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?P<fraction>\.[0-9]{1,9})?"

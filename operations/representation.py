@@ -68,7 +68,12 @@ def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None, 
             f"DONE. {job} partially succeeded: some items failed (see `result.counts`).{ack}",
             _done_code(acked, "read_result"),
         )
-    message = str((op.error or {}).get("message") or op.status).rstrip(".")
+    error = op.error or {}
+    if error.get("provider_error") is not None:
+        # An agent acts on its hint: a third party's words stay in `error`, where they read as data.
+        message = f"the provider reported an error (error.code {error.get('code')}); its own words are in `error`"
+    else:
+        message = str(error.get("message") or op.status).rstrip(".")
     return (
         f"DONE. {job} ended {op.status}: {message}. Do not resubmit it automatically; report the outcome.{ack}",
         _done_code(acked, "report_outcome"),

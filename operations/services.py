@@ -18,8 +18,10 @@ from operations import audit
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
 from operations.vocabulary import NOT_DONE_STATUSES, Status
 
-# Control characters other than tab, newline and carriage return: never part of a text field.
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Never part of a text field: C0/C1 controls other than tab, newline and carriage return, and the
+# bidirectional embeddings, overrides and isolates that make text read differently from what it
+# holds ("Trojan Source"); ordinary right-to-left text needs none of them.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 PURPOSE_MAX = 280
 METADATA_MAX_KEYS = 16
 METADATA_KEY_MAX = 40
@@ -87,6 +89,8 @@ def _check_metadata(value: object) -> FieldProblem | None:
     for key, item in value.items():
         if not isinstance(key, str) or not key or len(key) > METADATA_KEY_MAX:
             return FieldProblem("metadata", "invalid_field", f"keys must be 1-{METADATA_KEY_MAX} characters")
+        if CONTROL_CHARACTERS.search(key) or (isinstance(item, str) and CONTROL_CHARACTERS.search(item)):
+            return FieldProblem("metadata", "invalid_field", f"{key[:40]!r} contains control characters")
         if not isinstance(item, str) or len(item) > METADATA_VALUE_MAX:
             return FieldProblem(
                 "metadata", "invalid_field", f"value of {key[:40]!r} must be a string of at most {METADATA_VALUE_MAX}"

@@ -132,6 +132,9 @@ def test_done_operations_carry_exactly_one_of_result_and_error(api, register, dr
         assert obj["result"]["counts"]["failed"] == 3
     if status == "failed":
         assert obj["error"]["code"] == "provider_failed" and obj["error"]["provider_error"]
+        # The provider's words are data in `error`, never part of the sentence the agent acts on.
+        assert obj["error"]["message"] and obj["error"]["message"] not in obj["agent_hint"]
+        assert "its own words are in `error`" in obj["agent_hint"]
 
 
 def test_sequence_strictly_increases_over_the_whole_lifecycle(api, register, clock, rng):
