@@ -1,8 +1,17 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 from django.core.asgi import get_asgi_application
+
+# WhiteNoise serves static files through a synchronous file iterator, which Django's ASGI handler
+# reads whole with a warning per process. The files are small (the largest is htmx, 50 KB), so
+# that is harmless; the exports, which are large, stream through async iterators of their own
+# (escalations/exports.py; tests/escalations/test_exports.py checks every export under ASGI).
+warnings.filterwarnings(
+    "ignore", message="StreamingHttpResponse must consume synchronous iterators", module="django.core.handlers.asgi"
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pollerdash.settings")
 django_application = get_asgi_application()

@@ -102,3 +102,22 @@ def test_the_printable_report_has_the_timeline_and_every_decision(client: Client
     assert "Options offered:" in page and "Extend 15 min / 4 checks" in page
     history = client.get(reverse("decision_history_report"), {"operation": decided.operation_id}).content.decode()
     assert history.count("<tr>") == 3  # header + two decisions
+
+
+def test_under_asgi_every_export_streams_through_an_async_iterator(alice, decided, signing_key) -> None:  # noqa: ANN001
+    # Served under uvicorn, a synchronous iterator would be read whole into memory by Django.
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    client = AsyncClient()
+    client.force_login(alice)
+    urls = [
+        reverse("operation_audit_jsonl", args=[decided.operation_id]),
+        reverse("operation_checks_csv", args=[decided.operation_id]),
+        reverse("operation_decisions_csv", args=[decided.operation_id]),
+        reverse("decision_history_csv"),
+        reverse("decision_history_jsonl"),
+    ]
+    for url in urls:
+        response = async_to_sync(client.get)(url)
+        assert response.status_code == 200 and response.streaming and response.is_async, url
