@@ -293,7 +293,9 @@ async def wait_operation(
     body = await api_wait.wait_result(
         agent_id=_agent(request).pk, operation_id=operation_id, requested_s=requested, applied_s=applied
     )
-    return json_response(body)
+    # Like every not-done answer: when asking again is worth it.
+    retry_s = body["operation"]["retry_after_s"]
+    return json_response(body, headers={"Retry-After": str(retry_s)} if retry_s is not None else None)
 
 
 docs.document(

@@ -67,6 +67,7 @@ def test_wait_times_out_with_the_id_and_timed_out_true(http, create):
     assert body["timed_out"] is True and body["done"] is False
     assert (body["requested_timeout_s"], body["applied_timeout_s"], body["waited_s"]) == (1, 1, 1)
     assert body["operation"]["agent_hint"].startswith("NOT DONE.")
+    assert response.headers["Retry-After"] == str(body["operation"]["retry_after_s"])
     assert 1.0 <= elapsed < 5
 
 
@@ -93,8 +94,10 @@ def test_wait_on_a_finished_operation_returns_at_once_and_reports_the_clamp(http
     created = create("slow_success", polls=0)
     poll_now(created["id"])
     started = time.monotonic()
-    body = http.get(f"/api/v1/operations/{created['id']}/wait", params={"timeout_s": "3600"}).json()
+    response = http.get(f"/api/v1/operations/{created['id']}/wait", params={"timeout_s": "3600"})
+    body = response.json()
     assert time.monotonic() - started < 5
+    assert "Retry-After" not in response.headers  # done: there is nothing to ask again about
     assert (body["requested_timeout_s"], body["applied_timeout_s"]) == (3600, 50)
     assert body["timed_out"] is False and body["done"] is True and body["operation"]["result"] is not None
 
