@@ -99,6 +99,30 @@ def _clock(value: datetime, multi_day: bool) -> str:
     return value.strftime("%b %d %H:%M" if multi_day else "%H:%M:%S")
 
 
+# Tick spacings a reader can count in, seconds to a week.
+_TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
+
+
+def _time_ticks(t0: datetime, t1: datetime, *, most: int = 6) -> tuple[list[datetime], str]:
+    """Round times between t0 and t1 (every 5 min on the quarter hours, not 03:39:08) and their format."""
+    span = (t1 - t0).total_seconds()
+    step = next((s for s in _TICK_STEPS_S if span / s <= most), _TICK_STEPS_S[-1])
+    epoch = t0.timestamp()
+    first = datetime.fromtimestamp((epoch // step + (1 if epoch % step else 0)) * step, tz=t0.tzinfo)
+    ticks = []
+    moment = first
+    while moment <= t1:
+        ticks.append(moment)
+        moment += timedelta(seconds=step)
+    if step >= 86400:
+        fmt = "%b %d"
+    elif (t1 - t0) >= timedelta(hours=20) or t0.date() != t1.date():
+        fmt = "%b %d %H:%M"
+    else:
+        fmt = "%H:%M" if step >= 60 else "%H:%M:%S"
+    return ticks, fmt
+
+
 def request_chart(
     *,
     checks: list[object],
@@ -218,8 +242,8 @@ def request_chart(
         # Stagger labels over three rows so neighbouring lines stay readable.
         chart.lines.append(VLine(x=x, label=label, kind=kind, label_y=12 + 11 * (index % 3), anchor=anchor))
 
-    tick_times = [t0 + timedelta(seconds=span / 1.04 * i / 4) for i in range(5)]
-    chart.x_ticks = [Tick(pos=x_of(moment), label=_clock(moment, multi_day)) for moment in tick_times]
+    tick_times, tick_format = _time_ticks(t0, t0 + timedelta(seconds=span))
+    chart.x_ticks = [Tick(pos=x_of(moment), label=moment.strftime(tick_format)) for moment in tick_times]
     top = int(budget_max if budget_shown else room)
     step = max(1, round(top / 4))
     chart.y_ticks = [Tick(pos=y_of(v), label=str(v)) for v in range(0, top + 1, step)]
@@ -257,9 +281,12 @@ def render_svg(chart: Chart) -> SafeString:
             f'<text class="tick" x="{chart.left - 6}" y="{tick.pos}" text-anchor="end" dominant-baseline="middle">'
             f"{escape(tick.label)}</text>"
         )
-    last = len(chart.x_ticks) - 1
-    for index, tick in enumerate(chart.x_ticks):
-        anchor = "start" if index == 0 else "end" if index == last else "middle"
+    for tick in chart.x_ticks:
+        # Labels near an edge grow inwards so they stay inside the picture.
+        anchor = "start" if tick.pos < chart.left + 30 else "end" if tick.pos > chart.right - 30 else "middle"
+        out.append(
+            f'<line class="grid-line" x1="{tick.pos}" x2="{tick.pos}" y1="{chart.top}" y2="{chart.bottom}"/>'
+        )
         out.append(
             f'<text class="tick" x="{tick.pos}" y="{chart.bottom + 16}" text-anchor="{anchor}">'
             f"{escape(tick.label)}</text>"

@@ -77,3 +77,28 @@ def test_a_far_budget_is_named_instead_of_squashing_the_marks() -> None:
     assert chart.budget_path == "" and "budget 10000 requests" in chart.budget_note
     assert "request 42 ·" in chart.marks[1].tooltip
     assert min(m.y for m in chart.marks) > chart.top
+
+
+def test_time_ticks_fall_on_round_times_a_reader_can_count() -> None:
+    created = T + timedelta(seconds=8)  # registered at 10:00:08
+    chart = request_chart(
+        checks=[check(10, "first")],
+        authorizations=[auth(1, 8, 60, 10)],
+        created_at=created,
+        deadline_at=T + timedelta(minutes=60),
+        business_deadline_at=None,
+        now=T + timedelta(seconds=20),
+    )
+    labels = [tick.label for tick in chart.x_ticks]
+    assert labels == ["10:15", "10:30", "10:45", "11:00"]
+    positions = [tick.pos for tick in chart.x_ticks]
+    assert positions == sorted(positions) and chart.left < positions[0] and positions[-1] <= chart.right
+    short = request_chart(
+        checks=[check(10, "first")],
+        authorizations=[auth(1, 0, 2, 10)],
+        created_at=T,
+        deadline_at=T + timedelta(seconds=110),
+        business_deadline_at=None,
+        now=T + timedelta(seconds=20),
+    )
+    assert [tick.label for tick in short.x_ticks] == ["10:00:00", "10:00:30", "10:01:00", "10:01:30", "10:02:00"]
