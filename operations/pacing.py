@@ -39,8 +39,16 @@ class Allowance:
     max_in_window: int
 
 
+# The rates a profile may declare (operations/profiles.py checks them): outside them the window
+# arithmetic overflows the database's integers and timestamps.
+MIN_RATE_PER_S = 0.001
+MAX_RATE_PER_S = 10_000
+
+
 def allowance(*, rate_per_s: float) -> Allowance:
     """N requests per window: rate 10/s -> 10 per 1.13 s; rate 0.5/s -> 1 per 2.16 s."""
+    # A row stored before the bounds existed must not stop pacing for every account.
+    rate_per_s = min(max(rate_per_s, MIN_RATE_PER_S), MAX_RATE_PER_S)
     base_s = max(1.0, 1.0 / rate_per_s)
     return Allowance(
         window=timedelta(seconds=base_s * WINDOW_MARGIN + WINDOW_SLACK_S),

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 
 from operations.models import ProviderAccount, ProviderProfile
+from operations.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 STATE_KEYS = ("pending", "success", "failure", "cancelled", "expired")
@@ -77,7 +78,7 @@ _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,99}")
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 # Non-empty segments without whitespace, joined by dots ("result.output_url", "items.0.id").
 _DOTTED = re.compile(r"[^\s.]+(?:\.[^\s.]+)*")
-_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True)
@@ -174,11 +175,20 @@ def _kind(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# An upper bound no real integration needs: beyond it a value is a typo, and backoff arithmetic
+# on it would overflow.
+MAX_DELAY_S = 7 * 24 * 3600
+
+
 def _text(value: object, *, max_length: int, pattern: re.Pattern[str] | None = None, shape: str = "") -> list[str]:
     if not isinstance(value, str):
         return [f"must be a string, not {_kind(value)}"]
     if not value.strip():
         return ["must not be empty"]
+    if _CONTROL.search(value):
+        # PostgreSQL refuses NUL in text outright; the other controls only hide what a value says.
+        return ["must not contain control characters"]
     if len(value) > max_length:
         return [f"must be at most {max_length} characters"]
     if pattern is not None and not pattern.fullmatch(value):
@@ -203,6 +213,9 @@ def _string_list(value: object, *, dotted: bool) -> list[str]:
     for index, item in enumerate(value, start=1):
         if not isinstance(item, str) or not item.strip():
             problems.append(f"item {index} must be a non-empty string")
+            continue
+        if _CONTROL.search(item):
+            problems.append(f"item {index} must not contain control characters")
             continue
         if item in seen:
             problems.append(f"{item!r} is listed twice")
@@ -252,7 +265,7 @@ def _url(value: object) -> list[str]:
     if problems:
         return problems
     assert isinstance(value, str)
-    if _CONTROL.search(value):
+    if _URL_FORBIDDEN.search(value):
         return ["must not contain spaces or control characters"]
     if value.count("{job_id}") != 1:
         return ["must contain {job_id} exactly once"]
@@ -407,8 +420,8 @@ def _key_checks() -> dict[str, Callable[[object], list[str]]]:
             shape="does not have the credential variable name format ^[A-Z][A-Z0-9_]{0,99}$ (e.g. ACME_TOKEN)",
         ),
         "auth_scheme": _auth_scheme,
-        "base_delay_s": lambda v: _number(v, minimum=0, inclusive=False),
-        "max_delay_s": lambda v: _number(v, minimum=0, inclusive=False),
+        "base_delay_s": lambda v: _number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
+        "max_delay_s": lambda v: _number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
         "jitter_floor": lambda v: _number(v, minimum=0, inclusive=False, maximum=1),
         # A default outside the registration limits would make every default registration fail.
         "default_deadline_s": lambda v: _integer(
@@ -418,8 +431,8 @@ def _key_checks() -> dict[str, Callable[[object], list[str]]]:
         "default_max_transport_failures": lambda v: _integer(
             v, minimum=1, maximum=settings.OPERATION_MAX_STATUS_REQUESTS
         ),
-        "not_found_grace_s": lambda v: _number(v, minimum=0, inclusive=True),
-        "rate_limit_per_s": lambda v: _number(v, minimum=0, inclusive=False),
+        "not_found_grace_s": lambda v: _number(v, minimum=0, inclusive=True, maximum=MAX_DELAY_S),
+        "rate_limit_per_s": lambda v: _number(v, minimum=MIN_RATE_PER_S, inclusive=True, maximum=MAX_RATE_PER_S),
         "cancel_method": lambda v: _choice(v, allowed=CANCEL_METHODS),
         "cancel_url": _url,
         "console_url": _url,
