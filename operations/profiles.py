@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import transaction
 
+from operations import job_ids
 from operations.models import ProviderAccount, ProviderProfile
 from operations.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
 
@@ -333,6 +334,13 @@ def _job_id_pattern(value: object) -> list[str]:
         re.compile(value)
     except re.error as exc:
         return [f"does not compile: {exc}"]
+    try:
+        job_ids.compile_pattern(value)
+    except job_ids.PatternError as exc:
+        return [
+            f"does not compile in RE2 syntax, which job ids are matched with (linear time; no lookaround "
+            f"or backreferences): {exc}"
+        ]
     anchored = (
         value.startswith(("^", r"\A"))
         and (_ends_unescaped(value, "$") or _ends_unescaped(value, r"\Z"))

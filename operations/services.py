@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from ulid import ULID
 
-from operations import audit
+from operations import audit, job_ids
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
 from operations.vocabulary import NOT_DONE_STATUSES, Status
 
@@ -58,11 +58,7 @@ def _check_job_id(profile: ProviderProfile, job_id: object) -> FieldProblem | No
     # "." and ".." would be collapsed by URL normalisation into another path on the provider.
     if job_id in {".", ".."} or CONTROL_CHARACTERS.search(job_id) or "\r" in job_id or "\n" in job_id:
         return FieldProblem("provider_job_id", "invalid_provider_job_id", "contains forbidden characters")
-    try:
-        matched = re.fullmatch(profile.job_id_pattern, job_id) is not None
-    except re.error:
-        matched = False
-    if not matched:
+    if not job_ids.matches(pattern=profile.job_id_pattern, job_id=job_id):
         return FieldProblem(
             "provider_job_id",
             "invalid_provider_job_id",

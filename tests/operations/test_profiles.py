@@ -270,6 +270,21 @@ def test_job_id_pattern_must_compile_and_be_anchored(pattern, fragment):
     assert_problem(valid_raw(job_id_pattern=pattern), key="job_id_pattern", fragment=fragment)
 
 
+def test_patterns_re2_cannot_match_in_linear_time_are_refused_and_slow_shapes_stay_fast():
+    assert_problem(valid_raw(job_id_pattern=r"^(a)\1$"), key="job_id_pattern", fragment="RE2 syntax")
+    assert_problem(valid_raw(job_id_pattern="^(?=a)a+$"), key="job_id_pattern", fragment="RE2 syntax")
+    import time
+
+    from operations import job_ids
+
+    # A backtracking matcher would need about 2**200 steps for this id (the test would never end);
+    # RE2 answers in microseconds, so the bound below is about complexity, not speed.
+    started = time.monotonic()
+    assert not job_ids.matches(pattern="^(a+)+$", job_id="a" * 200 + "!")
+    assert time.monotonic() - started < 5
+    assert job_ids.matches(pattern=r"\A[a-z]+\Z", job_id="abc") and not job_ids.matches(pattern="^a$", job_id="a\n")
+
+
 def test_unanchored_message_explains_the_partial_match_risk():
     problems = problems_of(valid_raw(job_id_pattern="[a-z]+"))
     assert "a/../b" in next(p.message for p in problems if p.key == "job_id_pattern")
