@@ -58,6 +58,38 @@ def test_audit_export_says_what_is_wrong(sample_export):
         )
 
 
+def test_audit_export_output_paths(sample_export, tmp_path, keys_file):
+    import os
+    import threading
+
+    from operations.models import AuditCheckpoint
+
+    signed = AuditCheckpoint.objects.count()
+    with pytest.raises(CommandError, match="is a directory"):
+        call_command("audit_export", "-o", str(tmp_path), stderr=StringIO())
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("audit_export", "-o", str(tmp_path / "missing" / "x.jsonl"), stderr=StringIO())
+    assert AuditCheckpoint.objects.count() == signed  # a bad path costs no checkpoint
+
+    # A symlink stays a symlink; its target gets the export.
+    real = tmp_path / "real.jsonl"
+    real.write_text("old")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    call_command("audit_export", "-o", str(link), stderr=StringIO())
+    assert link.is_symlink() and av.run([str(real), "--keys", str(keys_file)])[0] == 0
+
+    # A named pipe is written through, not replaced by a regular file.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    call_command("audit_export", "-o", str(fifo), stderr=StringIO())
+    reader.join(timeout=10)
+    assert received and received[0].startswith(b'{"header":') and not fifo.is_file()
+
+
 def test_audit_verify_checks_the_database_chain(sample_export):
     append_entries(2, start=12)  # after the last checkpoint: normal in the database, and counted
     out = StringIO()

@@ -2,15 +2,18 @@
 
 Signs a checkpoint first (this process needs the signing key, else the export closes at the
 signer's newest checkpoint), then streams the header, the chain segments and the checkpoints in
-bounded memory, to stdout or to FILE (written beside it and renamed when complete, so a failed
-export never leaves a plausible-looking partial file). Check it with
+bounded memory, to stdout or to FILE (a regular file is written beside it and renamed when
+complete, so a failed export never leaves a plausible-looking partial file; a symlink's target is
+replaced, the link kept; a pipe or device is written through). Check it with
 `pollerdash-audit-verify FILE --keys KEYS` (`manage.py audit_keys` prints the key line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -40,25 +43,33 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         since = _time(str(options["since"])) if options["since"] else None
         until = _time(str(options["until"])) if options["until"] else None
+        output = options["output"]
+        # Checked before anything is signed: a typo in the path must not cost a checkpoint.
+        target = _target(Path(str(output))) if output else None
         try:
             lines = stream_export(operation_id=options["operation"], since=since, until=until)  # type: ignore[arg-type]
-            output = options["output"]
-            count = self._write(lines, Path(str(output)) if output else None)
+            count = self._write(lines, target)
         except (ExportError, checkpoints.CheckpointError, DatabaseError) as exc:
             raise CommandError(str(exc)) from None
-        where = options["output"] or "standard output"
+        except BrokenPipeError:
+            # The reader stopped early (`| head`): say so once, without a traceback.
+            sys.stdout = open(os.devnull, "w")  # Python flushes stdout again at exit
+            raise CommandError("the reader closed the output early; the export is incomplete") from None
+        except OSError as exc:
+            raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from None
+        where = output or "standard output"
         self.stderr.write(f"exported {count} lines to {where}; verify: pollerdash-audit-verify FILE --keys KEYS")
 
-    def _write(self, lines: object, path: Path | None) -> int:
+    def _write(self, lines: object, target: _Target | None) -> int:
         count = 0
-        if path is None:
-            out = sys.stdout.buffer
-            for line in lines:  # type: ignore[attr-defined]
-                out.write(line)
-                count += 1
-            out.flush()
+        if target is None or not target.atomic:
+            with open(target.path, "wb") if target else contextlib.nullcontext(sys.stdout.buffer) as out:
+                for line in lines:  # type: ignore[attr-defined]
+                    out.write(line)
+                    count += 1
+                out.flush()
             return count
-        partial = path.with_name(f".{path.name}.partial")
+        partial = target.path.with_name(f".{target.path.name}.partial")
         try:
             with open(partial, "wb") as handle:
                 for line in lines:  # type: ignore[attr-defined]
@@ -66,7 +77,28 @@ class Command(BaseCommand):
                     count += 1
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(partial, path)
+            os.replace(partial, target.path)
         finally:
             partial.unlink(missing_ok=True)
         return count
+
+
+@dataclass(frozen=True)
+class _Target:
+    path: Path
+    # A regular file is written beside and renamed into place; a pipe or a device is written through.
+    atomic: bool
+
+
+def _target(path: Path) -> _Target:
+    """Where -o writes: a symlink's target (the link stays), and never a directory or a missing one."""
+    resolved = path.resolve()
+    if resolved.is_dir():
+        raise CommandError(f"{path} is a directory; name a file")
+    if not resolved.parent.is_dir():
+        raise CommandError(f"directory {resolved.parent} does not exist")
+    if resolved.exists() and not resolved.is_file():
+        return _Target(path=resolved, atomic=False)
+    if not os.access(resolved.parent, os.W_OK) or (resolved.exists() and not os.access(resolved, os.W_OK)):
+        raise CommandError(f"cannot write {path}: permission denied")
+    return _Target(path=resolved, atomic=True)
