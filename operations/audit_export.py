@@ -144,7 +144,7 @@ def _segment_lines(plan: ExportPlan, lo: int, hi: int) -> Iterator[bytes]:
         notes = _newest_per_size(plan, start, end)
         rows = AuditEntry.objects.filter(log=plan.log, seq__gte=start, seq__lte=end).order_by("seq")
         for seq, body in list(rows.values_list("seq", "body")):
-            yield bytes(body) + b"\n"
+            yield checkpoints.stored_bytes(body) + b"\n"
             note = notes.get(seq)
             if note is not None:
                 yield av.checkpoint_line(note)

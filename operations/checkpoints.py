@@ -166,6 +166,15 @@ class StoredEntry:
     at: datetime
 
 
+def stored_bytes(body: object) -> bytes:
+    """The body column as bytes. Only audit.append writes it (always bytes), but someone editing the
+    table by hand may leave text behind (SQLite stores whatever it is given): that must read as
+    tampering, which the hash check then reports, not crash the verifier or the signer."""
+    if isinstance(body, str):
+        return body.encode("utf-8", errors="surrogateescape")
+    return bytes(body)  # type: ignore[arg-type]
+
+
 def iter_entries(*, log: str, after: int, upto: int | None = None) -> Iterator[StoredEntry]:
     """Stored entries in seq order, in bounded chunks (keyset pagination)."""
     cursor = after
@@ -177,7 +186,7 @@ def iter_entries(*, log: str, after: int, upto: int | None = None) -> Iterator[S
             query.values_list("seq", "prev_hash", "entry_hash", "body", "type", "operation_id", "at")[:VERIFY_CHUNK]
         )
         for seq, prev_hash, digest, body, entry_type, operation_id, at in rows:
-            yield StoredEntry(seq, prev_hash, digest, bytes(body), entry_type, operation_id, at)
+            yield StoredEntry(seq, prev_hash, digest, stored_bytes(body), entry_type, operation_id, at)
         if len(rows) < VERIFY_CHUNK:
             return
         cursor = rows[-1][0]
@@ -228,7 +237,7 @@ def verify_anchor(checkpoint: AuditCheckpoint, keys: list[av.VerifierKey]) -> av
             av.SEQ_GAP, f"entry {checkpoint.size}, covered by a checkpoint, is missing", seq=checkpoint.size
         )
     digest, body = row
-    if digest != note.head or hashlib.sha256(av.ENTRY_TAG + bytes(body)).hexdigest() != note.head:
+    if digest != note.head or hashlib.sha256(av.ENTRY_TAG + stored_bytes(body)).hexdigest() != note.head:
         raise av.VerifyFailure(
             av.HASH_MISMATCH, f"entry {checkpoint.size} no longer hashes to its signed head", seq=checkpoint.size
         )
@@ -365,6 +374,10 @@ class Signer:
             self.last_error = f"database error: {exc}"
             logger.error("audit checkpoint NOT signed: %s", self.last_error)
             close_old_connections()
+            return TickResult(signed=None, error=self.last_error)
+        except Exception as exc:  # noqa: BLE001 - the signer outlives any row it cannot read; it says so
+            self.last_error = f"unexpected {type(exc).__name__}: {exc}"
+            logger.exception("audit checkpoint NOT signed")
             return TickResult(signed=None, error=self.last_error)
         self.last_error = None
         self.last = checkpoint

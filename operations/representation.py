@@ -42,6 +42,15 @@ def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None, 
     wait_call = f"GET {API_PREFIX}/{op.pk}/wait?timeout_s=25"
     job = f"{op.provider.slug} job {op.provider_job_id}"
     not_before = rfc3339(now + timedelta(seconds=retry_s or 0))
+    if op.agent_id is None and op.status not in TERMINAL_STATUSES:
+        # Registered by an operator (manage.py watch): no agent can reach it through the API.
+        code = "not_done_needs_human" if op.status == Status.NEEDS_ATTENTION else "not_done_poll_later"
+        who = "a human is deciding what happens next" if code == "not_done_needs_human" else "pollerdash is watching it"
+        return (
+            f"NOT DONE. {job}: {who}. Check again with manage.py operation_status {op.pk} no earlier than "
+            f"{not_before} ({retry_s} s), or on the dashboard at /operations/{op.pk}/.",
+            code,
+        )
     if op.status == Status.NEEDS_ATTENTION:
         label = REASON_LABELS.get(Reason(escalation_reason), escalation_reason) if escalation_reason else "stopped"
         return (
@@ -60,7 +69,8 @@ def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None, 
             "not_done_poll_later",
         )
     acked = op.acknowledged_at is not None
-    ack = "" if acked else f" Then acknowledge it with POST {API_PREFIX}/{op.pk}/ack."
+    # Only an agent acknowledges, and only its own operations.
+    ack = "" if acked or op.agent_id is None else f" Then acknowledge it with POST {API_PREFIX}/{op.pk}/ack."
     if op.status == Status.SUCCEEDED:
         return (f"DONE. {job} succeeded; the result is in `result`.{ack}", _done_code(acked, "read_result"))
     if op.status == Status.PARTIALLY_SUCCEEDED:

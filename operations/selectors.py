@@ -14,7 +14,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 
 from operations.models import Authorization, Operation, ProviderProfile
-from operations.vocabulary import Reason, Status
+from operations.vocabulary import NOT_DONE_STATUSES, Reason, Status
 
 PAGE_SIZE = 50
 # Status requests drawn on the operation page (the chart and the table); the CSV has them all.
@@ -217,4 +217,13 @@ def operation_page(*, operation_id: str, checks_shown: int | None = CHECKS_SHOWN
         checks_total=checks_total,
         authorizations=authorizations,
         decisions=decisions,
+    )
+
+
+def live_operation_for_job(*, provider_slug: str, job_id: str) -> Operation | None:
+    """The newest not-done operation watching this provider job, whoever registered it."""
+    return (
+        Operation.objects.filter(provider__slug=provider_slug, provider_job_id=job_id, status__in=NOT_DONE_STATUSES)
+        .order_by("-created_at")
+        .first()
     )

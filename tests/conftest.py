@@ -45,11 +45,15 @@ def browser_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """PostgreSQL-only tests belong to the PostgreSQL pass; missing browsers fail when required."""
+    """PostgreSQL-only tests belong to the PostgreSQL pass, SQLite-only ones to the SQLite pass;
+    missing browsers fail when required."""
     require_browser = os.environ.get("REQUIRE_BROWSER") == "1"
     deselected, kept = [], []
     for item in items:
         if item.get_closest_marker("postgres") and not is_postgres():
+            deselected.append(item)
+            continue
+        if item.get_closest_marker("sqlite") and is_postgres():
             deselected.append(item)
             continue
         if item.get_closest_marker("browser") and not browser_available() and not require_browser:

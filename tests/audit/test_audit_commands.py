@@ -114,6 +114,28 @@ def test_audit_verify_reports_tampering_with_exit_status_1(sample_export):
     assert (failure["ok"], failure["reason"], failure["seq"]) == (False, av.HASH_MISMATCH, 3)
 
 
+@pytest.mark.sqlite  # only SQLite lets a hand edit leave text in the bytes column
+def test_a_body_rewritten_as_text_is_tampering_not_a_crash(sample_export):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE operations_auditentry SET body = replace(CAST(body AS TEXT), 'controller', 'Controller') "
+            "WHERE seq = 11"
+        )
+    out = StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("audit_verify", stdout=out)
+    assert failed.value.returncode == 1 and json.loads(out.getvalue())["reason"] == av.HASH_MISMATCH
+    with pytest.raises(CommandError) as refused:
+        call_command("audit_checkpoint", "--once", stdout=StringIO(), stderr=StringIO())
+    assert refused.value.returncode == 1
+
+
+def test_the_checkpoint_interval_must_be_a_sensible_number_of_seconds():
+    for bad in ("-5", "0", "abc"):
+        with pytest.raises(CommandError, match="--interval"):
+            call_command("audit_checkpoint", "--loop", "--interval", bad, stderr=StringIO())
+
+
 def test_audit_verify_without_any_key_is_a_usage_error(settings):
     settings.AUDIT_SIGNING_KEY_FILE = ""
     with pytest.raises(CommandError) as failed:

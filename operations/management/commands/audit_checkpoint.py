@@ -9,6 +9,7 @@ while it keeps running, so alerting keeps firing until someone looks. SIGTERM/SI
 
 from __future__ import annotations
 
+import argparse
 import signal
 import threading
 from types import FrameType
@@ -20,6 +21,16 @@ from operations import audit_verify as av
 from operations import checkpoints
 
 
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if not 1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be 1 to 86400 seconds, not {value}")
+    return value
+
+
 class Command(BaseCommand):
     help = "Verify the newest audit segment and sign a checkpoint: once, or every interval (--loop)."
 
@@ -27,7 +38,7 @@ class Command(BaseCommand):
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--once", action="store_true", help="sign one checkpoint and exit (the default)")
         mode.add_argument("--loop", action="store_true", help="sign every AUDIT_CHECKPOINT_INTERVAL_S seconds")
-        parser.add_argument("--interval", type=int, default=None, help="seconds between checkpoints (--loop)")
+        parser.add_argument("--interval", type=_seconds, default=None, help="seconds between checkpoints (--loop)")
 
     def handle(self, *args: object, loop: bool = False, interval: int | None = None, **options: object) -> None:
         if loop:
