@@ -206,6 +206,11 @@ def test_audit_keys_generates_a_private_key_file_and_prints_only_the_public_line
     with pytest.raises(CommandError, match="refusing to overwrite"):
         call_command("audit_keys", "--generate", str(path), stdout=StringIO())
     assert path.read_text() == pem
+    # Paths that cannot be written say so in one line; an empty name is not "print the key".
+    with pytest.raises(CommandError, match="cannot write"):
+        call_command("audit_keys", "--generate", str(path / "under-a-file.pem"), stdout=StringIO())
+    with pytest.raises(CommandError, match="needs a file name"):
+        call_command("audit_keys", "--generate", "", stdout=StringIO())
 
 
 def test_an_export_without_the_key_closes_at_the_signers_fresh_checkpoint(signing_key, clock, settings):

@@ -5,7 +5,7 @@ signer's newest checkpoint), then streams the header, the chain segments and the
 bounded memory, to stdout or to FILE (a regular file is written beside it and renamed when
 complete, so a failed export never leaves a plausible-looking partial file; a symlink's target is
 replaced, the link kept; a pipe or device is written through). Check it with
-`pollerdash-audit-verify FILE --keys KEYS` (`manage.py audit_keys` prints the key line).
+`pollerdash-audit-verify FILE --keys KEYS` (`manage.py audit_keys --all` prints the key lines).
 """
 
 from __future__ import annotations
@@ -58,7 +58,10 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from None
         where = output or "standard output"
-        self.stderr.write(f"exported {count} lines to {where}; verify: pollerdash-audit-verify FILE --keys KEYS")
+        self.stderr.write(
+            f"exported {count} lines to {where}; verify: pollerdash-audit-verify FILE --keys KEYS "
+            "(KEYS from manage.py audit_keys --all)"
+        )
 
     def _write(self, lines: object, target: _Target | None) -> int:
         count = 0

@@ -24,6 +24,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: object, generate: str | None = None, all: bool = False, **options: object) -> None:
+        if generate is not None and not generate.strip():
+            raise CommandError("--generate needs a file name")
         try:
             if generate:
                 key = checkpoints.generate_key_file(Path(generate))
@@ -32,5 +34,7 @@ class Command(BaseCommand):
             keys = checkpoints.trusted_keys(checkpoints.load_signing_key())
         except checkpoints.CheckpointError as exc:
             raise CommandError(str(exc)) from None
+        except OSError as exc:
+            raise CommandError(f"cannot write {generate}: {exc.strerror or exc}") from None
         for key in keys if all else keys[:1]:
             self.stdout.write(key.line)
