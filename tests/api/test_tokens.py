@@ -38,7 +38,7 @@ def test_the_command_prints_the_token_once_and_stores_only_its_hash():
     assert Agent.objects.count() == 1 and AgentToken.objects.count() == 2
 
 
-@pytest.mark.parametrize("name", ["", "   ", "x" * 101, "bad\nname"])
+@pytest.mark.parametrize("name", ["", "   ", "x" * 101, "bad\nname", "a\tb", "bot\x7f", "bot\u202egnp"])
 def test_bad_agent_names_are_refused(name):
     with pytest.raises(CommandError):
         create_token(name)
