@@ -38,7 +38,8 @@ def operation_list(request: HttpRequest) -> HttpResponse:
         "refresh_s": refresh_s(),
     }
     if request.htmx and request.htmx.target == "operations-table":
-        return render(request, "operations/_table.html", context)
+        # The live refresh brings the tab counts along (out of band), so they move with the rows.
+        return render(request, "operations/_table.html", {**context, "tabs_oob": True})
     return render(request, "operations/list.html", context)
 
 

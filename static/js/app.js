@@ -122,13 +122,14 @@
     if (working || (pointerInList && (changed || target.id !== "inbox-rows"))) {
       // Never reshuffle rows under the pointer or destroy an open card: hold, and say what changed.
       event.detail.shouldSwap = false;
-      // The counts move no rows: keep them in step with the tab title.
-      const counts = doc.getElementById("inbox-counts");
-      const shown = document.getElementById("inbox-counts");
-      if (counts && shown) {
-        counts.removeAttribute("hx-swap-oob");
-        shown.replaceWith(counts);
-      }
+      // Counts move no rows: keep them (the out-of-band parts) in step with the tab title.
+      doc.querySelectorAll("[hx-swap-oob]").forEach(function (fresh) {
+        const shown = fresh.id && document.getElementById(fresh.id);
+        if (shown) {
+          fresh.removeAttribute("hx-swap-oob");
+          shown.replaceWith(fresh);
+        }
+      });
       if (changed) showNote(incoming, current);
       return;
     }

@@ -87,6 +87,20 @@ def test_the_live_fragment_carries_the_rows_the_title_and_the_counts(stopped, re
     assert f'data-ids="{esc.pk}"' in fragment and "<html" not in fragment
 
 
+def test_the_operations_live_refresh_brings_the_tab_counts(stopped, make_operation, responder_client) -> None:  # noqa: ANN001
+    stopped()
+    url = reverse("operation_list")
+    page = responder_client.get(url).content.decode()
+    assert (
+        page.count('id="operations-tabs"') == 1 and 'id="operations-tabs" aria-label="Status" hx-swap-oob' not in page
+    )
+    make_operation("slow_success__id=new-one")
+    fragment = responder_client.get(url, headers={**HTMX, "HX-Target": "operations-table"}).content.decode()
+    assert 'id="operations-tabs" aria-label="Status" hx-swap-oob="true"' in fragment and "<html" not in fragment
+    tabs = re.search(r'id="operations-tabs".*?</nav>', fragment, re.S).group(0)
+    assert re.search(r'All <span class="n">2</span>', tabs), tabs
+
+
 def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_client, bob) -> None:  # noqa: ANN001
     from escalations.services import escalation_decide
 
