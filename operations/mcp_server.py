@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from django.conf import settings
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
+from pydantic import StrictInt
 
 from operations import api_selectors, api_wait, services
 from operations.agents import agent_authenticate
@@ -68,9 +69,36 @@ def headline(obj: dict[str, Any], *, timed_out: bool = False) -> str:
     return "NOT DONE"
 
 
-def operation_result(obj: dict[str, Any], *, timed_out: bool = False) -> CallToolResult:
-    hint = obj["agent_hint"].removeprefix("NOT DONE. ")
-    text = f"{headline(obj, timed_out=timed_out)} {obj['id']} ({obj['provider']} job {obj['provider_job_id']}). {hint}"
+def next_step(obj: dict[str, Any]) -> str:
+    """What to do next, in this server's tools: an MCP agent has no HTTP access to follow the
+    API's own hint (which names HTTP calls)."""
+    later = f"in {obj['retry_after_s']} s or later" if obj["retry_after_s"] is not None else "later"
+    if obj["status"] == "needs_attention":
+        reason = (obj.get("escalation") or {}).get("reason") or "stopped"
+        return (
+            f"A human is deciding what happens next ({reason}). Do not resubmit the job and do not report it as "
+            f"complete. Check again with get_job {later}, or end your turn: list_open_jobs shows it next run."
+        )
+    if not obj["done"]:
+        return (
+            "Do not report it as complete. Call wait_job now (it returns when the job finishes), or get_job "
+            f"{later}, or end your turn: list_open_jobs shows it next run."
+        )
+    ack = "" if obj["acknowledged_at"] else " Then call ack_job."
+    if obj["result"] is not None:
+        return f"The result is in the structured content (`result`).{ack}"
+    error = obj["error"] or {}
+    return (
+        f"It ended {obj['status']} ({error.get('code')}); details are in `error`. Do not resubmit it "
+        f"automatically; report the outcome.{ack}"
+    )
+
+
+def operation_result(obj: dict[str, Any], *, timed_out: bool = False, note: str = "") -> CallToolResult:
+    text = (
+        f"{headline(obj, timed_out=timed_out)} {obj['id']} ({obj['provider']} job {obj['provider_job_id']}). "
+        f"{note}{next_step(obj)}"
+    )
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=obj)
 
 
@@ -123,7 +151,7 @@ def build_server(*, identity: Identity) -> MCPServer:
         provider_job_id: str,
         purpose: str | None = None,
         deadline: str | None = None,
-        max_status_requests: int | None = None,
+        max_status_requests: StrictInt | None = None,
         metadata: dict[str, str] | None = None,
     ) -> Annotated[CallToolResult, OperationOut]:
         def work(agent: Agent) -> dict[str, Any]:
@@ -153,16 +181,22 @@ def build_server(*, identity: Identity) -> MCPServer:
         description="Wait up to timeout_s seconds (0-50, default 25) for the job to finish or need a human. "
         "TIMED OUT WAITING means still running: call again, or end your turn and use list_open_jobs next run."
     )
-    async def wait_job(operation_id: str, timeout_s: int = 25) -> Annotated[CallToolResult, OperationOut]:
+    async def wait_job(operation_id: str, timeout_s: StrictInt = 25) -> Annotated[CallToolResult, OperationOut]:
         async def run() -> CallToolResult:
-            if not 0 <= timeout_s <= 3600:
-                raise ApiProblem("invalid_timeout", "timeout_s must be 0-50 seconds (larger values are lowered).")
+            # The HTTP rule: 0-9999 seconds accepted, anything above the maximum lowered to it.
+            if not 0 <= timeout_s <= 9999:
+                raise ApiProblem(
+                    "invalid_timeout",
+                    f"timeout_s must be a whole number of seconds from 0 to 9999 (above "
+                    f"{settings.API_WAIT_MAX_S} it is lowered to {settings.API_WAIT_MAX_S}); got {timeout_s}.",
+                )
             applied = min(timeout_s, settings.API_WAIT_MAX_S)
             agent = await api_wait.run_db(identity.agent)
             body = await api_wait.wait_result(
                 agent_id=agent.pk, operation_id=operation_id, requested_s=timeout_s, applied_s=applied
             )
-            return operation_result(body["operation"], timed_out=body["timed_out"])
+            note = f"(Waited at most {applied} s, the longest one call waits.) " if applied < timeout_s else ""
+            return operation_result(body["operation"], timed_out=body["timed_out"], note=note)
 
         return await guarded(run)
 
@@ -170,9 +204,11 @@ def build_server(*, identity: Identity) -> MCPServer:
         description="Your open jobs: unfinished ones (a human deciding first) and finished ones not yet "
         "acknowledged. Call this at the start of every run."
     )
-    async def list_open_jobs(limit: int = 50, cursor: str | None = None) -> Annotated[CallToolResult, ListOut]:
+    async def list_open_jobs(limit: StrictInt = 50, cursor: str | None = None) -> Annotated[CallToolResult, ListOut]:
         def work(agent: Agent) -> dict[str, Any]:
-            return open_list(agent_id=agent.pk, limit=max(1, min(limit, LIMIT_MAX)), cursor=cursor)
+            if limit < 1:
+                raise ApiProblem("invalid_field", f"limit must be at least 1 (above {LIMIT_MAX} it is lowered).")
+            return open_list(agent_id=agent.pk, limit=min(limit, LIMIT_MAX), cursor=cursor)
 
         async def run() -> CallToolResult:
             body = await call(work)
@@ -181,9 +217,18 @@ def build_server(*, identity: Identity) -> MCPServer:
                 head = "NEEDS HUMAN"
             elif counts["open_not_done"]:
                 head = "NOT DONE"
-            else:
+            elif counts["done_unacknowledged"]:
                 head = f"DONE ({counts['done_unacknowledged']} finished, not acknowledged)"
-            lines = [f"{head}: {body['agent_hint']}"]
+            else:
+                head = "DONE (nothing open)"
+            summary = (
+                f"{counts['open_not_done']} unfinished ({counts['needs_attention']} with a human deciding), "
+                f"{counts['done_unacknowledged']} finished and not acknowledged. Never report an unfinished job as "
+                "complete; read each finished one with get_job, then ack_job it."
+            )
+            if body.get("next_cursor"):
+                summary += " More: call list_open_jobs again with cursor=next_cursor."
+            lines = [f"{head}: {summary}"]
             lines += [
                 f"- {headline(item)} {item['id']} {item['provider']} job {item['provider_job_id']}"
                 for item in body["data"]
@@ -211,7 +256,19 @@ def build_server(*, identity: Identity) -> MCPServer:
 
         return await guarded(lambda: _op(call(work)))
 
+    _refuse_unknown_arguments(server)
     return server
+
+
+def _refuse_unknown_arguments(server: MCPServer) -> None:
+    """Like the JSON API's unknown_field: a misspelt argument (`deadlne`) is refused, never dropped.
+
+    The SDK builds each tool's argument model with pydantic's default of ignoring extra keys; the
+    pinned mcp version keeps the tools in `_tool_manager` (tests/api/test_mcp.py guards this)."""
+    for tool in server._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
 
 
 async def _op(pending: Awaitable[dict[str, Any]]) -> CallToolResult:

@@ -73,9 +73,40 @@ def test_mcp_tools_over_stdio(agent, profile):
             cancelled = await client.call_tool("cancel_job", {"operation_id": human.structured_content["id"]})
             assert cancelled.content[0].text.startswith("DONE (closed)")
 
+            # The next step is named in this server's tools, never as HTTP calls an MCP agent cannot make.
+            assert "wait_job" in waited.content[0].text and "/api/v1" not in waited.content[0].text
+            assert "ack_job" in finished.content[0].text and finished.content[0].text.count("DONE") == 1
+            assert "get_job" in got.content[0].text and "/api/v1" not in got.content[0].text
+
+            # Arguments are checked like the JSON API's fields: misspelt ones and booleans are refused.
+            typo = await client.call_tool(
+                "watch_job", {"provider": profile.slug, "provider_job_id": job_id("slow_success"), "deadlne": "x"}
+            )
+            assert typo.is_error and "deadlne" in typo.content[0].text
+            boolean = await client.call_tool(
+                "watch_job",
+                {"provider": profile.slug, "provider_job_id": job_id("slow_success"), "max_status_requests": True},
+            )
+            assert boolean.is_error and "max_status_requests" in boolean.content[0].text
+            clamped = await client.call_tool("wait_job", {"operation_id": operation_id, "timeout_s": 9999})
+            assert not clamped.is_error and "Waited at most 50 s" in clamped.content[0].text
+            too_long = await client.call_tool("wait_job", {"operation_id": operation_id, "timeout_s": 10000})
+            assert too_long.is_error and too_long.content[0].text.startswith("ERROR invalid_timeout")
+            no_rows = await client.call_tool("list_open_jobs", {"limit": 0})
+            assert no_rows.is_error and no_rows.content[0].text.startswith("ERROR invalid_field")
+
             missing = await client.call_tool("get_job", {"operation_id": "op_01ARZ3NDEKTSV4RRFFQ69G5FAV"})
             assert missing.is_error and missing.content[0].text.startswith("ERROR operation_not_found")
             refused = await client.call_tool("watch_job", {"provider": "nope", "provider_job_id": "x"})
             assert refused.is_error and "unknown_provider" in refused.content[0].text
 
     run_async(session())
+
+
+def test_the_mcp_server_refuses_to_start_without_a_secret_key(settings, monkeypatch):
+    from django.core.management import CommandError, call_command
+
+    settings.SECRET_KEY = ""
+    monkeypatch.setenv("POLLERDASH_TOKEN", "pdt_whatever")
+    with pytest.raises(CommandError, match="set SECRET_KEY"):
+        call_command("mcp_server")

@@ -4,6 +4,8 @@ import logging
 import os
 import sys
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.mcp_server import Identity, build_server
@@ -21,6 +23,13 @@ class Command(BaseCommand):
         parser.add_argument("--agent", help=f"act as this agent instead of the owner of ${TOKEN_ENV}")
 
     def handle(self, *args: object, **options: object) -> None:
+        try:
+            signing_key = settings.SECRET_KEY
+        except ImproperlyConfigured:  # Django's answer to reading an empty SECRET_KEY
+            signing_key = ""
+        if not signing_key:
+            # List cursors are signed: without a key list_open_jobs would fail on its second page.
+            raise CommandError("set SECRET_KEY (the same value as the web processes) before starting the MCP server")
         token = os.environ.get(TOKEN_ENV, "").strip() or None
         name = options.get("agent")
         if token is None and not name:
