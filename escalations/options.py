@@ -46,8 +46,7 @@ EXTENDABLE = frozenset(
 CANCELLABLE = EXTENDABLE | {Reason.UNKNOWN_STATE}
 # retry_after_rotation and approve_one_check: how long the one request they allow may take when the
 # old deadline is already (nearly) spent; without it the approved request could never be sent.
-ROTATION_RETRY_WINDOW = timedelta(minutes=5)
-ONE_CHECK_WINDOW = ROTATION_RETRY_WINDOW
+ONE_REQUEST_WINDOW = timedelta(minutes=5)
 # Upper bounds on preset values the server will ever honour, whatever a profile row says.
 MAX_PRESET_MINUTES = 7 * 24 * 60
 MAX_PRESET_CHECKS = 10_000
@@ -353,10 +352,14 @@ def _close() -> Option:
     )
 
 
-def _retry_after_rotation(facts: Facts) -> Option:
+def _one_request_bounds(facts: Facts) -> tuple[int, datetime, int]:
+    """(budget, deadline, extra requests) that leave room for one more request, whatever is spent."""
     new_max = max(facts.max_requests, facts.requests_used + 1)
-    new_deadline = max(facts.deadline_at, facts.now + ROTATION_RETRY_WINDOW)
-    extra = new_max - facts.max_requests
+    return new_max, max(facts.deadline_at, facts.now + ONE_REQUEST_WINDOW), new_max - facts.max_requests
+
+
+def _retry_after_rotation(facts: Facts) -> Option:
+    new_max, new_deadline, extra = _one_request_bounds(facts)
     cost = f"+{extra} request, " if extra else ""
     return Option(
         id=Kind.RETRY_AFTER_ROTATION.value,
@@ -400,9 +403,7 @@ def _accept_output(facts: Facts) -> Option:
 
 
 def _approve_one_check(facts: Facts) -> Option:
-    new_max = max(facts.max_requests, facts.requests_used + 1)
-    new_deadline = max(facts.deadline_at, facts.now + ONE_CHECK_WINDOW)
-    extra = new_max - facts.max_requests
+    new_max, new_deadline, extra = _one_request_bounds(facts)
     effect = f"allows exactly 1 status request now ({new_max - facts.requests_used} of {new_max} left before it)"
     if extra:
         effect += f"; +{extra} request, the budget was spent"

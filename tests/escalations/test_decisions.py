@@ -277,7 +277,7 @@ def test_approve_one_check_allows_exactly_one_status_request(make_profile, stopp
 def test_an_approval_after_the_deadline_gets_a_short_window_so_its_one_request_is_sent(
     make_profile, stopped, alice, rng, clock, fake_provider
 ):
-    from escalations.options import ONE_CHECK_WINDOW
+    from escalations.options import ONE_REQUEST_WINDOW
     from escalations.selectors import card_by_id
 
     gated = make_profile(approval_mode="per_call", cancel_method="", cancel_url="")
@@ -290,7 +290,7 @@ def test_an_approval_after_the_deadline_gets_a_short_window_so_its_one_request_i
     assert "the deadline moves to" in approve.effect
     assert decide(esc, alice, "approve_one_check").outcome == "applied"
     op = reload(op)
-    assert op.deadline_at == timezone.now() + ONE_CHECK_WINDOW and op.approved_checks == 1
+    assert op.deadline_at == timezone.now() + ONE_REQUEST_WINDOW and op.approved_checks == 1
     assert poll_once(operation_id=op.pk, fence=op.fence, rng=rng) == PollResult.POLLED
     assert len(status_requests(fake_provider, op)) == 1
 
