@@ -28,8 +28,7 @@ from operations.credentials import credential_publish
 from operations.models import Authorization, Operation
 from operations.provider_cancel import CancelResult, send_provider_cancel
 from operations.representation import rfc3339
-from operations.services import CONTROL_CHARACTERS
-from operations.vocabulary import DelaySource, Reason, Status
+from operations.vocabulary import CONTROL_CHARACTERS, DelaySource, Reason, Status
 
 STALE = "state changed — review again"
 NOT_OFFERED = "option not offered on this card"

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from operations.models import Agent, AgentToken
-from operations.services import CONTROL_CHARACTERS
+from operations.vocabulary import ONE_LINE_CONTROL_CHARACTERS
 
 TOKEN_PREFIX = "pdt_"
 PREFIX_SHOWN = 12
@@ -47,7 +47,7 @@ def new_webhook_secret() -> str:
 def agent_token_issue(*, name: str) -> IssuedToken:
     """Create (or reuse) the agent NAME and issue a new bearer token for it."""
     name = name.strip()
-    if not name or len(name) > AGENT_NAME_MAX or any(ord(ch) < 32 for ch in name) or CONTROL_CHARACTERS.search(name):
+    if not name or len(name) > AGENT_NAME_MAX or ONE_LINE_CONTROL_CHARACTERS.search(name):
         raise ValueError(f"agent names are 1-{AGENT_NAME_MAX} printable characters")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():

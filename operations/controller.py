@@ -244,24 +244,12 @@ def _charge(
                 return PollResult.STALE if taken is None else taken
             wait_s = (free_at - now).total_seconds()
             if wait_s > MAX_SLOT_WAIT_S:
-                _defer(
-                    op=op,
-                    fence=fence,
-                    until=free_at,
-                    why=f"provider account {op.account} at its rate limit",
-                    source=DelaySource.LOCAL_BACKOFF,
-                )
+                _defer_for_rate_limit(op=op, fence=fence, until=free_at)
                 return PollResult.DEFERRED
         time.sleep(wait_s)
     # The allowance kept moving away (a busy account): give the slot back rather than spin.
     with transaction.atomic():
-        _defer(
-            op=op,
-            fence=fence,
-            until=free_at,
-            why=f"provider account {op.account} at its rate limit",
-            source=DelaySource.LOCAL_BACKOFF,
-        )
+        _defer_for_rate_limit(op=op, fence=fence, until=free_at)
     return PollResult.DEFERRED
 
 
@@ -364,6 +352,17 @@ _CHECK_SENT_FIELDS = (
     "charged_transport",
     "warnings",
 )
+
+
+def _defer_for_rate_limit(*, op: Operation, fence: int, until: datetime) -> None:
+    # Our own pacing, not the provider's request: recorded as local backoff.
+    _defer(
+        op=op,
+        fence=fence,
+        until=until,
+        why=f"provider account {op.account} at its rate limit",
+        source=DelaySource.LOCAL_BACKOFF,
+    )
 
 
 def _defer(

@@ -24,6 +24,7 @@ from django.db import transaction
 from operations import job_ids
 from operations.models import ProviderAccount, ProviderProfile
 from operations.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
+from operations.vocabulary import ONE_LINE_CONTROL_CHARACTERS
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 STATE_KEYS = ("pending", "success", "failure", "cancelled", "expired")
@@ -176,7 +177,6 @@ def _kind(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # An upper bound no real integration needs: beyond it a value is a typo, and backoff arithmetic
 # on it would overflow.
 MAX_DELAY_S = 7 * 24 * 3600
@@ -187,7 +187,7 @@ def _text(value: object, *, max_length: int, pattern: re.Pattern[str] | None = N
         return [f"must be a string, not {_kind(value)}"]
     if not value.strip():
         return ["must not be empty"]
-    if _CONTROL.search(value):
+    if ONE_LINE_CONTROL_CHARACTERS.search(value):
         # PostgreSQL refuses NUL in text outright; the other controls only hide what a value says.
         return ["must not contain control characters"]
     if len(value) > max_length:
@@ -215,7 +215,7 @@ def _string_list(value: object, *, dotted: bool) -> list[str]:
         if not isinstance(item, str) or not item.strip():
             problems.append(f"item {index} must be a non-empty string")
             continue
-        if _CONTROL.search(item):
+        if ONE_LINE_CONTROL_CHARACTERS.search(item):
             problems.append(f"item {index} must not contain control characters")
             continue
         if item in seen:

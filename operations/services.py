@@ -5,7 +5,6 @@ Every function here is keyword-only, runs in one transaction, and appends its au
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -16,12 +15,8 @@ from ulid import ULID
 
 from operations import audit, job_ids
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
-from operations.vocabulary import NOT_DONE_STATUSES, Status
+from operations.vocabulary import CONTROL_CHARACTERS, NOT_DONE_STATUSES, ONE_LINE_CONTROL_CHARACTERS, Status
 
-# Never part of a text field: C0/C1 controls other than tab, newline and carriage return, and the
-# bidirectional embeddings, overrides and isolates that make text read differently from what it
-# holds ("Trojan Source"); ordinary right-to-left text needs none of them.
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 PURPOSE_MAX = 280
 METADATA_MAX_KEYS = 16
 METADATA_KEY_MAX = 40
@@ -56,7 +51,7 @@ def _check_job_id(profile: ProviderProfile, job_id: object) -> FieldProblem | No
     if len(job_id) > JOB_ID_MAX:
         return FieldProblem("provider_job_id", "invalid_provider_job_id", f"longer than {JOB_ID_MAX} characters")
     # "." and ".." would be collapsed by URL normalisation into another path on the provider.
-    if job_id in {".", ".."} or CONTROL_CHARACTERS.search(job_id) or "\r" in job_id or "\n" in job_id:
+    if job_id in {".", ".."} or ONE_LINE_CONTROL_CHARACTERS.search(job_id):
         return FieldProblem("provider_job_id", "invalid_provider_job_id", "contains forbidden characters")
     if not job_ids.matches(pattern=profile.job_id_pattern, job_id=job_id):
         return FieldProblem(

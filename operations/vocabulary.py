@@ -6,7 +6,16 @@ share them; model fields use `choices_of(...)`.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+
+# Never part of a text field: C0/C1 controls other than tab, newline and carriage return, and the
+# bidirectional embeddings, overrides and isolates that make text read differently from what it
+# holds ("Trojan Source"); ordinary right-to-left text needs none of them.
+_HIDDEN = r"\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+CONTROL_CHARACTERS = re.compile(rf"[\x00-\x08\x0b\x0c\x0e-\x1f{_HIDDEN}]")
+# ...and in a one-line value (names, states, job ids), no tab or line break either.
+ONE_LINE_CONTROL_CHARACTERS = re.compile(rf"[\x00-\x1f{_HIDDEN}]")
 
 
 class Status(StrEnum):
