@@ -201,7 +201,7 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
 
 def _copy_audit(connection, *, rows, total, target, target_audit, rng) -> None:  # noqa: ANN001
     """COPY `total` entry bodies (controller decisions and a few human ones), `target_audit` for one operation."""
-    from operations.audit import iso
+    from operations.audit.entries import iso
 
     columns = "log, seq, prev_hash, entry_hash, body, at, type, operation_id"
     with (

@@ -60,7 +60,7 @@ def csv_lines(header: list[str], rows: Iterable[list[object]]) -> Iterator[str]:
 def streamed(request: HttpRequest, lines: Iterator) -> Iterator | AsyncIterator:
     """Under ASGI a sync iterator would be buffered whole: pull it in batches from the request's thread."""
     if isinstance(request, ASGIRequest):
-        from operations.audit_export import as_async_lines
+        from operations.audit.export import as_async_lines
 
         return as_async_lines(lines)
     return lines

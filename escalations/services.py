@@ -22,7 +22,7 @@ from escalations import notifications
 from escalations.cards import Card, load_card, snapshot_sha256
 from escalations.models import Decision, Escalation
 from escalations.options import Kind, Option, parse_option_id
-from operations import audit
+from operations.audit import entries as audit
 from operations.callbacks import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
 from operations.models import Authorization, Operation

@@ -203,8 +203,9 @@ def history_report(request: HttpRequest) -> HttpResponse:
 def audit_jsonl(
     request: HttpRequest, *, operation_id: str | None, since: object, until: object, filename: str
 ) -> HttpResponse:
-    """The verifiable audit export (operations.audit_export), streamed; errors become a page."""
-    from operations import audit_export, checkpoints
+    """The verifiable audit export (operations.audit.export), streamed; errors become a page."""
+    from operations.audit import checkpoints
+    from operations.audit import export as audit_export
 
     try:
         lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until)  # type: ignore[arg-type]

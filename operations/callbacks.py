@@ -36,7 +36,7 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from ulid import ULID
 
-from operations import audit
+from operations.audit import entries as audit
 from operations.models import CallbackDelivery, CallbackEndpoint, Operation
 from operations.representation import rfc3339
 

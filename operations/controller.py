@@ -30,7 +30,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from operations import audit, fastsql, http, pacing
+from operations import fastsql, http, pacing
+from operations.audit import entries as audit
 from operations.callbacks import record_event
 from operations.models import Operation, ProviderAccount, ProviderProfile, StatusCheck
 from operations.polling.decide import Action, Bounds, Decision, Observation, Policy, decide

@@ -201,7 +201,7 @@ class PollerdashCollector(Collector):
     """Prometheus collector: one database snapshot per scrape."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from operations.audit_health import audit_protection_checks
+        from operations.audit.health import audit_protection_checks
 
         snap = snapshot()
         lag = GaugeMetricFamily(

@@ -13,7 +13,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from ulid import ULID
 
-from operations import audit, job_ids
+from operations import job_ids
+from operations.audit import entries as audit
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
 from operations.vocabulary import CONTROL_CHARACTERS, NOT_DONE_STATUSES, ONE_LINE_CONTROL_CHARACTERS, Status
 

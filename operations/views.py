@@ -16,8 +16,8 @@ from escalations.chart import render_svg, request_chart
 from escalations.roles import can_decide, viewer_required
 from escalations.views import audit_jsonl, refresh_s
 from operations import selectors
+from operations.audit.story import operation_story, operation_story_latest
 from operations.models import StatusCheck
-from operations.story import operation_story, operation_story_latest
 
 
 @viewer_required

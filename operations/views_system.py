@@ -14,7 +14,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from escalations.roles import viewer_required
 from operations import metrics
-from operations.audit_health import audit_protection_checks
+from operations.audit.health import audit_protection_checks
 from operations.vocabulary import REASON_LABELS, Reason
 
 # Only pollerdash's own collector: the figures come from the database, not from this process.

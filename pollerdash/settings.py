@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "ninja",
     "operations",
     "escalations",
+    "demo",
 ]
 
 MIDDLEWARE = [

@@ -11,7 +11,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("metrics", prometheus_metrics, name="metrics"),
-    path("api/v1/", include("operations.api")),
+    path("api/v1/", include("operations.api.routes")),
     path("", include("operations.urls")),
     path("", include("escalations.urls")),
 ]

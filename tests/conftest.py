@@ -145,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def fake_provider() -> Iterator[object]:
-    from operations.fakeprovider import FakeProvider
+    from demo.fakeprovider import FakeProvider
 
     provider = FakeProvider().start()
     try:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from operations import api_wait, callbacks
+from operations import callbacks
+from operations.api import wait as api_wait
 from operations.controller import poll_once
 from operations.models import Operation
 from pollerdash.client import PollerdashClient, PollerdashError, WebhookVerificationFailed, WebhookVerifier

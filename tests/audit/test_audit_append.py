@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import transaction
 
-from operations import audit
+from operations.audit import entries as audit
 from operations.controller import poll_once
 from operations.models import AuditEntry, AuditHead, Operation, StatusCheck
 from operations.services import operation_register

@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from demo import seed as demo
 from escalations.models import Escalation
-from operations import demo
 from operations.controller import poll_once
 from operations.models import Operation, ProviderProfile
 from operations.vocabulary import POLLABLE_STATUSES, Reason

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from escalations.exports import cell
 from escalations.services import escalation_decide
-from operations import audit_verify
+from operations.audit import verify as audit_verify
 
 pytestmark = pytest.mark.django_db
 

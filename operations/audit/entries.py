@@ -28,8 +28,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from operations.audit_types import DATA_KEYS
-from operations.audit_verify import ENTRY_TAG, GENESIS_PREV
+from operations.audit.types import DATA_KEYS
+from operations.audit.verify import ENTRY_TAG, GENESIS_PREV
 from operations.models import AuditEntry, AuditHead
 
 VERSION = 1

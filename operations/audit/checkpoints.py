@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, models, transaction
 from django.utils import timezone
 
-from operations import audit_verify as av
+from operations.audit import verify as av
 from operations.models import AuditCheckpoint, AuditEntry, AuditHead, ProcessHeartbeat
 
 logger = logging.getLogger("pollerdash.audit.signer")

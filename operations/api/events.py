@@ -6,7 +6,7 @@ sent). The stream ends after the event that shows the operation done; reconnecti
 final event answers 204, which tells EventSource clients to stop. A comment line every
 API_EVENTS_KEEPALIVE_S keeps proxies from dropping the idle connection, and a stream lasts at
 most API_EVENTS_MAX_S (clients reconnect with Last-Event-ID). Changes are seen by the shared
-wait watcher (operations.api_wait): an open stream holds no thread.
+wait watcher (operations.api.wait): an open stream holds no thread.
 
 Never the only way to learn about completion: the wait, GET and callbacks say the same.
 """
@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 
 from django.conf import settings
 
-from operations import api_wait
-from operations.api_problems import ApiProblem, not_found, problem_body
+from operations.api import wait as api_wait
+from operations.api.problems import ApiProblem, not_found, problem_body
 
 RETRY_MS = 5000
 _LAST_EVENT_ID = re.compile(r"[0-9]{1,18}")

@@ -1,7 +1,7 @@
 """The OpenAPI document of the agent API (/api/v1/openapi.json): exact responses per call.
 
 django-ninja documents parameters and security from the handlers; this adds the request and
-response schemas (operations.api_schemas), every problem an operation can answer with its
+response schemas (operations.api.schemas), every problem an operation can answer with its
 application/problem+json content type, and links from a registration to the calls on it.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 from ninja import NinjaAPI
 from pydantic.json_schema import models_json_schema
 
-from operations.api_problems import PROBLEM_CONTENT_TYPE, PROBLEMS
-from operations.api_schemas import INPUT_MODELS, OUTPUT_MODELS
+from operations.api.problems import PROBLEM_CONTENT_TYPE, PROBLEMS
+from operations.api.schemas import INPUT_MODELS, OUTPUT_MODELS
 
 JSON_TYPE = "application/json"
 COMMON_ERRORS = ("unauthenticated", "internal", "unavailable", "not_found", "unknown_field", "invalid_field")

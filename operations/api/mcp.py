@@ -21,12 +21,14 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import StrictInt
 
-from operations import api_selectors, api_wait, services
+from operations import services
 from operations.agents import agent_authenticate
-from operations.api_lists import LIMIT_MAX, open_list
-from operations.api_parsing import parse_deadline
-from operations.api_problems import ApiProblem, not_found, problem_body
-from operations.api_schemas import ListOut, OperationOut
+from operations.api import selectors as api_selectors
+from operations.api import wait as api_wait
+from operations.api.lists import LIMIT_MAX, open_list
+from operations.api.parsing import parse_deadline
+from operations.api.problems import ApiProblem, not_found, problem_body
+from operations.api.schemas import ListOut, OperationOut
 from operations.models import Agent
 from operations.representation import operation_object
 

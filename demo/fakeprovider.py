@@ -28,7 +28,7 @@ behaves like ``slow_success__polls=2``):
 - cancel_ok [polls=infinite], cancel_unsupported; cancelling anything else answers 202 "cancelling"
 
 This module imports nothing from Django so benchmarks can run it standalone:
-``python -m operations.fakeprovider --port 8765``.
+``python -m demo.fakeprovider --port 8765``.
 """
 
 from __future__ import annotations
@@ -776,7 +776,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, stream: TextIO 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m operations.fakeprovider", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.fakeprovider", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args(argv)

@@ -28,8 +28,8 @@ from datetime import datetime
 
 from django.db.models import Max, Min
 
-from operations import audit_verify as av
-from operations import checkpoints
+from operations.audit import checkpoints
+from operations.audit import verify as av
 from operations.models import AuditCheckpoint, AuditEntry
 
 CHUNK = 2000

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from django.core import signing
 from django.http import HttpRequest
 
-from operations.api_problems import ApiProblem, FieldError
+from operations.api.problems import ApiProblem, FieldError
 
 MAX_DEPTH = 16
 MAX_KEYS = 1000

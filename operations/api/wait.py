@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from operations import api_selectors
-from operations.api_problems import ApiProblem, not_found
+from operations.api import selectors as api_selectors
+from operations.api.problems import ApiProblem, not_found
 from operations.representation import operation_object
 from operations.vocabulary import TERMINAL_STATUSES, Status
 

@@ -6,8 +6,8 @@ acknowledged, a human-deciding first. Pages are keyset-paginated behind opaque s
 
 from __future__ import annotations
 
-from operations import api_selectors
-from operations.api_parsing import cursor_decode, cursor_encode
+from operations.api import selectors as api_selectors
+from operations.api.parsing import cursor_decode, cursor_encode
 from operations.representation import list_object
 
 LIMIT_DEFAULT, LIMIT_MAX = 50, 100

@@ -1,7 +1,7 @@
 """Every failure of the agent API as one problem+json answer (RFC 9457), never HTML, never a trace.
 
 Maps django-ninja's and pydantic's validation errors, Django's body-size refusal and anything
-unexpected to the problem codes of operations.api_problems, and reads request bodies strictly.
+unexpected to the problem codes of operations.api.problems, and reads request bodies strictly.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from operations.api_parsing import parse_json_object, require_json_content_type
-from operations.api_problems import PROBLEM_CONTENT_TYPE, ApiProblem, FieldError, not_found, problem_response
+from operations.api.parsing import parse_json_object, require_json_content_type
+from operations.api.problems import PROBLEM_CONTENT_TYPE, ApiProblem, FieldError, not_found, problem_response
 
-logger = logging.getLogger("operations.api")
+logger = logging.getLogger("operations.api.routes")
 
 
 def problem(request: HttpRequest, exc: ApiProblem) -> HttpResponse:

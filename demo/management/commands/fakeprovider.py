@@ -6,11 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from operations.fakeprovider import DEFAULT_HOST, DEFAULT_PORT, serve
+from demo.fakeprovider import DEFAULT_HOST, DEFAULT_PORT, serve
 
 
 class Command(BaseCommand):
-    help = "Run the fake job provider until SIGTERM/SIGINT (see operations/fakeprovider.py for scenarios)."
+    help = "Run the fake job provider until SIGTERM/SIGINT (see demo/fakeprovider.py for scenarios)."
     # It touches neither the database nor any model, so don't make it wait for system checks.
     requires_system_checks: list[str] = []
 

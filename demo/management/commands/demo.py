@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from operations import demo
+from demo import seed as demo
 
 
 class Command(BaseCommand):

@@ -9,7 +9,7 @@ Under uvicorn, this router sends /api/v1/ to a Django handler with no middleware
 per-request thread context:
 
 - async views (the wait) run on the event loop; their database work goes to the API's small,
-  fixed thread pool (operations.api_wait.run_db), so an open wait holds no thread at all;
+  fixed thread pool (operations.api.wait.run_db), so an open wait holds no thread at all;
 - sync views run on that same pool, whose threads keep their database connections (CONN_MAX_AGE),
   so a GET costs one pooled query round trip, not a thread and a connection setup.
 
@@ -32,8 +32,8 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
 
-from operations.api_errors import unexpected
-from operations.api_wait import run_db
+from operations.api.errors import unexpected
+from operations.api.wait import run_db
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]

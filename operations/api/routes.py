@@ -1,10 +1,10 @@
 """The agent API: JSON under /api/v1/ (DESIGN.md section 9), served by django-ninja.
 
-Handlers only adapt: authenticate, parse strictly (operations.api_parsing), call one service or
+Handlers only adapt: authenticate, parse strictly (operations.api.parsing), call one service or
 selector, render. Every error is application/problem+json with a stable `code`
-(operations.api_errors); the OpenAPI document is /api/v1/openapi.json (operations.api_docs).
+(operations.api.errors); the OpenAPI document is /api/v1/openapi.json (operations.api.docs).
 
-Under uvicorn, operations.api_asgi serves these URLs on the event loop and a fixed database thread
+Under uvicorn, operations.api.asgi serves these URLs on the event loop and a fixed database thread
 pool: the async wait holds no thread while it waits.
 """
 
@@ -20,20 +20,24 @@ from django.urls import URLPattern, include, path, re_path
 from ninja import Path, Query
 from ninja.security import HttpBearer
 
-from operations import api_docs as docs
-from operations import api_errors, api_events, api_selectors, api_wait, services
+from operations import services
 from operations.agents import agent_authenticate
-from operations.api_errors import json_body, no_such_resource, validate
-from operations.api_lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
-from operations.api_parsing import (
+from operations.api import docs
+from operations.api import errors as api_errors
+from operations.api import events as api_events
+from operations.api import selectors as api_selectors
+from operations.api import wait as api_wait
+from operations.api.errors import json_body, no_such_resource, validate
+from operations.api.lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
+from operations.api.parsing import (
     parse_deadline,
     parse_idempotency_key,
     parse_limit,
     parse_timeout,
     reject_unknown_query,
 )
-from operations.api_problems import PROBLEMS, ApiProblem, FieldError, not_found
-from operations.api_schemas import AckIn, CancelIn, RegisterIn
+from operations.api.problems import PROBLEMS, ApiProblem, FieldError, not_found
+from operations.api.schemas import AckIn, CancelIn, RegisterIn
 from operations.models import Agent
 from operations.representation import API_PREFIX, operation_object
 
