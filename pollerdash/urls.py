@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from operations.views_system import prometheus_metrics
+from operations.metrics_endpoint import prometheus_metrics
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
@@ -12,6 +12,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", prometheus_metrics, name="metrics"),
     path("api/v1/", include("operations.api.routes")),
-    path("", include("operations.urls")),
     path("", include("escalations.urls")),
 ]

@@ -14,7 +14,7 @@ from escalations import exports
 from escalations import selectors as card_selectors
 from escalations.chart import render_svg, request_chart
 from escalations.roles import can_decide, viewer_required
-from escalations.views import audit_jsonl, refresh_s
+from escalations.views.cards import audit_jsonl, refresh_s
 from operations import selectors
 from operations.audit.story import operation_story, operation_story_latest
 from operations.models import StatusCheck

@@ -1,4 +1,7 @@
-"""The system panel (for people) and /metrics (for Prometheus): two views of operations.metrics."""
+"""/metrics for Prometheus: pollerdash's own collector over the database (operations.metrics).
+
+The human system panel is a dashboard page (escalations/views/system.py) over the same snapshot.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +10,11 @@ import ipaddress
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from escalations.roles import viewer_required
 from operations import metrics
-from operations.audit.health import audit_protection_checks
-from operations.vocabulary import REASON_LABELS, Reason
 
 # Only pollerdash's own collector: the figures come from the database, not from this process.
 _registry = CollectorRegistry(auto_describe=False)
@@ -24,47 +23,6 @@ _registry.register(metrics.PollerdashCollector())
 # A request that came through a reverse proxy carries one of these; on the loopback-only rule it
 # is refused, so putting a proxy in front never publishes /metrics by accident.
 _PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-Ip")
-
-
-# What the panel calls out, with the thresholds an on-call engineer would page on.
-LAG_WARN_S = 1.0
-OLDEST_DUE_WARN_S = 5.0
-QUEUE_WAIT_WARN_S = 5.0
-
-
-@viewer_required
-@require_GET
-def system(request: HttpRequest) -> HttpResponse:
-    snap = metrics.snapshot()
-    context = {
-        "snap": snap,
-        "checks": audit_protection_checks(),
-        "escalations": [(REASON_LABELS[Reason(r)], n) for r, n in snap.open_escalations.items()],
-        "warnings": _warnings(snap),
-        "lag_window_min": int(metrics.LAG_WINDOW.total_seconds() // 60),
-        "nav": "system",
-    }
-    template = "operations/_system_panel.html" if request.htmx else "operations/system.html"
-    return render(request, template, context)
-
-
-def _warnings(snap: metrics.Snapshot) -> list[str]:
-    found = []
-    if not snap.live_processes.get("dispatcher"):
-        found.append("No dispatcher has sent a heartbeat recently: due polls are not being handed to workers.")
-    if snap.lag.p95 is not None and snap.lag.p95 > LAG_WARN_S:
-        found.append(f"Dispatch lag p95 is {snap.lag.p95:.2f} s (over {LAG_WARN_S:g} s): workers are too few or busy.")
-    if snap.oldest_due_age_s is not None and snap.oldest_due_age_s > OLDEST_DUE_WARN_S:
-        found.append(
-            f"An operation has been due for {snap.oldest_due_age_s:.0f} s without a claim: dispatchers are "
-            "behind, the task queue is full, or a provider account is at its rate limit."
-        )
-    if snap.oldest_waiting_s is not None and snap.oldest_waiting_s > QUEUE_WAIT_WARN_S:
-        found.append(
-            f"A task has waited {snap.oldest_waiting_s:.0f} s for a worker: "
-            "is `manage.py qcluster` running and healthy?"
-        )
-    return found
 
 
 @require_GET
