@@ -36,8 +36,16 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
     from django.db import connection
     from django.utils import timezone
 
-    from escalations.models import Decision, Escalation
-    from operations.models import AuditHead, Authorization, Operation, ProviderAccount, ProviderProfile, StatusCheck
+    from operations.models import (
+        AuditHead,
+        Authorization,
+        Decision,
+        Escalation,
+        Operation,
+        ProviderAccount,
+        ProviderProfile,
+        StatusCheck,
+    )
     from operations.services import new_operation_id
 
     rng = random.Random(5)
@@ -342,7 +350,7 @@ def main() -> None:
         ("card (htmx)", None, {"HX-Request": "true"}),
         ("history", reverse("decision_history"), None),
     ]
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     card = Escalation.objects.filter(state="open").values_list("pk", flat=True).first()
     open_count = Escalation.objects.filter(state="open").count()

@@ -14,7 +14,6 @@ from urllib.parse import quote
 
 import rfc8785
 
-from escalations.models import Decision, Escalation
 from escalations.options import (
     Capabilities,
     Facts,
@@ -25,7 +24,7 @@ from escalations.options import (
     unavailable_notes,
 )
 from operations.credentials import credential_current
-from operations.models import Authorization, Operation
+from operations.models import Authorization, Decision, Escalation, Operation
 from operations.representation import rfc3339
 from operations.vocabulary import REASON_LABELS, Reason
 

@@ -17,8 +17,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
-from escalations.models import Decision
-from operations.models import StatusCheck
+from operations.models import Decision, StatusCheck
 
 CHUNK = 2000
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

@@ -24,8 +24,8 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Escalation
 from escalations.options import human_duration
+from operations.models import Escalation
 from operations.redaction import register_secret
 from operations.vocabulary import REASON_LABELS, Reason
 

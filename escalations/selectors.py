@@ -15,9 +15,8 @@ from django.core.paginator import Page, Paginator
 from django.db.models import BooleanField, Case, Count, F, Q, QuerySet, Value, When
 
 from escalations.cards import EXTENSION_KINDS, Card, build_card, reason_label
-from escalations.models import Decision, Escalation
 from escalations.options import Kind
-from operations.models import Authorization, Operation, ProviderAccount, ProviderProfile
+from operations.models import Authorization, Decision, Escalation, Operation, ProviderAccount, ProviderProfile
 from operations.vocabulary import Reason
 
 PAGE_SIZE = 50

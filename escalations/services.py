@@ -20,12 +20,11 @@ from django.utils import timezone
 
 from escalations import notifications
 from escalations.cards import Card, load_card, snapshot_sha256
-from escalations.models import Decision, Escalation
 from escalations.options import Kind, Option, parse_option_id
 from operations.audit import entries as audit
 from operations.callbacks import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
-from operations.models import Authorization, Operation
+from operations.models import Authorization, Decision, Escalation, Operation
 from operations.provider_cancel import CancelResult, send_provider_cancel
 from operations.representation import rfc3339
 from operations.vocabulary import CONTROL_CHARACTERS, DelaySource, Reason, Status

@@ -179,7 +179,7 @@ def _processes(now: datetime) -> list[Process]:
 
 
 def _open_escalations() -> dict[str, int]:
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     counts = dict.fromkeys((str(reason) for reason in Reason), 0)
     for row in (

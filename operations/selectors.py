@@ -55,7 +55,7 @@ def operation_get(*, operation_id: str) -> Operation | None:
 
 def open_escalation(*, operation: Operation) -> object | None:
     """The operation's open decision card, if it has one."""
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     return Escalation.objects.filter(operation=operation, state=Escalation.State.OPEN).first()
 
@@ -104,7 +104,7 @@ class OperationFilters:
 
 
 def operation_queryset(*, filters: OperationFilters) -> QuerySet[Operation]:
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     open_reason = Escalation.objects.filter(operation=OuterRef("pk"), state=Escalation.State.OPEN).values("reason")[:1]
     query = Operation.objects.select_related("provider").only(*LIST_FIELDS).annotate(open_reason=Subquery(open_reason))
@@ -192,7 +192,7 @@ def operation_page(*, operation_id: str, checks_shown: int | None = CHECKS_SHOWN
 
     `checks_shown`: the most recent status requests to load (the chart and table), or None for all
     (the printable report)."""
-    from escalations.models import Decision
+    from operations.models import Decision
 
     operation = Operation.objects.select_related("provider", "agent").filter(pk=operation_id).first()
     if operation is None:

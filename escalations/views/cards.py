@@ -16,9 +16,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from escalations import exports, selectors, services
-from escalations.models import Escalation
 from escalations.options import Kind, parse_option_id
 from escalations.roles import can_decide, responder_required, viewer_required
+from operations.models import Escalation
 
 REFRESH_S = 5
 

@@ -115,7 +115,7 @@ def operation_checks_csv(request: HttpRequest, operation_id: str) -> HttpRespons
 @viewer_required
 @require_GET
 def operation_decisions_csv(request: HttpRequest, operation_id: str) -> HttpResponse:
-    from escalations.models import Decision
+    from operations.models import Decision
 
     op = selectors.operation_get(operation_id=operation_id)
     if op is None:

@@ -26,7 +26,7 @@ def operations_by_id(*, operation_ids: list[str]) -> list[Operation]:
 def open_escalation(*, operation: Operation) -> object | None:
     if operation.status != Status.NEEDS_ATTENTION:
         return None
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     return Escalation.objects.filter(operation=operation, state=Escalation.State.OPEN).first()
 
@@ -35,7 +35,7 @@ def open_escalations(*, operations: list[Operation]) -> dict[str, object]:
     ids = [op.pk for op in operations if op.status == Status.NEEDS_ATTENTION]
     if not ids:
         return {}
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     return {
         row.operation_id: row for row in Escalation.objects.filter(operation_id__in=ids, state=Escalation.State.OPEN)

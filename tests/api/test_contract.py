@@ -374,7 +374,7 @@ def test_openapi_document_lists_every_endpoint(api):
 
 
 def test_cancel_while_a_human_is_deciding_supersedes_the_card(api, register, drive):
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     created = register("unknown_state")
     drive(Operation.objects.get(pk=created["id"]))

@@ -7,8 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from escalations.models import Decision, Escalation
-from operations.models import Authorization, Operation
+from operations.models import Authorization, Decision, Escalation, Operation
 from tests.browser.pages import PHONE, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

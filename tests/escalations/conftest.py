@@ -8,8 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from escalations.models import Escalation
-from operations.models import Operation
+from operations.models import Escalation, Operation
 from tests.support import job_id
 
 

@@ -9,8 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from escalations.models import Decision, Escalation
-from operations.models import Operation
+from operations.models import Decision, Escalation, Operation
 from tests.support import T0
 
 pytestmark = pytest.mark.django_db

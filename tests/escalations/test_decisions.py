@@ -11,7 +11,6 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from escalations.models import Decision, Escalation
 from escalations.services import (
     COMMENT_REQUIRED,
     NOT_OFFERED,
@@ -22,7 +21,16 @@ from escalations.services import (
 )
 from operations.controller import PollResult, poll_once
 from operations.credentials import credentials_publish_all
-from operations.models import AuditEntry, Authorization, CallbackDelivery, Operation, ProviderAccount, StatusCheck
+from operations.models import (
+    AuditEntry,
+    Authorization,
+    CallbackDelivery,
+    Decision,
+    Escalation,
+    Operation,
+    ProviderAccount,
+    StatusCheck,
+)
 from operations.vocabulary import DelaySource, Reason, Status
 from tests.support import T0
 

@@ -13,9 +13,8 @@ import pytest
 from django.utils import timezone
 
 from demo import seed as demo
-from escalations.models import Escalation
 from operations.controller import poll_once
-from operations.models import Operation, ProviderProfile
+from operations.models import Escalation, Operation, ProviderProfile
 from operations.vocabulary import POLLABLE_STATUSES, Reason
 from tests.support import T0
 

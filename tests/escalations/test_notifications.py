@@ -14,8 +14,8 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from escalations import notifications, tasks
-from escalations.models import Escalation
 from escalations.services import escalation_decide
+from operations.models import Escalation
 from tests.support import CANARY, T0
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Decision
 from escalations.services import escalation_decide, escalation_open
-from operations.models import Operation, StatusCheck
+from operations.models import Decision, Operation, StatusCheck
 from operations.vocabulary import Reason, Status
 
 pytestmark = pytest.mark.django_db

@@ -1,3 +1,9 @@
+"""Decision cards (Escalation) and what humans chose on them (Decision): part of the domain, since
+the lifecycle opens, supersedes and closes cards in the same transactions that change operations.
+
+The tables keep the names they had when the models lived in the dashboard app (state-only move).
+"""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -44,6 +50,7 @@ class Escalation(models.Model):
     closed_reason = models.CharField(max_length=300, blank=True)
 
     class Meta:
+        db_table = "escalations_escalation"
         ordering = ["-opened_at"]
         constraints = [
             models.UniqueConstraint(
@@ -94,6 +101,7 @@ class Decision(models.Model):
     audit_seq = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
+        db_table = "escalations_decision"
         ordering = ["-decided_at"]
         indexes = [
             models.Index(fields=["decided_at"], name="decision_time_idx"),
