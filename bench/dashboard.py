@@ -36,6 +36,7 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
     from django.db import connection
     from django.utils import timezone
 
+    from operations.lifecycle.registration import new_operation_id
     from operations.models import (
         AuditHead,
         Authorization,
@@ -46,7 +47,6 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
         ProviderProfile,
         StatusCheck,
     )
-    from operations.services import new_operation_id
 
     rng = random.Random(5)
     now = timezone.now()

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from operations.models import Operation
 from operations.profiles import ProfileSpec, load_profiles_file, profiles_apply
-from operations.services import operation_register
+from operations.registration import operation_register
 
 DEMO_PROFILES = Path(__file__).resolve().parent.parent / "demo" / "profiles.toml"
 FAKE_DEFAULT_URL = "http://127.0.0.1:8765"

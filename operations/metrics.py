@@ -23,7 +23,7 @@ from django_q.models import OrmQ
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from operations.dispatch import due_unclaimed
+from operations.lifecycle.claims import due_unclaimed
 from operations.models import Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
 from operations.vocabulary import NOT_DONE_STATUSES, Reason
 

@@ -9,12 +9,12 @@ from urllib.parse import quote
 from operations import http
 from operations.models import Operation
 from operations.polling.states import MISSING, describe_state, extract
+from operations.vocabulary import CancelState
 
 
 @dataclass(frozen=True)
 class CancelResult:
-    # confirmed | forwarded | not_supported | failed_to_forward | not_documented
-    state: str
+    state: CancelState
     http_status: int | None = None
     provider_state: str | None = None
     provider_request_id: str = ""
@@ -22,11 +22,11 @@ class CancelResult:
 
     @property
     def confirmed(self) -> bool:
-        return self.state == "confirmed"
+        return self.state is CancelState.CONFIRMED
 
     def as_record(self) -> dict[str, object]:
         return {
-            "state": self.state,
+            "state": str(self.state),
             "http_status": self.http_status,
             "provider_state": self.provider_state,
             "provider_request_id": self.provider_request_id,
@@ -42,7 +42,7 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
     """
     profile = operation.provider
     if not profile.has_cancel:
-        return CancelResult(state="not_documented", detail=f"{profile.slug} documents no cancel request")
+        return CancelResult(state=CancelState.NOT_DOCUMENTED, detail=f"{profile.slug} documents no cancel request")
     url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
     raw = http.send(
         method=profile.cancel_method,
@@ -54,15 +54,15 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
         request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
     if raw.transport_error is not None:
         return CancelResult(
-            state="failed_to_forward",
+            state=CancelState.FAILED_TO_FORWARD,
             provider_request_id=request_id,
             detail=raw.transport_detail or raw.transport_error,
         )
     status = raw.http_status
     if status in (405, 501):
-        return CancelResult(state="not_supported", http_status=status, provider_request_id=request_id)
+        return CancelResult(state=CancelState.NOT_SUPPORTED, http_status=status, provider_request_id=request_id)
     if status is None or not 200 <= status < 300:
-        return CancelResult(state="failed_to_forward", http_status=status, provider_request_id=request_id)
+        return CancelResult(state=CancelState.FAILED_TO_FORWARD, http_status=status, provider_request_id=request_id)
     provider_state = None
     try:
         body = json.loads(raw.body or b"null")
@@ -72,7 +72,7 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
         body = None
     confirmed = provider_state is not None and provider_state in set(profile.cancelled_states)
     return CancelResult(
-        state="confirmed" if confirmed else "forwarded",
+        state=CancelState.CONFIRMED if confirmed else CancelState.FORWARDED,
         http_status=status,
         provider_state=provider_state,
         provider_request_id=request_id,

@@ -16,7 +16,7 @@ def run_polls(claims: list[tuple[str, int]]) -> str:
 
 
 def deliver_callback(delivery_id: str, attempt: int) -> str:
-    from operations.callbacks import deliver
+    from operations.callbacks.delivery import deliver
 
     return deliver(delivery_id=delivery_id, attempt=attempt)
 

@@ -228,7 +228,7 @@ def rng() -> random.Random:
 
 @pytest.fixture
 def make_operation(profile: object) -> Callable[..., object]:
-    from operations.services import operation_register
+    from operations.registration import operation_register
 
     def make(job: str, *, provider: object | None = None, **kwargs: object) -> object:
         kwargs.setdefault("registered_by", "operator:test")

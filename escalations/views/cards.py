@@ -15,9 +15,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from escalations import exports, selectors, services
-from escalations.options import Kind, parse_option_id
+from escalations import exports
 from escalations.roles import can_decide, responder_required, viewer_required
+from escalations.selectors import cards as card_selectors
+from escalations.selectors import history as history_selectors
+from escalations.selectors import inbox as inbox_selectors
+from operations.decisions import services
+from operations.decisions.options import Kind, parse_option_id
 from operations.models import Escalation
 
 REFRESH_S = 5
@@ -27,7 +31,7 @@ def refresh_s() -> int:
     return int(getattr(settings, "DASHBOARD_REFRESH_S", REFRESH_S))
 
 
-def card_context(request: HttpRequest, view: selectors.CardView, *, where: str, flash: dict | None = None) -> dict:
+def card_context(request: HttpRequest, view: card_selectors.CardView, *, where: str, flash: dict | None = None) -> dict:
     return {
         "cv": view,
         "card": view.card,
@@ -43,8 +47,8 @@ def card_context(request: HttpRequest, view: selectors.CardView, *, where: str, 
 @viewer_required
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
-    filters = selectors.InboxFilters.from_query(request.GET)
-    data = selectors.inbox(user=request.user, filters=filters, page=request.GET.get("page"))
+    filters = inbox_selectors.InboxFilters.from_query(request.GET)
+    data = inbox_selectors.inbox(user=request.user, filters=filters, page=request.GET.get("page"))
     page = data.page.number
     links = {
         "everyone": filters.query(mine=False),
@@ -67,7 +71,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @viewer_required
 @require_GET
 def card(request: HttpRequest, escalation_id: int) -> HttpResponse:
-    view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+    view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
     if view is None:
         raise Http404("no such card")
     if not request.htmx:
@@ -107,7 +111,7 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         # The inspect form opens in a new tab: record, then go to the provider's console.
         return HttpResponseRedirect(result.redirect_url or operation_url, status=303)
     if request.htmx:
-        view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+        view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
         assert view is not None
         kind = "error" if result.refused else "ok"
         response_state = (result.decision.provider_response or {}).get("state")
@@ -133,7 +137,7 @@ def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
         services.escalation_assign(escalation_id=escalation_id, user=request.user, take=request.POST.get("take") == "1")
     except Escalation.DoesNotExist:
         raise Http404("no such card") from None
-    view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+    view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
     assert view is not None
     if request.htmx:
         where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
@@ -146,8 +150,8 @@ def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
 @viewer_required
 @require_GET
 def history(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
-    data = selectors.history(filters=filters, page=request.GET.get("page"))
+    filters = history_selectors.HistoryFilters.from_query(request.GET)
+    data = history_selectors.history(filters=filters, page=request.GET.get("page"))
     return render(
         request,
         "escalations/history.html",
@@ -155,9 +159,9 @@ def history(request: HttpRequest) -> HttpResponse:
             "history": data,
             "filters": filters,
             "nav": "history",
-            "outcomes": selectors.OUTCOMES,
-            "option_kinds": selectors.OPTION_KINDS,
-            "reasons": selectors.REASONS,
+            "outcomes": history_selectors.OUTCOMES,
+            "option_kinds": history_selectors.OPTION_KINDS,
+            "reasons": card_selectors.REASONS,
         },
     )
 
@@ -165,19 +169,19 @@ def history(request: HttpRequest) -> HttpResponse:
 @viewer_required
 @require_GET
 def history_csv(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
+    filters = history_selectors.HistoryFilters.from_query(request.GET)
     return exports.csv_response(
         request,
         filename=f"pollerdash-decisions-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
         header=exports.DECISION_HEADER,
-        rows=exports.decision_rows(selectors.history_queryset(filters=filters).order_by("decided_at", "pk")),
+        rows=exports.decision_rows(history_selectors.history_queryset(filters=filters).order_by("decided_at", "pk")),
     )
 
 
 @viewer_required
 @require_GET
 def history_jsonl(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
+    filters = history_selectors.HistoryFilters.from_query(request.GET)
     # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
     return audit_jsonl(
         request,
@@ -191,8 +195,8 @@ def history_jsonl(request: HttpRequest) -> HttpResponse:
 @viewer_required
 @require_GET
 def history_report(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
-    decisions = list(selectors.history_queryset(filters=filters)[: exports.CHUNK])
+    filters = history_selectors.HistoryFilters.from_query(request.GET)
+    decisions = list(history_selectors.history_queryset(filters=filters)[: exports.CHUNK])
     return render(
         request,
         "escalations/history_report.html",

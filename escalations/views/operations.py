@@ -11,20 +11,21 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from escalations import exports
-from escalations import selectors as card_selectors
 from escalations.chart import render_svg, request_chart
 from escalations.roles import can_decide, viewer_required
+from escalations.selectors import cards as card_selectors
+from escalations.selectors import operations as operation_selectors
 from escalations.views.cards import audit_jsonl, refresh_s
 from operations import selectors
 from operations.audit.story import operation_story, operation_story_latest
-from operations.models import StatusCheck
+from operations.models import Decision, StatusCheck
 
 
 @viewer_required
 @require_GET
 def operation_list(request: HttpRequest) -> HttpResponse:
-    filters = selectors.OperationFilters.from_query(request.GET)
-    data = selectors.operation_list(filters=filters, page=request.GET.get("page"))
+    filters = operation_selectors.OperationFilters.from_query(request.GET)
+    data = operation_selectors.operation_list(filters=filters, page=request.GET.get("page"))
     page = data.page.number
     context = {
         "data": data,
@@ -34,7 +35,7 @@ def operation_list(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "nav": "operations",
         "reasons": card_selectors.REASONS,
-        "statuses": sorted(selectors.STATUS_VALUES),
+        "statuses": sorted(operation_selectors.STATUS_VALUES),
         "refresh_s": refresh_s(),
     }
     if request.htmx and request.htmx.target == "operations-table":
@@ -51,7 +52,7 @@ CHECKS_LISTED = 50
 @viewer_required
 @require_GET
 def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
-    page = selectors.operation_page(operation_id=operation_id)
+    page = operation_selectors.operation_page(operation_id=operation_id)
     if page is None:
         raise Http404("no such operation")
     now = timezone.now()
@@ -115,8 +116,6 @@ def operation_checks_csv(request: HttpRequest, operation_id: str) -> HttpRespons
 @viewer_required
 @require_GET
 def operation_decisions_csv(request: HttpRequest, operation_id: str) -> HttpResponse:
-    from operations.models import Decision
-
     op = selectors.operation_get(operation_id=operation_id)
     if op is None:
         raise Http404("no such operation")
@@ -140,7 +139,7 @@ def operation_audit_jsonl(request: HttpRequest, operation_id: str) -> HttpRespon
 @viewer_required
 @require_GET
 def operation_report(request: HttpRequest, operation_id: str) -> HttpResponse:
-    page = selectors.operation_page(operation_id=operation_id, checks_shown=None)
+    page = operation_selectors.operation_page(operation_id=operation_id, checks_shown=None)
     if page is None:
         raise Http404("no such operation")
     escalations = card_selectors.operation_cards(operation=page.operation, now=timezone.now())[1]

@@ -6,6 +6,7 @@ acknowledged, a human-deciding first. Pages are keyset-paginated behind opaque s
 
 from __future__ import annotations
 
+from operations import selectors
 from operations.api import selectors as api_selectors
 from operations.api.parsing import cursor_decode, cursor_encode
 from operations.representation import list_object
@@ -23,7 +24,7 @@ def open_list(*, agent_id: int, limit: int, cursor: str | None) -> dict:
         next_cursor = cursor_encode(agent_id=agent_id, rank=rank, created_at=created_at, operation_id=operation_id)
     return list_object(
         operations=page.operations,
-        escalations=api_selectors.open_escalations(operations=page.operations),
+        escalations=selectors.open_escalations(operations=page.operations),
         counts=api_selectors.open_counts(agent_id=agent_id),
         limit=limit,
         next_cursor=next_cursor,

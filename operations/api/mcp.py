@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import StrictInt
 
-from operations import services
+from operations import registration, selectors, services
 from operations.agents import agent_authenticate
 from operations.api import selectors as api_selectors
 from operations.api import wait as api_wait
@@ -113,11 +113,11 @@ def error_result(problem: ApiProblem) -> CallToolResult:
 def _problem_of(exc: Exception) -> ApiProblem | None:
     if isinstance(exc, ApiProblem):
         return exc
-    if isinstance(exc, services.OperationNotFound):
+    if isinstance(exc, registration.OperationNotFound):
         return not_found(str(exc))
-    if isinstance(exc, services.OperationConflict):
+    if isinstance(exc, registration.OperationConflict):
         return ApiProblem(exc.code, exc.message + ".")
-    if isinstance(exc, services.RegistrationError):
+    if isinstance(exc, registration.RegistrationError):
         return ApiProblem(
             exc.problems[0].code if exc.problems[0].code != "invalid_field" else "invalid_value",
             f"{exc}.",
@@ -142,7 +142,7 @@ def build_server(*, identity: Identity) -> MCPServer:
             return error_result(problem)
 
     def render(op: Any) -> dict[str, Any]:
-        return operation_object(op, open_escalation=api_selectors.open_escalation(operation=op))
+        return operation_object(op, open_escalation=selectors.open_escalation(operation=op))
 
     @server.tool(
         description="Start watching a provider job. Returns at once with NOT DONE and the operation id (op_...); "
@@ -157,7 +157,7 @@ def build_server(*, identity: Identity) -> MCPServer:
         metadata: dict[str, str] | None = None,
     ) -> Annotated[CallToolResult, OperationOut]:
         def work(agent: Agent) -> dict[str, Any]:
-            request = services.AgentRegistration(
+            request = registration.AgentRegistration(
                 provider=provider,
                 provider_job_id=provider_job_id,
                 purpose=purpose or "",
@@ -165,7 +165,7 @@ def build_server(*, identity: Identity) -> MCPServer:
                 max_status_requests=max_status_requests,
                 metadata=metadata,
             )
-            return render(services.operation_register_for_agent(agent=agent, request=request).operation)
+            return render(registration.operation_register_for_agent(agent=agent, request=request).operation)
 
         return await guarded(lambda: _op(call(work)))
 

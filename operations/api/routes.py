@@ -20,7 +20,7 @@ from django.urls import URLPattern, include, path, re_path
 from ninja import Path, Query
 from ninja.security import HttpBearer
 
-from operations import services
+from operations import registration, selectors, services
 from operations.agents import agent_authenticate
 from operations.api import docs
 from operations.api import errors as api_errors
@@ -118,7 +118,7 @@ def operation_response(obj: dict, *, status: int = 200, headers: dict[str, str] 
 
 
 def _render(op: Any) -> dict:
-    return operation_object(op, open_escalation=api_selectors.open_escalation(operation=op))
+    return operation_object(op, open_escalation=selectors.open_escalation(operation=op))
 
 
 def _agent(request: HttpRequest) -> Agent:
@@ -128,11 +128,11 @@ def _agent(request: HttpRequest) -> Agent:
 # --- endpoints ---------------------------------------------------------------------------------------
 
 
-def _registration(payload: RegisterIn) -> services.AgentRegistration:
+def _registration(payload: RegisterIn) -> registration.AgentRegistration:
     def when(value: str | None, name: str) -> datetime | None:
         return None if value is None else parse_deadline(value, pointer=f"/body/{name}")
 
-    return services.AgentRegistration(
+    return registration.AgentRegistration(
         provider=payload.provider,
         provider_job_id=payload.provider_job_id,
         purpose=payload.purpose or "",
@@ -145,7 +145,7 @@ def _registration(payload: RegisterIn) -> services.AgentRegistration:
     )
 
 
-def _registration_problem(exc: services.RegistrationError, *, refused: str = "Registration refused") -> ApiProblem:
+def _registration_problem(exc: registration.RegistrationError, *, refused: str = "Registration refused") -> ApiProblem:
     errors = [
         FieldError("/body/" + problem.field.replace(".", "/"), problem.code, problem.message)
         for problem in exc.problems
@@ -156,7 +156,7 @@ def _registration_problem(exc: services.RegistrationError, *, refused: str = "Re
     return ApiProblem(code, f"{refused}: {detail}.", errors=errors, status=422)
 
 
-def _conflict_problem(exc: services.OperationConflict) -> ApiProblem:
+def _conflict_problem(exc: registration.OperationConflict) -> ApiProblem:
     extra: dict[str, object] = {}
     headers: dict[str, str] = {}
     if exc.operation is not None:
@@ -189,14 +189,14 @@ def register_operation(request: HttpRequest) -> HttpResponse:
     reject_unknown_query(request, set())
     payload = validate(RegisterIn, json_body(request, required=True))
     key = parse_idempotency_key(request)
-    registration = _registration(payload)
+    wanted = _registration(payload)
     try:
-        outcome = services.operation_register_for_agent(
-            agent=_agent(request), request=registration, idempotency_key=key
+        outcome = registration.operation_register_for_agent(
+            agent=_agent(request), request=wanted, idempotency_key=key
         )
-    except services.RegistrationError as exc:
+    except registration.RegistrationError as exc:
         raise _registration_problem(exc) from None
-    except services.OperationConflict as exc:
+    except registration.OperationConflict as exc:
         raise _conflict_problem(exc) from None
     obj = _render(outcome.operation)
     location = f"{API_PREFIX}/{obj['id']}"
@@ -361,9 +361,9 @@ def acknowledge_operation(request: HttpRequest, operation_id: str = OperationIdP
     validate(AckIn, json_body(request, required=False))
     try:
         op = services.operation_acknowledge(agent=_agent(request), operation_id=operation_id)
-    except services.OperationNotFound:
+    except registration.OperationNotFound:
         raise not_found(operation_id) from None
-    except services.OperationConflict as exc:
+    except registration.OperationConflict as exc:
         raise _conflict_problem(exc) from None
     return operation_response(_render(op))
 
@@ -391,11 +391,11 @@ def cancel_operation(request: HttpRequest, operation_id: str = OperationIdPath) 
         op = services.operation_cancel_by_agent(
             agent=_agent(request), operation_id=operation_id, reason=payload.reason or ""
         )
-    except services.OperationNotFound:
+    except registration.OperationNotFound:
         raise not_found(operation_id) from None
-    except services.OperationConflict as exc:
+    except registration.OperationConflict as exc:
         raise _conflict_problem(exc) from None
-    except services.RegistrationError as exc:
+    except registration.RegistrationError as exc:
         raise _registration_problem(exc, refused="Cancel refused") from None
     return operation_response(_render(op), status=202)
 

@@ -23,25 +23,6 @@ def operations_by_id(*, operation_ids: list[str]) -> list[Operation]:
     return list(Operation.objects.select_related("provider").filter(pk__in=operation_ids))
 
 
-def open_escalation(*, operation: Operation) -> object | None:
-    if operation.status != Status.NEEDS_ATTENTION:
-        return None
-    from operations.models import Escalation
-
-    return Escalation.objects.filter(operation=operation, state=Escalation.State.OPEN).first()
-
-
-def open_escalations(*, operations: list[Operation]) -> dict[str, object]:
-    ids = [op.pk for op in operations if op.status == Status.NEEDS_ATTENTION]
-    if not ids:
-        return {}
-    from operations.models import Escalation
-
-    return {
-        row.operation_id: row for row in Escalation.objects.filter(operation_id__in=ids, state=Escalation.State.OPEN)
-    }
-
-
 def _open_queryset(*, agent_id: int) -> QuerySet[Operation]:
     return (
         Operation.objects.filter(agent_id=agent_id)

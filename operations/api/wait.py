@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from operations import selectors
 from operations.api import selectors as api_selectors
 from operations.api.problems import ApiProblem, not_found
 from operations.representation import operation_object
@@ -214,7 +215,7 @@ def load_operations(*, operation_ids: list[str]) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for start in range(0, len(operation_ids), CHUNK):
         ops = api_selectors.operations_by_id(operation_ids=operation_ids[start : start + CHUNK])
-        escalations = api_selectors.open_escalations(operations=ops)
+        escalations = selectors.open_escalations(operations=ops)
         found.update({op.pk: operation_object(op, open_escalation=escalations.get(op.pk)) for op in ops})
     return found
 
@@ -224,7 +225,7 @@ def load_operation(*, agent_id: int, operation_id: str) -> dict | None:
     op = api_selectors.agent_operation(agent_id=agent_id, operation_id=operation_id)
     if op is None:
         return None
-    return operation_object(op, open_escalation=api_selectors.open_escalation(operation=op))
+    return operation_object(op, open_escalation=selectors.open_escalation(operation=op))
 
 
 async def wait_result(*, agent_id: int, operation_id: str, requested_s: int, applied_s: int) -> dict:

@@ -76,7 +76,7 @@ class Operation(models.Model):
 
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.CharField(max_length=280, blank=True)
-    # requested | forwarded | not_supported | failed_to_forward | confirmed
+    # a CancelState (operations.vocabulary), or empty when no cancel was asked for
     cancel_state = models.CharField(max_length=24, blank=True)
 
     created_at = models.DateTimeField()

@@ -19,8 +19,11 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from standardwebhooks import Webhook
 
-from operations import callbacks
-from operations.callbacks import callback_url_problem, dispatch_due_callbacks, record_event
+from operations.callbacks import delivery as callbacks_delivery
+from operations.callbacks import outbox, targets
+from operations.callbacks.delivery import dispatch_due_callbacks
+from operations.callbacks.outbox import record_event
+from operations.callbacks.targets import callback_url_problem
 from operations.controller import poll_once
 from operations.models import AuditEntry, CallbackDelivery, CallbackEndpoint, Operation
 from tests.api.support import Receiver
@@ -137,7 +140,7 @@ def test_a_name_that_resolves_to_a_private_address_is_refused_at_send_time(regis
         looked_up.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", 443))]
 
-    monkeypatch.setattr(callbacks.socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(targets.socket, "getaddrinfo", resolve)
     assert deliver_due() == ["retry"]
     delivery = CallbackDelivery.objects.get(operation_id=created["id"])
     assert looked_up == ["hooks.example.com"]
@@ -147,11 +150,11 @@ def test_a_name_that_resolves_to_a_private_address_is_refused_at_send_time(regis
 
 def test_a_public_resolution_is_pinned_to_the_checked_address(monkeypatch):
     monkeypatch.setattr(
-        callbacks.socket,
+        targets.socket,
         "getaddrinfo",
         lambda *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443))],
     )
-    target = callbacks.resolve_target("https://hooks.example.com/cb?x=1")
+    target = targets.resolve_target("https://hooks.example.com/cb?x=1")
     assert target.url == "https://93.184.216.34/cb?x=1"
     assert target.headers == {"Host": "hooks.example.com"} and target.extensions == {
         "sni_hostname": "hooks.example.com"
@@ -205,8 +208,8 @@ def test_a_claimed_attempt_is_enqueued_once_and_sent_once(completed_with_callbac
     assert dispatch_due_callbacks(limit=10) == 0
     (task,) = [SignedPackage.loads(p) for p in OrmQ.objects.values_list("payload", flat=True)]
     delivery_id, attempt = task["args"]
-    assert callbacks.deliver(delivery_id=delivery_id, attempt=attempt) == "delivered"
-    assert callbacks.deliver(delivery_id=delivery_id, attempt=attempt) == "stale"  # a redelivered task
+    assert callbacks_delivery.deliver(delivery_id=delivery_id, attempt=attempt) == "delivered"
+    assert callbacks_delivery.deliver(delivery_id=delivery_id, attempt=attempt) == "stale"  # a redelivered task
     assert len(receiver.requests) == 1 and CallbackDelivery.objects.get(operation=op).attempts == 1
 
 
@@ -225,9 +228,11 @@ def test_410_disables_the_endpoint_and_puts_it_in_front_of_people(completed_with
     receiver.statuses = [410]
     op = completed_with_callback()
     assert deliver_due() == ["disabled"]
+    assert run_queued_tasks() == ["sent: email"]  # on-call is told by a worker, after the commit
     assert CallbackEndpoint.objects.get(url=receiver.url).disabled_at is not None
     second = completed_with_callback()
     assert deliver_due() == ["disabled"]
+    assert run_queued_tasks() == ["sent: email"]
     assert len(receiver.requests) == 1  # the disabled endpoint is not called again
     for operation in (op, second):
         obj = api.get(f"/api/v1/operations/{operation.pk}").json()
@@ -249,7 +254,7 @@ def test_exhausted_retries_escalate_and_the_operation_stays_open(completed_with_
         clock.move_to(max(due.next_attempt_at, timezone.now()), tick=False)
         outcomes += deliver_due()
     assert outcomes == ["retry"] * 9 + ["failed"]
-    assert len(receiver.requests) == len(callbacks.SCHEDULE_S) == 10
+    assert len(receiver.requests) == len(callbacks_delivery.SCHEDULE_S) == 10
     delivery = CallbackDelivery.objects.get(operation=op)
     assert delivery.state == "failed" and delivery.last_http_status == 500
     entry = json.loads(bytes(AuditEntry.objects.get(operation_id=op.pk, type="callback.failed").body))
@@ -289,7 +294,7 @@ def test_poll_and_duplicate_completion_produce_one_event(register, receiver, dri
     assert CallbackDelivery.objects.filter(operation=op).count() == 1
     with pytest.raises(IntegrityError), transaction.atomic():
         CallbackDelivery.objects.create(
-            id=callbacks.event_id(),
+            id=outbox.event_id(),
             operation=op,
             event_type="operation.completed",
             sequence=op.sequence + 5,

@@ -10,10 +10,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from escalations.services import escalation_decide
 from operations.audit.checkpoints import sign_checkpoint, verify_chain
 from operations.audit.export import stream_export
 from operations.audit.story import operation_story, story_line
+from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Escalation, Operation
 from operations.vocabulary import Status
 from tests.audit.helpers import verify_bytes

@@ -100,7 +100,7 @@ def test_keyboard_1_picks_the_first_option(open_page, make_user, budget_card):  
 
 
 def test_an_open_inline_card_shows_what_another_responder_decided(open_page, make_user, budget_card):  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     alice, bob = make_user("alice"), make_user("bob")
     esc = budget_card()

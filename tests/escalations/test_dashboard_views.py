@@ -101,7 +101,7 @@ def test_the_operations_live_refresh_brings_the_tab_counts(stopped, make_operati
 
 
 def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_client, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped()
     url = reverse("escalation_card", args=[esc.pk])
@@ -165,7 +165,7 @@ def test_operations_list_tabs_filters_and_search(stopped, make_operation, respon
 
 
 def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped()
     escalation_decide(escalation_id=esc.pk, user=alice, option_id="extend:15m:4", card_version=esc.version)
@@ -180,7 +180,7 @@ def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa
 
 
 def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped("succeeded_no_result")
     escalation_decide(
@@ -196,7 +196,7 @@ def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, clie
 
 
 def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped("succeeded_no_result")
     escalation_decide(
@@ -215,7 +215,7 @@ def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice,
 
 
 def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, responder_client, alice) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped("cancel_unsupported")
     result = escalation_decide(

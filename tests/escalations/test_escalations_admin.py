@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from escalations.services import escalation_decide
+from operations.decisions.services import escalation_decide
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from escalations.options import (
+from operations.decisions.options import (
     Capabilities,
     Confirm,
     Facts,

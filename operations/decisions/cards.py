@@ -1,8 +1,9 @@
 """A decision card: the facts a responder needs, the bounded options, and the snapshot of both.
 
-`build_card` takes rows the caller already loaded (the dashboard in bulk, the decision services
-under their locks) and does no query of its own, so a page of cards costs a constant number of
-queries and a decision is validated against exactly what the locked rows say.
+`load_card` is the one loader of a card, for the decision services (under their locks) and the
+dashboard alike: a fixed number of queries (extensions used, the account's pause, the card's
+decisions, and for a denied credential the fingerprint the workers published), so a decision is
+validated against exactly what the locked rows say and a page costs the same whatever it shows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from urllib.parse import quote
 
 import rfc8785
 
-from escalations.options import (
+from operations.credentials import credential_current
+from operations.decisions.options import (
     Capabilities,
     Facts,
     Option,
@@ -23,8 +25,7 @@ from escalations.options import (
     human_duration,
     unavailable_notes,
 )
-from operations.credentials import credential_current
-from operations.models import Authorization, Decision, Escalation, Operation
+from operations.models import Authorization, Decision, Escalation, Operation, ProviderAccount
 from operations.representation import rfc3339
 from operations.vocabulary import REASON_LABELS, Reason
 
@@ -163,25 +164,38 @@ def build_card(
     )
 
 
-def load_card(*, escalation: Escalation, operation: Operation, now: datetime) -> Card:
-    """One card with its own few queries (decision services, under their locks)."""
-    from operations.models import ProviderAccount
+def load_card(
+    *, escalation: Escalation, operation: Operation, now: datetime, decisions: list[Decision] | None = None
+) -> Card:
+    """The card of an escalation whose operation (with its provider) is loaded.
 
-    extensions_used = Authorization.objects.filter(operation=operation, kind__in=EXTENSION_KINDS).count()
+    `decisions`: every decision taken on the card, oldest first, when the caller loaded them (the
+    dashboard shows them all); otherwise only the acceptance awaiting a second responder is read.
+    """
+    extensions_used = Authorization.objects.filter(operation_id=operation.pk, kind__in=EXTENSION_KINDS).count()
     paused_until = ProviderAccount.objects.filter(name=operation.account).values_list("paused_until", flat=True).first()
-    awaiting = (
-        Decision.objects.select_related("user")
-        .filter(escalation=escalation, outcome=Decision.Outcome.AWAITING_SECOND)
-        .order_by("decided_at")
-        .first()
-    )
+    # Once the card is decided nobody is awaited any more (the second responder confirmed, or
+    # something else closed the card).
+    is_open = escalation.state == Escalation.State.OPEN
+    if decisions is None:
+        awaiting = (
+            Decision.objects.select_related("user")
+            .filter(escalation=escalation, outcome=Decision.Outcome.AWAITING_SECOND)
+            .order_by("decided_at")
+            .first()
+        )
+        inspections: list[Decision] = []
+    else:
+        awaiting = next((d for d in decisions if d.outcome == Decision.Outcome.AWAITING_SECOND), None)
+        inspections = [d for d in decisions if d.outcome == Decision.Outcome.RECORDED]
     return build_card(
         escalation=escalation,
         operation=operation,
         now=now,
         extensions_used=extensions_used,
         paused_until=paused_until,
-        awaiting=awaiting,
+        awaiting=awaiting if is_open else None,
+        inspections=inspections,
     )
 
 
