@@ -18,7 +18,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from operations.models import Operation
+from operations.agents import agent_token_issue
+from operations.models import Agent, Operation
 from operations.profiles import ProfileSpec, load_profiles_file, profiles_apply
 from operations.registration import operation_register
 
@@ -151,9 +152,6 @@ def ensure_user(*, username: str, group: Group, superuser: bool = False) -> str 
 
 def ensure_demo_agent(*, name: str = "demo-agent") -> str | None:
     """An API token for the demo agent when the agent is new (shown once), else None."""
-    from operations.agents import agent_token_issue
-    from operations.models import Agent
-
     if Agent.objects.filter(name=name).exists():
         return None
     return agent_token_issue(name=name).token

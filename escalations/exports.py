@@ -17,6 +17,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
+from operations.audit.export import as_async_lines
 from operations.models import Decision, StatusCheck
 
 CHUNK = 2000
@@ -59,8 +60,6 @@ def csv_lines(header: list[str], rows: Iterable[list[object]]) -> Iterator[str]:
 def streamed(request: HttpRequest, lines: Iterator) -> Iterator | AsyncIterator:
     """Under ASGI a sync iterator would be buffered whole: pull it in batches from the request's thread."""
     if isinstance(request, ASGIRequest):
-        from operations.audit.export import as_async_lines
-
         return as_async_lines(lines)
     return lines
 

@@ -20,6 +20,8 @@ from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import cards as card_selectors
 from escalations.selectors import history as history_selectors
 from escalations.selectors import inbox as inbox_selectors
+from operations.audit import checkpoints
+from operations.audit import export as audit_export
 from operations.decisions import services
 from operations.decisions.options import Kind, parse_option_id
 from operations.models import Escalation
@@ -208,9 +210,6 @@ def audit_jsonl(
     request: HttpRequest, *, operation_id: str | None, since: object, until: object, filename: str
 ) -> HttpResponse:
     """The verifiable audit export (operations.audit.export), streamed; errors become a page."""
-    from operations.audit import checkpoints
-    from operations.audit import export as audit_export
-
     try:
         lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until)  # type: ignore[arg-type]
     except (audit_export.ExportError, checkpoints.CheckpointError) as exc:

@@ -191,9 +191,7 @@ def register_operation(request: HttpRequest) -> HttpResponse:
     key = parse_idempotency_key(request)
     wanted = _registration(payload)
     try:
-        outcome = registration.operation_register_for_agent(
-            agent=_agent(request), request=wanted, idempotency_key=key
-        )
+        outcome = registration.operation_register_for_agent(agent=_agent(request), request=wanted, idempotency_key=key)
     except registration.RegistrationError as exc:
         raise _registration_problem(exc) from None
     except registration.OperationConflict as exc:

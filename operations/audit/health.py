@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from operations.models import AuditCheckpoint, ProcessHeartbeat
+
 AUDIT_TABLES = ("operations_auditentry", "operations_auditcheckpoint")
 # The system panel turns red when the newest checkpoint is older than this many intervals.
 STALE_INTERVALS = 3
@@ -92,8 +94,6 @@ def _database_checks() -> list[HealthCheck]:
 
 
 def _checkpoint_check() -> HealthCheck:
-    from operations.models import AuditCheckpoint, ProcessHeartbeat
-
     now = timezone.now()
     interval = timedelta(seconds=settings.AUDIT_CHECKPOINT_INTERVAL_S)
     failing = [
