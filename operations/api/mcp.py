@@ -25,8 +25,8 @@ from operations import registration, selectors, services
 from operations.agents import agent_authenticate
 from operations.api import selectors as api_selectors
 from operations.api import wait as api_wait
-from operations.api.lists import LIMIT_MAX, open_list
-from operations.api.parsing import parse_deadline
+from operations.api.lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
+from operations.api.parsing import parse_deadline, parse_limit, parse_timeout
 from operations.api.problems import ApiProblem, not_found, problem_body
 from operations.api.schemas import ListOut, OperationOut
 from operations.models import Agent
@@ -185,19 +185,13 @@ def build_server(*, identity: Identity) -> MCPServer:
     )
     async def wait_job(operation_id: str, timeout_s: StrictInt = 25) -> Annotated[CallToolResult, OperationOut]:
         async def run() -> CallToolResult:
-            # The HTTP rule: 0-9999 seconds accepted, anything above the maximum lowered to it.
-            if not 0 <= timeout_s <= 9999:
-                raise ApiProblem(
-                    "invalid_timeout",
-                    f"timeout_s must be a whole number of seconds from 0 to 9999 (above "
-                    f"{settings.API_WAIT_MAX_S} it is lowered to {settings.API_WAIT_MAX_S}); got {timeout_s}.",
-                )
-            applied = min(timeout_s, settings.API_WAIT_MAX_S)
+            # The HTTP API's rule, from the same parser: 0-9999 seconds, above the maximum lowered to it.
+            requested, applied = parse_timeout(str(timeout_s), default_s=25, max_s=settings.API_WAIT_MAX_S)
             agent = await api_wait.run_db(identity.agent)
             body = await api_wait.wait_result(
-                agent_id=agent.pk, operation_id=operation_id, requested_s=timeout_s, applied_s=applied
+                agent_id=agent.pk, operation_id=operation_id, requested_s=requested, applied_s=applied
             )
-            note = f"(Waited at most {applied} s, the longest one call waits.) " if applied < timeout_s else ""
+            note = f"(Waited at most {applied} s, the longest one call waits.) " if applied < requested else ""
             return operation_result(body["operation"], timed_out=body["timed_out"], note=note)
 
         return await guarded(run)
@@ -208,9 +202,8 @@ def build_server(*, identity: Identity) -> MCPServer:
     )
     async def list_open_jobs(limit: StrictInt = 50, cursor: str | None = None) -> Annotated[CallToolResult, ListOut]:
         def work(agent: Agent) -> dict[str, Any]:
-            if limit < 1:
-                raise ApiProblem("invalid_field", f"limit must be at least 1 (above {LIMIT_MAX} it is lowered).")
-            return open_list(agent_id=agent.pk, limit=min(limit, LIMIT_MAX), cursor=cursor)
+            applied = parse_limit(str(limit), default=LIMIT_DEFAULT, maximum=LIMIT_MAX)
+            return open_list(agent_id=agent.pk, limit=applied, cursor=cursor)
 
         async def run() -> CallToolResult:
             body = await call(work)

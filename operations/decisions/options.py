@@ -114,9 +114,6 @@ class Option:
     new_max_transport_failures: int | None = None
     next_poll_at: datetime | None = None
     extra_requests: int = 0
-    # Positive: the new deadline falls this long after the business deadline; negative: before.
-    past_business_deadline: timedelta | None = None
-    preset: Preset | None = None
     notes: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
@@ -134,7 +131,6 @@ class Option:
 @dataclass(frozen=True)
 class ParsedOption:
     kind: Kind
-    preset: Preset | None = None
 
 
 def parse_option_id(value: object) -> ParsedOption | None:
@@ -143,7 +139,7 @@ def parse_option_id(value: object) -> ParsedOption | None:
         return None
     match = _PRESET_ID.match(value)
     if match:
-        return ParsedOption(Kind(match.group(1)), Preset(int(match.group(2)), int(match.group(3))))
+        return ParsedOption(Kind(match.group(1)))
     if value in {k.value for k in Kind} and value not in (Kind.EXTEND, Kind.TREAT_AS_PENDING):
         return ParsedOption(Kind(value))
     return None
@@ -275,43 +271,31 @@ def _bounds_after(facts: Facts, caps: Capabilities, preset: Preset) -> tuple[dat
 
 
 def _extend(facts: Facts, caps: Capabilities, preset: Preset) -> Option:
-    first_poll, new_deadline, new_max, new_transport = _bounds_after(facts, caps, preset)
-    effect = _effect(facts, preset.checks, new_deadline, first_poll)
-    number = facts.extensions_used + 1
-    return Option(
-        id=f"extend:{preset.minutes}m:{preset.checks}",
-        kind=Kind.EXTEND,
-        label=f"Extend {_minutes(preset.minutes)} / {preset.checks} checks",
-        effect=effect,
-        confirm=Confirm.TWO_STEP,
-        new_deadline_at=new_deadline,
-        new_max_requests=new_max,
-        new_max_transport_failures=new_transport,
-        next_poll_at=first_poll,
-        extra_requests=preset.checks,
-        past_business_deadline=_past_business(facts, new_deadline),
-        preset=preset,
-        notes=(f"extension {number} of max {caps.max_extensions}",),
+    return _more_time(
+        facts, caps, preset, kind=Kind.EXTEND, label=f"Extend {_minutes(preset.minutes)} / {preset.checks} checks"
     )
 
 
 def _treat_as_pending(facts: Facts, caps: Capabilities, preset: Preset, state: str) -> Option:
+    label = f"Treat “{_short(state)}” as pending: {_minutes(preset.minutes)} / {preset.checks} checks"
+    return _more_time(facts, caps, preset, kind=Kind.TREAT_AS_PENDING, label=label, scope="this operation only; ")
+
+
+def _more_time(facts: Facts, caps: Capabilities, preset: Preset, *, kind: Kind, label: str, scope: str = "") -> Option:
+    """An option that grants a preset's minutes and checks (extend, treat_as_pending)."""
     first_poll, new_deadline, new_max, new_transport = _bounds_after(facts, caps, preset)
-    number = facts.extensions_used + 1
     return Option(
-        id=f"treat_as_pending:{preset.minutes}m:{preset.checks}",
-        kind=Kind.TREAT_AS_PENDING,
-        label=f"Treat “{_short(state)}” as pending: {_minutes(preset.minutes)} / {preset.checks} checks",
-        effect=f"this operation only; {_effect(facts, preset.checks, new_deadline, first_poll)}",
+        id=f"{kind.value}:{preset.minutes}m:{preset.checks}",
+        kind=kind,
+        label=label,
+        effect=scope + _effect(facts, preset.checks, new_deadline, first_poll),
         confirm=Confirm.TWO_STEP,
         new_deadline_at=new_deadline,
         new_max_requests=new_max,
         new_max_transport_failures=new_transport,
         next_poll_at=first_poll,
         extra_requests=preset.checks,
-        past_business_deadline=_past_business(facts, new_deadline),
-        preset=preset,
-        notes=(f"extension {number} of max {caps.max_extensions}",),
+        notes=(f"extension {facts.extensions_used + 1} of max {caps.max_extensions}",),
     )
 
 
@@ -375,7 +359,6 @@ def _retry_after_rotation(facts: Facts) -> Option:
         new_max_transport_failures=facts.max_transport_failures,
         next_poll_at=facts.now,
         extra_requests=extra,
-        past_business_deadline=_past_business(facts, new_deadline),
     )
 
 
@@ -420,7 +403,6 @@ def _approve_one_check(facts: Facts) -> Option:
         new_max_transport_failures=facts.max_transport_failures,
         next_poll_at=facts.now,
         extra_requests=extra,
-        past_business_deadline=_past_business(facts, new_deadline) if new_deadline != facts.deadline_at else None,
     )
 
 

@@ -12,6 +12,7 @@ from operations.decisions.options import (
     Confirm,
     Facts,
     Kind,
+    ParsedOption,
     Preset,
     bounded_options,
     capabilities_of,
@@ -185,7 +186,7 @@ def test_irreversible_options_need_explicit_confirmation_and_accept_output_a_com
 
 def test_option_ids_parse_strictly() -> None:
     assert parse_option_id("extend:15m:4").kind is Kind.EXTEND
-    assert parse_option_id("treat_as_pending:60m:8").preset == Preset(60, 8)
+    assert parse_option_id("treat_as_pending:60m:8") == ParsedOption(Kind.TREAT_AS_PENDING)
     assert parse_option_id("close").kind is Kind.CLOSE
     for forged in ("extend", "extend:0m:4", "extend:15m:-1", "extend:15m:4 ", "continue", "", None, 7, "x" * 200):
         assert parse_option_id(forged) is None
