@@ -28,7 +28,7 @@ var/demo.env:
 	  'SITE_URL=http://127.0.0.1:$(WEB_PORT)' \
 	  'WEB_PORT=$(WEB_PORT)' \
 	  'PROVIDER_PORT=$(PROVIDER_PORT)' \
-	  "FAKE_PROVIDER_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
+	  "PROVIDER_FAKE_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
 	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
 	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1,localhost' \
 	  'NOTIFY_EMAILS=oncall@example.invalid' \

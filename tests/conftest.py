@@ -22,7 +22,7 @@ from hypothesis import settings as hypothesis_settings
 
 from tests.support import CANARY, T0, canary_log_handler, canary_rows, job_id
 
-os.environ["FAKE_PROVIDER_TOKEN"] = CANARY
+os.environ["PROVIDER_FAKE_TOKEN"] = CANARY
 # Property tests draw the same examples on every run, so a failure in CI reproduces on a laptop.
 hypothesis_settings.register_profile("pollerdash", derandomize=True, database=None)
 hypothesis_settings.load_profile("pollerdash")
@@ -183,7 +183,7 @@ def make_profile(db: None, fake_provider: object) -> Callable[..., object]:
             "poll_hint_seconds_field": "poll_after_seconds",
             "poll_hint_time_field": "next_check_at",
             "request_id_header": "X-Request-Id",
-            "credential_env": "FAKE_PROVIDER_TOKEN",
+            "credential_env": "PROVIDER_FAKE_TOKEN",
             "auth_scheme": "Bearer",
             "base_delay_s": 5,
             "max_delay_s": 120,

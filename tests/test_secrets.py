@@ -37,7 +37,7 @@ def test_the_guard_sees_a_leaked_row(make_operation) -> None:
 
 
 def test_log_output_is_scrubbed_even_if_code_logs_a_credential() -> None:
-    http.credential_headers(credential_env="FAKE_PROVIDER_TOKEN", auth_scheme="Bearer")
+    http.credential_headers(credential_env="PROVIDER_FAKE_TOKEN", auth_scheme="Bearer")
     assert CANARY not in redact(f"headers={{'Authorization': 'Bearer {CANARY}'}}")
     assert CANARY not in redact(f"sent {CANARY} to the provider")
 

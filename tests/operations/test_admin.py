@@ -65,7 +65,7 @@ def form_data(**overrides: object) -> dict[str, str]:
         "poll_hint_seconds_field": "",
         "poll_hint_time_field": "",
         "request_id_header": "",
-        "credential_env": "ACME_TOKEN",
+        "credential_env": "PROVIDER_ACME_TOKEN",
         "auth_scheme": "Bearer",
         "base_delay_s": 5,
         "max_delay_s": 120,

@@ -33,7 +33,7 @@ counts_fields = { total = "summary.processed", succeeded = "summary.succeeded", 
 poll_hint_seconds_field = "poll_after_seconds"
 poll_hint_time_field = "next_check_at"
 request_id_header = "X-Request-Id"
-credential_env = "ACME_TOKEN"
+credential_env = "PROVIDER_ACME_TOKEN"
 auth_scheme = "Bearer"
 base_delay_s = 5
 max_delay_s = 120
