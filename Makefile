@@ -34,7 +34,9 @@ var/demo.env:
 	  'NOTIFY_EMAILS=oncall@example.invalid' \
 	  'Q_WORKERS=2' > $@
 
+# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place.
 demo: $(STAMP) var/demo.env
+	@sed -i 's/^FAKE_PROVIDER_TOKEN=/PROVIDER_FAKE_TOKEN=/' var/demo.env
 	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
 	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \

@@ -44,13 +44,14 @@ RESERVED_PREFIXES = (
 )
 # A variable ending in _FILE names a file; the reader would also read NAME_FILE for NAME itself.
 RESERVED_SUFFIXES = ("_FILE",)
-# Names read from the environment that are not in a family above, and the process environment
-# every worker has.
+# Names read from the environment that are not in a family above (PROVIDER_PORT: the demo's
+# Procfile), and the process environment every worker has.
 RESERVED_NAMES = frozenset(
     {
         "ALLOWED_HOSTS",
         "PROVIDER_CREDENTIAL_ENV_ALLOWED",
         "PROVIDER_ERROR_CAP_BYTES",
+        "PROVIDER_PORT",
         "HOME",
         "PATH",
         "PWD",
