@@ -676,16 +676,17 @@ def profile_save(*, profile: ProviderProfile, actor: Mapping[str, str]) -> tuple
 
 def profile_delete(*, profile: ProviderProfile, actor: Mapping[str, str]) -> None:
     """Delete a profile no operation uses (the database refuses otherwise) and record who did."""
+    slug, before = profile.slug, _values_of(profile)
     with transaction.atomic():
-        before = _values_of(profile)
         profile.delete()
-        _audit_change(actor=actor, change="deleted", slug=before["slug"], before=before, after=None)  # type: ignore[arg-type]
+        _audit_change(actor=actor, change="deleted", slug=slug, before=before, after=None)
 
 
 # What a profile.changed entry records by value: what decides where the workers send a credential
 # and how answers are read. Every other changed field is named only (the entry holds no floats).
 # The credential itself is never read here: credential_env is the variable's name.
 AUDITED_VALUES = (
+    "slug",
     "account",
     "status_url",
     "cancel_method",

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from functools import cache
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django_q.models import Schedule
 from django_q.utils import get_func_repr
 
@@ -67,32 +67,35 @@ def guard_task(*, task: dict, **kwargs: object) -> None:
     Raising here would abort the scheduler's whole pass, so the project's own schedules would
     stop too; the task is rewritten instead, in place, before django-q2 signs it.
     """
-    func = get_func_repr(task.get("func"))
-    if func in task_functions() and not task.get("hook") and not task.get("chain"):
+    func = str(get_func_repr(task.get("func")))[:200]
+    if func not in task_functions():
+        why = "is not one of pollerdash's task functions"
+    elif task.get("hook") or task.get("chain"):
+        why = "came with a hook or a chain, which pollerdash never uses"
+    else:
         return
-    logger.error(
-        "refused to enqueue a task for %r (group %r): not one of pollerdash's task functions", func, task.get("group")
-    )
+    logger.error("refused to enqueue a task: %r %s (group %r)", func, why, task.get("group"))
     kept = {key: task[key] for key in _KEPT_KEYS if key in task}
     task.clear()
-    task.update(kept, func=REFUSE_TASK, args=(str(func)[:200],), kwargs={})
+    task.update(kept, func=REFUSE_TASK, args=(func, why), kwargs={})
 
 
-def refuse_task(func: str) -> None:
+def refuse_task(func: str, why: str) -> None:
     """Runs in place of a refused task, so the refusal is recorded as a failed task."""
-    raise TaskRefused(f"{func!r} is not one of pollerdash's task functions; nothing was run")
+    raise TaskRefused(f"{func!r} {why}; nothing was run")
 
 
-def schedules_ensure(**kwargs: object) -> None:
+def schedules_ensure(*, using: str = DEFAULT_DB_ALIAS, **kwargs: object) -> None:
     """post_migrate receiver: pollerdash's schedules exist as written here; every other is disabled."""
-    if Schedule._meta.db_table not in connection.introspection.table_names():
+    if Schedule._meta.db_table not in connections[using].introspection.table_names():
         return
+    schedules = Schedule.objects.using(using)
     for spec in SCHEDULES:
-        Schedule.objects.update_or_create(
+        schedules.update_or_create(
             name=spec.name,
             defaults={"func": spec.func, "schedule_type": Schedule.MINUTES, "minutes": spec.minutes, "repeats": -1},
         )
     known = {spec.func for spec in SCHEDULES}
-    for schedule in Schedule.objects.exclude(func__in=known).exclude(repeats=0):
+    for schedule in schedules.exclude(func__in=known).exclude(repeats=0):
         logger.warning("disabled schedule %r (%r): not one of pollerdash's schedules", schedule.name, schedule.func)
-        Schedule.objects.filter(pk=schedule.pk).update(repeats=0)
+        schedules.filter(pk=schedule.pk).update(repeats=0)

@@ -124,7 +124,7 @@ def test_a_schedule_for_os_system_in_the_database_is_never_run(tmp_path, fields)
 
     assert not marker.exists()
     refused = tasks["evil"]
-    assert refused["func"] == REFUSE_TASK and refused["args"] == ("os.system",) and refused["kwargs"] == {}
+    assert refused["func"] == REFUSE_TASK and refused["args"][0] == "os.system" and refused["kwargs"] == {}
     assert "hook" not in refused and "sync" not in refused
     # The project's own schedule in the same pass is unaffected.
     assert tasks[REMINDERS]["func"] == "escalations.tasks.send_due_reminders"
@@ -137,7 +137,10 @@ def test_a_schedule_for_os_system_in_the_database_is_never_run(tmp_path, fields)
 def test_a_project_function_with_a_hook_is_refused_as_well(tmp_path):
     evil_schedule(tmp_path / "pwned", func="operations.tasks.publish_credential_fingerprints", hook="os.system")
     scheduler(broker=get_broker())
-    assert queued_tasks()["evil"]["func"] == REFUSE_TASK
+    assert queued_tasks()["evil"]["args"] == (
+        "operations.tasks.publish_credential_fingerprints",
+        "came with a hook or a chain, which pollerdash never uses",
+    )
 
 
 @pytest.mark.django_db(transaction=True)
