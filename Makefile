@@ -28,13 +28,15 @@ var/demo.env:
 	  'SITE_URL=http://127.0.0.1:$(WEB_PORT)' \
 	  'WEB_PORT=$(WEB_PORT)' \
 	  'PROVIDER_PORT=$(PROVIDER_PORT)' \
-	  "FAKE_PROVIDER_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
+	  "PROVIDER_FAKE_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
 	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
 	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1,localhost' \
 	  'NOTIFY_EMAILS=oncall@example.invalid' \
 	  'Q_WORKERS=2' > $@
 
+# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place.
 demo: $(STAMP) var/demo.env
+	@sed -i 's/^FAKE_PROVIDER_TOKEN=/PROVIDER_FAKE_TOKEN=/' var/demo.env
 	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
 	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \

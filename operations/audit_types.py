@@ -79,4 +79,8 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "state",
     ),
     "callback.failed": ("event_id", "event_type", "attempts", "http_status", "reason"),
+    # A provider profile created, changed or deleted (admin or loadprofiles): `fields` names every
+    # changed field; before/after hold the values of the ones that say where a credential goes and
+    # how answers are read (URLs, the credential variable's name, the state table), never a secret.
+    "profile.changed": ("slug", "change", "fields", "before", "after"),
 }

@@ -36,6 +36,7 @@ from operations.models import Operation, ProviderAccount, ProviderProfile, Statu
 from operations.polling.decide import Action, Bounds, Decision, Observation, Policy, decide
 from operations.polling.gate import Gate, before_send
 from operations.polling.states import StateTable
+from operations.redaction import redact_bytes, scrub
 from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Reason, Status
 
 logger = logging.getLogger(__name__)
@@ -142,10 +143,11 @@ def poll_once(
     if isinstance(charged, PollResult):
         return charged
     op, check = charged
-    raw = http.send(
+    raw = http.send_to_provider(
         method="GET",
         url=status_url(profile=profile, job_id=op.provider_job_id),
-        headers=http.credential_headers(credential_env=profile.credential_env, auth_scheme=profile.auth_scheme),
+        credential_env=profile.credential_env,
+        auth_scheme=profile.auth_scheme,
     )
     received_at = timezone.now()
     return _record(op=op, check=check, raw=raw, received_at=received_at, rng=rng)
@@ -441,20 +443,26 @@ def _record(
     """Interpret the response and write everything in one short, fenced transaction."""
     from escalations.services import escalation_open
 
+    # A provider may echo the credential (say, the Authorization header in an error body): every
+    # registered secret is scrubbed from the body before anything is taken from it, and from every
+    # value the decision keeps, before anything is stored.
+    headers = scrub(raw.headers)
     observation = Observation(
         received_at=received_at,
         http_status=raw.http_status,
-        headers=raw.headers,
-        body=raw.body,
+        headers=headers,
+        body=None if raw.body is None else redact_bytes(raw.body),
         transport_error=raw.transport_error,
         transport_detail=raw.transport_detail,
     )
     profile = op.provider
-    decision = decide(policy=policy_for(profile=profile), bounds=bounds_for(op=op), observation=observation, rng=rng)
+    decision = decide(
+        policy=policy_for(profile=profile), bounds=bounds_for(op=op), observation=observation, rng=rng
+    ).redacted(redact=scrub)
     request_id = ""
     if profile.request_id_header:
-        request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
-    retry_after = ", ".join(raw.headers.get("retry-after", ()))[:200]
+        request_id = (headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
+    retry_after = ", ".join(headers.get("retry-after", ()))[:200]
     with transaction.atomic():
         # The account lock first (lock order: account, operation, audit head); its audit entry
         # comes with the others, last.
@@ -478,7 +486,14 @@ def _record(
                 if paused:
                     _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
                 return PollResult.STALE
-            _fill_check(check, raw=raw, decision=decision, received_at=received_at, request_id=request_id)
+            _fill_check(
+                check,
+                raw=raw,
+                decision=decision,
+                received_at=received_at,
+                request_id=request_id,
+                retry_after=retry_after,
+            )
             result = _record_after_terminal(current, check, decision, raw, request_id, retry_after)
             if paused:
                 _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
@@ -486,7 +501,9 @@ def _record(
         for name, value in fields.items():
             setattr(op, name, value)
         current = op
-        _fill_check(check, raw=raw, decision=decision, received_at=received_at, request_id=request_id)
+        _fill_check(
+            check, raw=raw, decision=decision, received_at=received_at, request_id=request_id, retry_after=retry_after
+        )
         sets, params = fastsql.assignments(StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS})
         fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*params, check.pk])
         audit.append(
@@ -532,12 +549,18 @@ def _record(
 
 
 def _fill_check(
-    check: StatusCheck, *, raw: http.RawResponse, decision: Decision, received_at: datetime, request_id: str
+    check: StatusCheck,
+    *,
+    raw: http.RawResponse,
+    decision: Decision,
+    received_at: datetime,
+    request_id: str,
+    retry_after: str,
 ) -> None:
     check.received_at = received_at
     check.http_status = raw.http_status
     check.provider_request_id = request_id
-    check.retry_after = ", ".join(raw.headers.get("retry-after", ()))[:200]
+    check.retry_after = retry_after
     check.body_digest = raw.body_digest
     check.body_bytes = raw.body_bytes or None
     check.transport_error = raw.transport_error or ""

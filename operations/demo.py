@@ -162,7 +162,10 @@ def ensure_demo_agent(*, name: str = "demo-agent") -> str | None:
 def load_demo_profiles(*, provider_url: str, path: Path = DEMO_PROFILES) -> list[str]:
     """Load the demo profiles, re-pointed at the fake provider's actual address."""
     specs = [_repoint(spec, provider_url) for spec in load_profiles_file(path=path)]
-    return [f"{result.slug}: {result.outcome}" for result in profiles_apply(specs=specs)]
+    return [
+        f"{result.slug}: {result.outcome}"
+        for result in profiles_apply(specs=specs, actor={"kind": "operator", "id": "demo"})
+    ]
 
 
 def _repoint(spec: ProfileSpec, provider_url: str) -> ProfileSpec:

@@ -236,6 +236,12 @@ def _callback_failed(data: Mapping[str, object], actor: str, at: datetime) -> st
     )
 
 
+def _profile_changed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    fields = data.get("fields") or []
+    named = ", ".join(str(name) for name in fields) if isinstance(fields, list) else ""
+    return f"{actor} {data.get('change')} provider profile {data.get('slug')}" + (f" ({named})" if named else "")
+
+
 def _generic(data: Mapping[str, object], actor: str, at: datetime) -> str:
     shown = ", ".join(f"{key}={_quote(value, limit=60)}" for key, value in data.items() if value is not None)
     return f"{actor}: {shown}" if shown else actor
@@ -254,6 +260,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "operation.cancel_forwarded": _cancel_forwarded,
     "operation.acknowledged": _acknowledged,
     "callback.failed": _callback_failed,
+    "profile.changed": _profile_changed,
 }
 
 

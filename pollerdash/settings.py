@@ -168,6 +168,9 @@ OPERATION_MAX_DEADLINE_S = env_int("OPERATION_MAX_DEADLINE_S", 7 * 24 * 3600)
 OPERATION_MIN_DEADLINE_S = env_int("OPERATION_MIN_DEADLINE_S", 10)
 OPERATION_MAX_STATUS_REQUESTS = env_int("OPERATION_MAX_STATUS_REQUESTS", 10_000)
 PROVIDER_ERROR_CAP_BYTES = env_int("PROVIDER_ERROR_CAP_BYTES", 8 * 1024)
+# Credential variables a profile may name besides PROVIDER_* (comma-separated); pollerdash's own
+# settings are refused whatever this says (operations/credential_names.py).
+PROVIDER_CREDENTIAL_ENV_ALLOWED = env_list("PROVIDER_CREDENTIAL_ENV_ALLOWED")
 
 # --- Dispatcher -------------------------------------------------------------------------------------
 # Claims per transaction: bounded so the provider-account row locks a pass takes (which a

@@ -47,7 +47,7 @@ def running(transactional_db: None, fake_provider: ProviderProcess, tmp_path: Pa
         **os.environ,
         "DATABASE_URL": subprocess_database_url(),
         "SECRET_KEY": os.environ.get("SECRET_KEY", "test-only-not-secret"),
-        "FAKE_PROVIDER_TOKEN": CANARY,
+        "PROVIDER_FAKE_TOKEN": CANARY,
         "CALLBACK_ALLOWED_HOSTS": "127.0.0.1",
         "LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",

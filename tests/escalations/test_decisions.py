@@ -243,7 +243,7 @@ def test_retry_after_rotation_appears_only_once_the_credential_changed(stopped, 
     esc = stopped("auth_revoked", params={"accept": "rotated42"})
     assert esc.reason == Reason.AUTHORIZATION_DENIED
     assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
-    monkeypatch.setenv("FAKE_PROVIDER_TOKEN", "new-token-rotated42")
+    monkeypatch.setenv("PROVIDER_FAKE_TOKEN", "new-token-rotated42")
     # Rotated in the workers' environment; it counts once the workers have published it.
     assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
     credentials_publish_all()
@@ -383,5 +383,5 @@ def test_two_responders_deciding_the_same_card_at_once_apply_exactly_one(stopped
 def test_a_web_process_without_the_credential_never_sees_a_rotation(stopped, alice, monkeypatch):
     esc = stopped("auth_revoked")
     # The dashboard runs where no provider credential is set; the workers still hold the old one.
-    monkeypatch.delenv("FAKE_PROVIDER_TOKEN")
+    monkeypatch.delenv("PROVIDER_FAKE_TOKEN")
     assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
