@@ -7,7 +7,7 @@ aggregate per list), so the inbox and history stay fast with thousands of open c
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
@@ -18,6 +18,7 @@ from escalations.cards import EXTENSION_KINDS, Card, build_card, reason_label
 from escalations.models import Decision, Escalation
 from escalations.options import Kind
 from operations.models import Authorization, Operation, ProviderAccount, ProviderProfile
+from operations.query_dates import day_end, day_start, parse_day
 from operations.vocabulary import Reason
 
 PAGE_SIZE = 50
@@ -210,13 +211,6 @@ OUTCOMES = [choice for choice, _ in Decision.Outcome.choices]
 OPTION_KINDS = [kind.value for kind in Kind]
 
 
-def _parse_day(value: object) -> date | None:
-    try:
-        return date.fromisoformat(str(value)) if value else None
-    except ValueError:
-        return None
-
-
 @dataclass(frozen=True)
 class HistoryFilters:
     user: str = ""
@@ -230,6 +224,7 @@ class HistoryFilters:
 
     @classmethod
     def from_query(cls, query: dict) -> HistoryFilters:
+        """The filters of a history URL; FilterError names a day that cannot be applied."""
         outcome = str(query.get("outcome", ""))
         option = str(query.get("option", ""))
         reason = str(query.get("reason", ""))
@@ -240,18 +235,17 @@ class HistoryFilters:
             reason=reason if reason in {r.value for r in Reason} else "",
             provider=str(query.get("provider", ""))[:64],
             operation=str(query.get("operation", "")).strip()[:40],
-            since=_parse_day(query.get("since")),
-            until=_parse_day(query.get("until")),
+            since=parse_day(query.get("since"), field="since"),
+            until=parse_day(query.get("until"), field="until"),
         )
 
     @property
     def since_at(self) -> datetime | None:
-        return None if self.since is None else datetime.combine(self.since, time.min, tzinfo=UTC)
+        return day_start(self.since)
 
     @property
     def until_at(self) -> datetime | None:
-        # "until" is a whole day, inclusive.
-        return None if self.until is None else datetime.combine(self.until, time.min, tzinfo=UTC) + timedelta(days=1)
+        return day_end(self.until)
 
     @property
     def active(self) -> bool:
