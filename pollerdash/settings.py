@@ -52,6 +52,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "pollerdash.no_store.NoStoreMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -124,6 +125,9 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+
+# Error reports (the DEBUG page, error emails) hide webhook URLs, DSNs and routing keys as well.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "pollerdash.error_reports.SafeExceptionReporterFilter"
 
 # --- Logging: stdout, secrets scrubbed --------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
