@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from operations.addresses import allowed_endpoints
 from pollerdash.env import (
     database_from_url,
     env_bool,
@@ -256,7 +257,10 @@ API_DB_THREADS = env_int("API_DB_THREADS", 4)
 # Last-Event-ID).
 API_EVENTS_KEEPALIVE_S = env_float("API_EVENTS_KEEPALIVE_S", 15.0)
 API_EVENTS_MAX_S = env_float("API_EVENTS_MAX_S", 300.0)
+# host:port pairs exempt from the public-https rule (a bare host: https on 443 only); a malformed
+# entry stops start-up with its name (operations/addresses.py).
 CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
+allowed_endpoints(tuple(CALLBACK_ALLOWED_HOSTS))
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 
