@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from urllib.parse import urlencode
 
-from django.contrib.auth import get_user_model
 from django.core.paginator import Page, Paginator
 from django.db.models import BooleanField, Case, Count, F, Q, QuerySet, Value, When
 
@@ -75,7 +74,7 @@ def card_view(*, escalation: Escalation, now: datetime) -> CardView:
     operation = escalation.operation
     extensions_used = Authorization.objects.filter(operation_id=operation.pk, kind__in=EXTENSION_KINDS).count()
     paused_until = ProviderAccount.objects.filter(name=operation.account).values_list("paused_until", flat=True).first()
-    decisions = list(Decision.objects.filter(escalation=escalation).select_related("user").order_by("decided_at", "pk"))
+    decisions = list(Decision.objects.filter(escalation=escalation).order_by("decided_at", "pk"))
     # Once the card is decided nobody is awaited any more (the second responder confirmed, or
     # something else closed the card).
     is_open = escalation.state == Escalation.State.OPEN
@@ -269,10 +268,11 @@ class HistoryFilters:
 
 def history_queryset(*, filters: HistoryFilters) -> QuerySet[Decision]:
     query = Decision.objects.select_related(
-        "user", "escalation", "operation__provider", "authorization", "confirms__user", "confirmed_by__user"
+        "escalation", "operation__provider", "authorization", "confirms", "confirmed_by"
     ).order_by("-decided_at", "-pk")
     if filters.user:
-        query = query.filter(user__username=filters.user)
+        # The name shown in the history: the one the decision was taken under.
+        query = query.filter(username=filters.user)
     if filters.outcome:
         query = query.filter(outcome=filters.outcome)
         if filters.outcome == Decision.Outcome.AWAITING_SECOND:
@@ -303,12 +303,7 @@ class HistoryView:
 
 def history(*, filters: HistoryFilters, page: object = 1) -> HistoryView:
     page_obj = Paginator(history_queryset(filters=filters), PAGE_SIZE).get_page(_page_number(page))
-    users = list(
-        get_user_model()
-        .objects.filter(pk__in=Decision.objects.values("user_id"))
-        .order_by("username")
-        .values_list("username", flat=True)
-    )
+    users = list(Decision.objects.order_by("username").values_list("username", flat=True).distinct())
     providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
     return HistoryView(page=page_obj, filters=filters, users=users, providers=providers)
 

@@ -23,7 +23,7 @@ def is_authenticated(request: HttpRequest) -> bool:
 
 def mark_no_store(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
     if is_authenticated(request):
-        patch_cache_control(response, no_store=True, private=True)
+        patch_cache_control(response, no_store=True)
     return response
 
 
