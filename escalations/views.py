@@ -156,11 +156,13 @@ def with_history_filters(view: Callable[..., HttpResponse]) -> Callable[..., Htt
         try:
             filters = selectors.HistoryFilters.from_query(request.GET)
         except FilterError as exc:
+            # Back to the history with the other filters kept and the one that failed dropped.
+            kept = request.GET.copy()
+            kept.pop(exc.field, None)
+            kept.pop("page", None)
+            back = reverse("decision_history") + (f"?{kept.urlencode()}" if kept else "")
             return render(
-                request,
-                "filter_error.html",
-                {"field": exc.field, "message": exc.message, "back": reverse("decision_history")},
-                status=400,
+                request, "filter_error.html", {"field": exc.field, "message": exc.message, "back": back}, status=400
             )
         return view(request, filters)
 

@@ -3,6 +3,8 @@ anything else is a 400 naming the field on the page, both CSVs' sibling exports 
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -42,6 +44,9 @@ def test_a_day_that_cannot_be_searched_is_a_400_naming_the_field(client: Client,
     assert response.status_code == 400
     page = body(response)
     assert f"<strong>{field}</strong>" in page and said in page
+    kept = {key: value for key, value in query.items() if key != field}
+    back = reverse("decision_history") + (f"?{urlencode(kept)}" if kept else "")
+    assert f'href="{back}"' in page  # the way back keeps the other filters
 
 
 @pytest.mark.parametrize("view", HISTORY_VIEWS)
