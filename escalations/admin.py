@@ -4,9 +4,19 @@ so every one goes through the version check, the bounds and the audit chain."""
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 
 from escalations.models import Decision, Escalation
+from escalations.user_audit import AttributedGroupAdmin, AttributedUserAdmin
 from operations.admin import ViewOnlyAdmin
+
+# Users and groups are edited as django.contrib.auth lays them out; every change is written to the
+# audit chain naming the admin who made it (escalations/user_audit.py).
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), AttributedUserAdmin)
+admin.site.unregister(Group)
+admin.site.register(Group, AttributedGroupAdmin)
 
 
 @admin.register(Escalation)
@@ -21,7 +31,7 @@ class EscalationAdmin(ViewOnlyAdmin):
 
 @admin.register(Decision)
 class DecisionAdmin(ViewOnlyAdmin):
-    list_display = ("id", "decided_at", "user", "operation", "option", "outcome", "card_version")
+    list_display = ("id", "decided_at", "username", "user", "operation", "option", "outcome", "card_version")
     list_filter = ("outcome", "decided_at")
-    search_fields = ("operation__id", "option", "comment", "user__username")
+    search_fields = ("operation__id", "option", "comment", "username")
     list_select_related = ("user", "operation")

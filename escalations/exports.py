@@ -150,11 +150,11 @@ DECISION_HEADER = [
 
 
 def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
-    query = decisions.select_related("user", "escalation", "operation__provider", "authorization")
+    query = decisions.select_related("escalation", "operation__provider", "authorization")
     for decision in query.iterator(chunk_size=CHUNK):
         yield [
             decision.decided_at,
-            decision.user.get_username(),
+            decision.username,
             decision.operation_id,
             decision.operation.provider.slug,
             decision.operation.provider_job_id,

@@ -73,6 +73,10 @@ class Decision(models.Model):
     escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="decisions")
     operation = models.ForeignKey("operations.Operation", on_delete=models.CASCADE, related_name="decisions")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # The name the user had when deciding, as the audit chain records it: pages and exports show
+    # this, so renaming the account later does not rewrite who decided (the `user` link still
+    # says which account it was).
+    username = models.CharField(max_length=150, editable=False)
     decided_at = models.DateTimeField()
     option = models.CharField(max_length=100)
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
@@ -99,7 +103,14 @@ class Decision(models.Model):
             models.Index(fields=["decided_at"], name="decision_time_idx"),
             models.Index(fields=["operation", "decided_at"], name="decision_operation_idx"),
             models.Index(fields=["user", "decided_at"], name="decision_user_idx"),
+            models.Index(fields=["username", "decided_at"], name="decision_username_idx"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.option} by {self.user_id} ({self.outcome})"
+        return f"{self.option} by {self.username or self.user_id} ({self.outcome})"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        # Filled once, from the deciding user, however the row is created.
+        if not self.username:
+            self.username = self.user.get_username()
+        super().save(*args, **kwargs)

@@ -7,10 +7,9 @@ aggregate per list), so the inbox and history stay fast with thousands of open c
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime
 from urllib.parse import urlencode
 
-from django.contrib.auth import get_user_model
 from django.core.paginator import Page, Paginator
 from django.db.models import BooleanField, Case, Count, F, Q, QuerySet, Value, When
 
@@ -18,6 +17,7 @@ from escalations.cards import EXTENSION_KINDS, Card, build_card, reason_label
 from escalations.models import Decision, Escalation
 from escalations.options import Kind
 from operations.models import Authorization, Operation, ProviderAccount, ProviderProfile
+from operations.query_dates import day_end, day_start, parse_day
 from operations.vocabulary import Reason
 
 PAGE_SIZE = 50
@@ -74,7 +74,7 @@ def card_view(*, escalation: Escalation, now: datetime) -> CardView:
     operation = escalation.operation
     extensions_used = Authorization.objects.filter(operation_id=operation.pk, kind__in=EXTENSION_KINDS).count()
     paused_until = ProviderAccount.objects.filter(name=operation.account).values_list("paused_until", flat=True).first()
-    decisions = list(Decision.objects.filter(escalation=escalation).select_related("user").order_by("decided_at", "pk"))
+    decisions = list(Decision.objects.filter(escalation=escalation).order_by("decided_at", "pk"))
     # Once the card is decided nobody is awaited any more (the second responder confirmed, or
     # something else closed the card).
     is_open = escalation.state == Escalation.State.OPEN
@@ -210,13 +210,6 @@ OUTCOMES = [choice for choice, _ in Decision.Outcome.choices]
 OPTION_KINDS = [kind.value for kind in Kind]
 
 
-def _parse_day(value: object) -> date | None:
-    try:
-        return date.fromisoformat(str(value)) if value else None
-    except ValueError:
-        return None
-
-
 @dataclass(frozen=True)
 class HistoryFilters:
     user: str = ""
@@ -230,6 +223,7 @@ class HistoryFilters:
 
     @classmethod
     def from_query(cls, query: dict) -> HistoryFilters:
+        """The filters of a history URL; FilterError names a day that cannot be applied."""
         outcome = str(query.get("outcome", ""))
         option = str(query.get("option", ""))
         reason = str(query.get("reason", ""))
@@ -240,18 +234,17 @@ class HistoryFilters:
             reason=reason if reason in {r.value for r in Reason} else "",
             provider=str(query.get("provider", ""))[:64],
             operation=str(query.get("operation", "")).strip()[:40],
-            since=_parse_day(query.get("since")),
-            until=_parse_day(query.get("until")),
+            since=parse_day(query.get("since"), field="since"),
+            until=parse_day(query.get("until"), field="until"),
         )
 
     @property
     def since_at(self) -> datetime | None:
-        return None if self.since is None else datetime.combine(self.since, time.min, tzinfo=UTC)
+        return day_start(self.since)
 
     @property
     def until_at(self) -> datetime | None:
-        # "until" is a whole day, inclusive.
-        return None if self.until is None else datetime.combine(self.until, time.min, tzinfo=UTC) + timedelta(days=1)
+        return day_end(self.until)
 
     @property
     def active(self) -> bool:
@@ -275,10 +268,11 @@ class HistoryFilters:
 
 def history_queryset(*, filters: HistoryFilters) -> QuerySet[Decision]:
     query = Decision.objects.select_related(
-        "user", "escalation", "operation__provider", "authorization", "confirms__user", "confirmed_by__user"
+        "escalation", "operation__provider", "authorization", "confirms", "confirmed_by"
     ).order_by("-decided_at", "-pk")
     if filters.user:
-        query = query.filter(user__username=filters.user)
+        # The name shown in the history: the one the decision was taken under.
+        query = query.filter(username=filters.user)
     if filters.outcome:
         query = query.filter(outcome=filters.outcome)
         if filters.outcome == Decision.Outcome.AWAITING_SECOND:
@@ -309,12 +303,7 @@ class HistoryView:
 
 def history(*, filters: HistoryFilters, page: object = 1) -> HistoryView:
     page_obj = Paginator(history_queryset(filters=filters), PAGE_SIZE).get_page(_page_number(page))
-    users = list(
-        get_user_model()
-        .objects.filter(pk__in=Decision.objects.values("user_id"))
-        .order_by("username")
-        .values_list("username", flat=True)
-    )
+    users = list(Decision.objects.order_by("username").values_list("username", flat=True).distinct())
     providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
     return HistoryView(page=page_obj, filters=filters, users=users, providers=providers)
 

@@ -507,14 +507,14 @@ def _apply_accept_output(*, card: Card, option: Option, user: object, comment: s
             "values": {},
             "counts": operation.progress_counts,
             "accepted": {
-                "by": [first.user.get_username(), _username(user)],
+                "by": [first.username, _username(user)],
                 "comments": [first.comment, comment],
                 "why_it_stopped": escalation.detail,
                 "provider_state": operation.last_provider_state or None,
             },
         },
     )
-    _close_card(escalation, now=now, why=f"output accepted by {first.user.get_username()} and {_username(user)}")
+    _close_card(escalation, now=now, why=f"output accepted by {first.username} and {_username(user)}")
     decision = _new_decision(
         card=card,
         option=option,

@@ -7,6 +7,9 @@ viewer role, every POST the responder role, and Django's CSRF check covers every
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -19,6 +22,7 @@ from escalations import exports, selectors, services
 from escalations.models import Escalation
 from escalations.options import Kind, parse_option_id
 from escalations.roles import can_decide, responder_required, viewer_required
+from operations.query_dates import FilterError
 
 REFRESH_S = 5
 
@@ -143,10 +147,32 @@ def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
     )
 
 
+def with_history_filters(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Parse the history filters of the URL for the view; a filter that cannot be applied is a 400
+    page naming it (the history, its exports and its report alike)."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest) -> HttpResponse:
+        try:
+            filters = selectors.HistoryFilters.from_query(request.GET)
+        except FilterError as exc:
+            # Back to the history with the other filters kept and the one that failed dropped.
+            kept = request.GET.copy()
+            kept.pop(exc.field, None)
+            kept.pop("page", None)
+            back = reverse("decision_history") + (f"?{kept.urlencode()}" if kept else "")
+            return render(
+                request, "filter_error.html", {"field": exc.field, "message": exc.message, "back": back}, status=400
+            )
+        return view(request, filters)
+
+    return wrapped
+
+
 @viewer_required
 @require_GET
-def history(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history(request: HttpRequest, filters: selectors.HistoryFilters) -> HttpResponse:
     data = selectors.history(filters=filters, page=request.GET.get("page"))
     return render(
         request,
@@ -164,8 +190,8 @@ def history(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 @require_GET
-def history_csv(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history_csv(request: HttpRequest, filters: selectors.HistoryFilters) -> HttpResponse:
     return exports.csv_response(
         request,
         filename=f"pollerdash-decisions-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
@@ -176,8 +202,8 @@ def history_csv(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 @require_GET
-def history_jsonl(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history_jsonl(request: HttpRequest, filters: selectors.HistoryFilters) -> HttpResponse:
     # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
     return audit_jsonl(
         request,
@@ -190,8 +216,8 @@ def history_jsonl(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 @require_GET
-def history_report(request: HttpRequest) -> HttpResponse:
-    filters = selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history_report(request: HttpRequest, filters: selectors.HistoryFilters) -> HttpResponse:
     decisions = list(selectors.history_queryset(filters=filters)[: exports.CHUNK])
     return render(
         request,

@@ -24,6 +24,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "invalid_timeout": (400, "Invalid wait timeout"),
     "invalid_cursor": (400, "Invalid cursor"),
     "idempotency_key_invalid": (400, "Invalid Idempotency-Key"),
+    "host_not_allowed": (400, "Host not allowed"),
     "multiple_idempotency_keys": (400, "More than one Idempotency-Key"),
     "unauthenticated": (401, "Missing, unknown or revoked API token"),
     "operation_not_found": (404, "Operation not found"),

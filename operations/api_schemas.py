@@ -21,7 +21,7 @@ class _Strict(BaseModel):
 
 class CallbackIn(_Strict):
     url: str = Field(
-        description="https URL on a public address (hosts in CALLBACK_ALLOWED_HOSTS excepted); "
+        description="https URL on a public address (the host:port pairs in CALLBACK_ALLOWED_HOSTS excepted); "
         "receives Standard Webhooks deliveries"
     )
 

@@ -131,6 +131,9 @@ SCENARIOS = (
 )
 
 
+DEMO_ACTOR = {"kind": "system", "id": "demo"}
+
+
 def ensure_roles() -> dict[str, Group]:
     return {name: Group.objects.get_or_create(name=name)[0] for name in ("viewer", "responder")}
 
@@ -140,12 +143,16 @@ def ensure_user(*, username: str, group: Group, superuser: bool = False) -> str 
     users = get_user_model()
     if users.objects.filter(username=username).exists():
         return None
+    from escalations.user_audit import one_change
+
     password = secrets.token_urlsafe(12)
-    if superuser:
-        user = users.objects.create_superuser(username=username, password=password, email="")
-    else:
-        user = users.objects.create_user(username=username, password=password)
-    user.groups.add(group)
+    # One `user.created` entry with its role, attributed to the demo.
+    with transaction.atomic(), one_change(DEMO_ACTOR):
+        if superuser:
+            user = users.objects.create_superuser(username=username, password=password, email="")
+        else:
+            user = users.objects.create_user(username=username, password=password)
+        user.groups.add(group)
     return password
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from operations.addresses import allowed_endpoints
 from pollerdash.env import (
     database_from_url,
     env_bool,
@@ -52,6 +53,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "pollerdash.no_store.NoStoreMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -124,6 +126,9 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+
+# Error reports (the DEBUG page, error emails) hide webhook URLs, DSNs and routing keys as well.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "pollerdash.error_reports.SafeExceptionReporterFilter"
 
 # --- Logging: stdout, secrets scrubbed --------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
@@ -255,7 +260,10 @@ API_DB_THREADS = env_int("API_DB_THREADS", 4)
 # Last-Event-ID).
 API_EVENTS_KEEPALIVE_S = env_float("API_EVENTS_KEEPALIVE_S", 15.0)
 API_EVENTS_MAX_S = env_float("API_EVENTS_MAX_S", 300.0)
+# host:port pairs exempt from the public-https rule (a bare host: https on 443 only); a malformed
+# entry stops start-up with its name (operations/addresses.py).
 CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
+allowed_endpoints(tuple(CALLBACK_ALLOWED_HOSTS))
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 

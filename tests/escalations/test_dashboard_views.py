@@ -177,7 +177,7 @@ def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa
     applied = responder_client.get(url, {"outcome": "applied", "option": "extend"}).content.decode()
     assert "<code>extend:15m:4</code>" in applied and "<code>close</code>" not in applied
     assert "No decisions match" in responder_client.get(url, {"since": "2030-01-01"}).content.decode()
-    assert responder_client.get(url, {"since": "not-a-date", "outcome": "<x>"}).status_code == 200
+    assert responder_client.get(url, {"outcome": "<x>"}).status_code == 200  # not an outcome: no filter
 
 
 def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
@@ -262,7 +263,8 @@ def test_token_pages_show_the_prefix(admin_client, planted):
 
 @pytest.mark.parametrize("model", VIEW_ONLY, ids=lambda m: m.__name__)
 def test_records_cannot_be_added_changed_or_deleted(admin_client, admin_user, rf, planted, model):
-    obj = model.objects.get()
+    # The planted row (creating the admin user wrote entries of its own to the real chain).
+    obj = model.objects.exclude(**({"log": settings.AUDIT_LOG_NAME} if hasattr(model, "log") else {})).get()
     assert admin_client.get(url(obj, "add")).status_code == 403
     assert admin_client.post(url(obj, "change"), {}).status_code == 403
     assert admin_client.post(url(obj, "delete"), {"post": "yes"}).status_code == 403
