@@ -661,6 +661,11 @@ def _record_cancel_response(
         )
     if confirmed:
         message = "The provider confirmed the cancel: the operation is cancelled."
+    elif result.state == "not_forwarded":
+        message = (
+            "Cancel not sent: another live operation watches this job, and the cancel would end its job too. "
+            "The card stays open."
+        )
     else:
         answer = describe_cancel(record=result.as_record())
         message = f"Cancel sent; the provider answered {answer}. The card stays open."

@@ -221,6 +221,7 @@ docs.document(
     "idempotency_key_invalid",
     "multiple_idempotency_keys",
     "operation_exists",
+    "job_already_watched",
     "idempotency_key_in_flight",
     "idempotency_key_reused",
     "unknown_provider",

@@ -30,6 +30,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "not_found": (404, "No such API resource"),
     "method_not_allowed": (405, "Method not allowed"),
     "operation_exists": (409, "Operation already exists"),
+    "job_already_watched": (409, "Job already watched by another client"),
     "idempotency_key_in_flight": (409, "Request with this Idempotency-Key is still in progress"),
     "operation_already_terminal": (409, "Operation already finished"),
     "operation_not_done": (409, "Operation not done"),
