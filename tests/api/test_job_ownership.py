@@ -74,9 +74,7 @@ def test_another_agent_can_neither_watch_nor_cancel_a_job_already_watched(
     assert other_settings.json()["operation_id"] == victim_id
 
 
-def test_the_job_may_be_watched_by_another_agent_once_the_first_watch_is_done(
-    api, other_api, profile, fake_provider
-):
+def test_the_job_may_be_watched_by_another_agent_once_the_first_watch_is_done(api, other_api, profile, fake_provider):
     job = job_id("cancel_ok")
     first = api.register(provider=profile.slug, provider_job_id=job).json()
     assert api.post(f"/api/v1/operations/{first['id']}/cancel").status_code == 202
@@ -129,7 +127,6 @@ def test_an_agent_cancel_is_not_forwarded_while_an_operator_watch_of_the_job_is_
     assert forward_provider_cancel(created["id"]) == "stale"
     assert cancels_received(fake_provider, job) == 0
     assert Operation.objects.get(pk=operator_op.pk).status == "pending"
-
 
 
 @pytest.mark.django_db(transaction=True)
