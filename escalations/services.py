@@ -22,7 +22,7 @@ from escalations import notifications
 from escalations.cards import Card, load_card, snapshot_sha256
 from escalations.models import Decision, Escalation
 from escalations.options import Kind, Option, parse_option_id
-from operations import audit
+from operations import audit, quotas
 from operations.callbacks import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
 from operations.models import Authorization, Operation
@@ -82,6 +82,8 @@ def escalation_open(*, operation: Operation, reason: Reason, detail: str, contex
         context={key: value for key, value in context.items() if value is not None},
     )
     record_event(operation=operation, event_type=EVENT_NEEDS_ATTENTION)
+    if operation.agent_id is not None:
+        quotas.count_card(agent_id=operation.agent_id, now=now)
     notifications.enqueue(escalation_id=escalation.pk, kind=notifications.OPENED)
     audit.append(
         entry_type="escalation.opened",

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from ulid import ULID
 
-from operations import audit, job_ids
+from operations import audit, job_ids, quotas
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
 from operations.selectors import job_watched_elsewhere, live_watches
 from operations.vocabulary import CONTROL_CHARACTERS, ONE_LINE_CONTROL_CHARACTERS, Status
@@ -117,11 +117,14 @@ def operation_register(
     request_fingerprint: str = "",
     callback_url: str = "",
     metadata: dict | None = None,
+    charge_quotas: bool = False,
 ) -> Operation:
     """Persist a new watched operation with its first Authorization, due for its first poll now.
 
     Validates everything first and raises RegistrationError listing every problem; nothing is
-    written unless the whole registration is valid.
+    written unless the whole registration is valid. An agent is refused a job another client
+    watches (OperationConflict `job_already_watched`); with `charge_quotas` the agent's quotas are
+    checked and charged too (operations.quotas.QuotaExceeded).
     """
     now = timezone.now()
     problems: list[FieldProblem] = []
@@ -165,6 +168,8 @@ def operation_register(
     with transaction.atomic():
         if agent is not None and _watched_by_another(agent=agent, account=profile.account, job_id=provider_job_id):
             raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE)
+        if charge_quotas and agent is not None:
+            quotas.charge_registration(agent=agent, now=now)
         ProviderAccount.objects.get_or_create(name=profile.account)
         operation = Operation.objects.create(
             id=new_operation_id(),
@@ -400,8 +405,10 @@ def operation_register_for_agent(
 
     - the same Idempotency-Key with the same request answers with the operation it created; with
       another request it is refused (`idempotency_key_reused`);
-    - the same (agent, provider, provider_job_id) while that operation is not done answers with it
-      when the request matches and is refused (`operation_exists`) when it does not.
+    - the same (agent, provider account, provider_job_id) while that operation is not done answers
+      with it when the request matches and is refused (`operation_exists`) when it does not;
+    - a job another client watches is refused (`job_already_watched`), and a new operation beyond
+      the agent's quotas too (operations.quotas.QuotaExceeded); replays never count against them.
     Nothing is written when the request is refused.
     """
     from operations.callbacks import callback_url_problem
@@ -435,6 +442,7 @@ def operation_register_for_agent(
                         request_fingerprint=request.request_fingerprint,
                         callback_url=request.callback_url or "",
                         metadata=request.metadata,
+                        charge_quotas=True,
                     )
                     if idempotency_key is not None:
                         IdempotencyKey.objects.filter(agent=agent, key=idempotency_key).update(operation=op)
