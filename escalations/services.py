@@ -49,7 +49,7 @@ class TooManyDecisions(Exception):
     def message(self) -> str:
         return (
             f"Too many decisions: at most {settings.DECISIONS_PER_MINUTE} per minute per person. Nothing was "
-            f"recorded; try again in {self.retry_after_s} s."
+            f"recorded; try again in {self.retry_after_s} s"
         )
 
 

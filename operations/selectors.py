@@ -229,9 +229,14 @@ def live_watches(*, account: str, job_id: str) -> QuerySet[Operation]:
     return Operation.objects.filter(account=account, provider_job_id=job_id, status__in=NOT_DONE_STATUSES)
 
 
+def provider_account(*, provider_slug: str) -> str | None:
+    """The provider account of the profile SLUG (None for an unknown profile)."""
+    return ProviderProfile.objects.filter(slug=provider_slug).values_list("account", flat=True).first()
+
+
 def live_operation_for_job(*, provider_slug: str, job_id: str) -> Operation | None:
     """The newest not-done operation watching this provider job (under this profile's account)."""
-    account = ProviderProfile.objects.filter(slug=provider_slug).values_list("account", flat=True).first()
+    account = provider_account(provider_slug=provider_slug)
     if account is None:
         return None
     return live_watches(account=account, job_id=job_id).order_by("-created_at").first()

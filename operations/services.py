@@ -15,7 +15,7 @@ from ulid import ULID
 
 from operations import audit, job_ids, quotas
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
-from operations.selectors import job_watched_elsewhere, live_watches
+from operations.selectors import job_watched_elsewhere, live_watches, provider_account
 from operations.vocabulary import CONTROL_CHARACTERS, ONE_LINE_CONTROL_CHARACTERS, Status
 
 PURPOSE_MAX = 280
@@ -341,7 +341,7 @@ def _same_registration(op: Operation, request: AgentRegistration) -> bool:
 
 def _live_operation(*, agent: Agent, request: AgentRegistration) -> Operation | None:
     """The agent's own live watch of this job, under any profile of the provider's account."""
-    account = ProviderProfile.objects.filter(slug=request.provider).values_list("account", flat=True).first()
+    account = provider_account(provider_slug=request.provider)
     if account is None:
         return None
     return (
@@ -350,7 +350,7 @@ def _live_operation(*, agent: Agent, request: AgentRegistration) -> Operation | 
 
 
 def _live_elsewhere(request: AgentRegistration) -> bool:
-    account = ProviderProfile.objects.filter(slug=request.provider).values_list("account", flat=True).first()
+    account = provider_account(provider_slug=request.provider)
     return account is not None and live_watches(account=account, job_id=request.provider_job_id).exists()
 
 
