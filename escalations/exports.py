@@ -146,6 +146,9 @@ DECISION_HEADER = [
     "provider_response",
     "audit_seq",
     "decision_id",
+    # Identical refusals counted on this row instead of recorded again (escalations.services._refuse).
+    "repeat_count",
+    "last_repeated_at",
 ]
 
 
@@ -172,4 +175,6 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             decision.provider_response,
             decision.audit_seq,
             decision.pk,
+            decision.repeat_count,
+            decision.last_repeated_at,
         ]

@@ -37,6 +37,8 @@ class Escalation(models.Model):
     )
     last_notified_at = models.DateTimeField(null=True, blank=True)
     notifications_sent = models.PositiveIntegerField(default=0)
+    # Notifications not sent because a cap was reached (NOTIFY_MAX_PER_CARD, NOTIFY_MAX_PER_HOUR).
+    notifications_skipped = models.PositiveIntegerField(default=0)
     # cancel_at_provider: the one cancel request sent from this card and the provider's answer
     # ({"state", "http_status", "provider_state", "provider_request_id", "detail", "decision_id", "sent_at"}).
     cancel_response = models.JSONField(null=True, blank=True)
@@ -96,6 +98,11 @@ class Decision(models.Model):
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="confirmed_by"
     )
     audit_seq = models.BigIntegerField(null=True, blank=True)
+    # A refusal tried again identically (same person, card, option, card version and reason) within
+    # DECISION_REPEAT_WINDOW_S of this row is counted here, not recorded again: no new row and no
+    # new audit entry, so a stuck or hostile client cannot flood the append-only chain.
+    repeat_count = models.PositiveIntegerField(default=0)
+    last_repeated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-decided_at"]

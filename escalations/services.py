@@ -13,16 +13,18 @@ timer: no decision is ever taken by timeout.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from escalations import notifications
 from escalations.cards import Card, load_card, snapshot_sha256
 from escalations.models import Decision, Escalation
 from escalations.options import Kind, Option, parse_option_id
-from operations import audit
+from operations import audit, quotas, ratelimit
 from operations.callbacks import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
 from operations.models import Authorization, Operation
@@ -35,6 +37,20 @@ NOT_OFFERED = "option not offered on this card"
 COMMENT_REQUIRED = "a comment is required for this option"
 SAME_RESPONDER = "a second, different responder must confirm; you already accepted this output"
 COMMENT_MAX = 2000
+
+
+@dataclass
+class TooManyDecisions(Exception):
+    """The person passed DECISIONS_PER_MINUTE: the decision was not considered and nothing was written."""
+
+    retry_after_s: int
+
+    @property
+    def message(self) -> str:
+        return (
+            f"Too many decisions: at most {settings.DECISIONS_PER_MINUTE} per minute per person. Nothing was "
+            f"recorded; try again in {self.retry_after_s} s"
+        )
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,8 @@ def escalation_open(*, operation: Operation, reason: Reason, detail: str, contex
         context={key: value for key, value in context.items() if value is not None},
     )
     record_event(operation=operation, event_type=EVENT_NEEDS_ATTENTION)
+    if operation.agent_id is not None:
+        quotas.count_card(agent_id=operation.agent_id, now=now)
     notifications.enqueue(escalation_id=escalation.pk, kind=notifications.OPENED)
     audit.append(
         entry_type="escalation.opened",
@@ -139,10 +157,21 @@ def escalation_decide(
 ) -> DecideResult:
     """Apply one option of a card for `user`, or refuse it and record the refusal.
 
-    Raises Escalation.DoesNotExist for an unknown card. Everything else (stale version, an option
-    or duration the card does not offer, a missing comment, the same person confirming their own
-    acceptance) is a recorded refusal, returned as a DecideResult.
+    Raises TooManyDecisions beyond DECISIONS_PER_MINUTE for this person (counted before anything
+    else, in the database so it holds across web processes) and Escalation.DoesNotExist for an
+    unknown card. Everything else (stale version, an option or duration the card does not offer, a
+    missing comment, the same person confirming their own acceptance) is a recorded refusal,
+    returned as a DecideResult.
     """
+    if settings.DECISIONS_PER_MINUTE > 0:
+        wait_s = ratelimit.take(
+            key=f"decisions:user:{user.pk}",  # type: ignore[attr-defined]
+            limit=settings.DECISIONS_PER_MINUTE,
+            window_s=60,
+            now=timezone.now(),
+        )
+        if wait_s is not None:
+            raise TooManyDecisions(retry_after_s=wait_s)
     operation_id = Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id)
     posted_id = option_id if isinstance(option_id, str) else ""
     text = _clean_comment(comment)
@@ -211,8 +240,23 @@ def _refusal(*, card: Card, user: object, posted_id: str, card_version: object, 
 
 
 def _refuse(*, card: Card, user: object, posted_id: str, card_version: object, comment: str, why: str) -> DecideResult:
-    """Record a refused attempt: who tried what against which version, and why it was refused."""
+    """Record a refused attempt: who tried what against which version, and why it was refused.
+
+    The same refusal again soon (same person, card, option, card version and reason, within
+    DECISION_REPEAT_WINDOW_S of its last repeat) is counted on the first record instead: no new row,
+    no new audit entry; the comment of the first attempt is the one kept.
+    """
     escalation = card.escalation
+    message = why if why != NOT_OFFERED else f"{NOT_OFFERED}: {_printable(posted_id)[:60] or '(none)'}"
+    repeated = _same_refusal(
+        card=card, user=user, option=_printable(posted_id)[:100], card_version=card_version, why=why
+    )
+    if repeated is not None:
+        now = card.facts.now
+        Decision.objects.filter(pk=repeated.pk).update(repeat_count=F("repeat_count") + 1, last_repeated_at=now)
+        repeated.repeat_count += 1
+        repeated.last_repeated_at = now
+        return DecideResult(decision=repeated, message=message)
     snapshot = card.snapshot()
     snapshot["posted"] = {"option": posted_id[:100], "card_version": str(card_version)[:20]}
     decision = Decision.objects.create(
@@ -241,8 +285,27 @@ def _refuse(*, card: Card, user: object, posted_id: str, card_version: object, c
         at=card.facts.now,
     )
     _link_audit(decision, entry.seq)
-    message = why if why != NOT_OFFERED else f"{NOT_OFFERED}: {_printable(posted_id)[:60] or '(none)'}"
     return DecideResult(decision=decision, message=message)
+
+
+def _same_refusal(*, card: Card, user: object, option: str, card_version: object, why: str) -> Decision | None:
+    """The latest identical refusal on this card by this person, if it was tried within the window."""
+    latest = (
+        Decision.objects.filter(
+            escalation=card.escalation,
+            user=user,
+            outcome=Decision.Outcome.REFUSED,
+            option=option,
+            card_version=_version(card_version),
+            refusal_reason=why,
+        )
+        .order_by("-decided_at", "-pk")
+        .first()
+    )
+    if latest is None:
+        return None
+    last_seen = latest.last_repeated_at or latest.decided_at
+    return latest if card.facts.now - last_seen <= timedelta(seconds=settings.DECISION_REPEAT_WINDOW_S) else None
 
 
 def _printable(value: str) -> str:
@@ -661,6 +724,11 @@ def _record_cancel_response(
         )
     if confirmed:
         message = "The provider confirmed the cancel: the operation is cancelled."
+    elif result.state == "not_forwarded":
+        message = (
+            "Cancel not sent: another live operation watches this job, and the cancel would end its job too. "
+            "The card stays open."
+        )
     else:
         answer = describe_cancel(record=result.as_record())
         message = f"Cancel sent; the provider answered {answer}. The card stays open."

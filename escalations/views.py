@@ -104,6 +104,8 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         )
     except Escalation.DoesNotExist:
         raise Http404("no such card") from None
+    except services.TooManyDecisions as exc:
+        return _too_many_decisions(request, escalation_id=escalation_id, exc=exc)
     parsed = parse_option_id(option)
     is_inspect = parsed is not None and parsed.kind is Kind.INSPECT and not result.refused
     operation_url = f"{reverse('operation_detail', args=[result.decision.operation_id])}#card-{escalation_id}"
@@ -128,6 +130,19 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         level = messages.WARNING
     messages.add_message(request, level, result.message)
     return HttpResponseRedirect(operation_url, status=303)
+
+
+def _too_many_decisions(request: HttpRequest, *, escalation_id: int, exc: services.TooManyDecisions) -> HttpResponse:
+    """429 with the card as it is (htmx) or a short page saying so; nothing was recorded."""
+    view = selectors.card_by_id(escalation_id=escalation_id, now=timezone.now()) if request.htmx else None
+    if view is not None:
+        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        context = card_context(request, view, where=where, flash={"kind": "error", "text": exc.message})
+        response = render(request, "escalations/_card.html", context, status=429)
+    else:
+        response = render(request, "escalations/too_many_decisions.html", {"message": exc.message}, status=429)
+    response["Retry-After"] = str(exc.retry_after_s)
+    return response
 
 
 @responder_required

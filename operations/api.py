@@ -21,7 +21,7 @@ from ninja import Path, Query
 from ninja.security import HttpBearer
 
 from operations import api_docs as docs
-from operations import api_errors, api_events, api_selectors, api_wait, services
+from operations import api_errors, api_events, api_selectors, api_wait, quotas, services
 from operations.agents import agent_authenticate
 from operations.api_errors import json_body, no_such_resource, validate
 from operations.api_lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
@@ -32,7 +32,7 @@ from operations.api_parsing import (
     parse_timeout,
     reject_unknown_query,
 )
-from operations.api_problems import PROBLEMS, ApiProblem, FieldError, not_found
+from operations.api_problems import PROBLEMS, ApiProblem, FieldError, not_found, quota_exceeded
 from operations.api_schemas import AckIn, CancelIn, RegisterIn
 from operations.models import Agent
 from operations.representation import API_PREFIX, operation_object
@@ -194,6 +194,8 @@ def register_operation(request: HttpRequest) -> HttpResponse:
         raise _registration_problem(exc) from None
     except services.OperationConflict as exc:
         raise _conflict_problem(exc) from None
+    except quotas.QuotaExceeded as exc:
+        raise quota_exceeded(quota=exc.quota, message=exc.message, retry_after_s=exc.retry_after_s) from None
     obj = _render(outcome.operation)
     location = f"{API_PREFIX}/{obj['id']}"
     headers = {"Location": location, "Content-Location": location}
@@ -221,6 +223,7 @@ docs.document(
     "idempotency_key_invalid",
     "multiple_idempotency_keys",
     "operation_exists",
+    "job_already_watched",
     "idempotency_key_in_flight",
     "idempotency_key_reused",
     "unknown_provider",
@@ -228,6 +231,7 @@ docs.document(
     "deadline_in_past",
     "deadline_too_far",
     "callback_url_rejected",
+    "quota_exceeded",
 )
 
 

@@ -100,7 +100,7 @@ class CancelOut(BaseModel):
     reason: str | None
     state: str | None = Field(
         description="requested | forwarding | forwarded | confirmed | not_supported | failed_to_forward | "
-        "not_documented"
+        "not_documented | not_forwarded (another live watch of the job exists: nothing sent)"
     )
 
 

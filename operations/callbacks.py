@@ -437,23 +437,36 @@ def _escalate(delivery: CallbackDelivery, *, reason: str) -> None:
 
 
 def _notify_people(delivery: CallbackDelivery, *, reason: str) -> None:
-    """Tell on-call by the escalation channels (NOTIFY_EMAILS, NOTIFY_WEBHOOK_URL), after commit."""
+    """Tell on-call by the escalation channels (NOTIFY_EMAILS, NOTIFY_WEBHOOK_URL), after commit.
+
+    The reason can quote the agent's callback address: it follows pollerdash's link as quoted,
+    defanged data. Counted against NOTIFY_MAX_PER_HOUR like every message to people.
+    """
     from django.core.mail import send_mail
 
-    from escalations.notifications import Message, post_webhook
+    from escalations.agent_text import quoted, slack_escaped
+    from escalations.notifications import Message, hourly_slot, post_webhook
 
     if not (settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL):
         return
+    if not hourly_slot():
+        logger.warning(
+            "operation %s: callback failure notification skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
+            delivery.operation_id,
+            settings.NOTIFY_MAX_PER_HOUR,
+        )
+        return
     link = f"{settings.SITE_URL}/operations/{delivery.operation_id}/"
+    why = f"Why (may quote the agent's callback address; links disabled): {quoted(reason)}"
     text = (
         f"pollerdash could not deliver the {delivery.event_type} callback {delivery.pk} of operation "
-        f"{delivery.operation_id}: {reason}.\n\nThe agent can still read the outcome (the operation stays in "
-        f"its open list until acknowledged); check the agent's callback endpoint.\n\n{link}"
+        f"{delivery.operation_id}.\n\n{link}\n\nThe agent can still read the outcome (the operation stays in "
+        f"its open list until acknowledged); check the agent's callback endpoint.\n\n{why}"
     )
     message = Message(
         subject=f"[pollerdash] Callback not delivered: {delivery.operation_id}",
         text=text,
-        chat=f"*Callback not delivered* for <{link}|{delivery.operation_id}>: {reason}",
+        chat=f"*Callback not delivered* for <{link}|{delivery.operation_id}>\n{slack_escaped(why)}",
         link=link,
     )
     if settings.NOTIFY_EMAILS:

@@ -21,11 +21,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import StrictInt
 
-from operations import api_selectors, api_wait, services
+from operations import api_selectors, api_wait, quotas, services
 from operations.agents import agent_authenticate
 from operations.api_lists import LIMIT_MAX, open_list
 from operations.api_parsing import parse_deadline
-from operations.api_problems import ApiProblem, not_found, problem_body
+from operations.api_problems import ApiProblem, not_found, problem_body, quota_exceeded
 from operations.api_schemas import ListOut, OperationOut
 from operations.models import Agent
 from operations.representation import operation_object
@@ -115,6 +115,8 @@ def _problem_of(exc: Exception) -> ApiProblem | None:
         return not_found(str(exc))
     if isinstance(exc, services.OperationConflict):
         return ApiProblem(exc.code, exc.message + ".")
+    if isinstance(exc, quotas.QuotaExceeded):
+        return quota_exceeded(quota=exc.quota, message=exc.message, retry_after_s=exc.retry_after_s)
     if isinstance(exc, services.RegistrationError):
         return ApiProblem(
             exc.problems[0].code if exc.problems[0].code != "invalid_field" else "invalid_value",

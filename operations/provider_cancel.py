@@ -10,11 +10,14 @@ from operations import http
 from operations.models import Operation
 from operations.polling.states import MISSING, describe_state, extract
 from operations.redaction import redact_bytes, scrub
+from operations.selectors import job_watched_elsewhere
+
+WATCHED_ELSEWHERE = "not sent: another live operation watches this job"
 
 
 @dataclass(frozen=True)
 class CancelResult:
-    # confirmed | forwarded | not_supported | failed_to_forward | not_documented
+    # confirmed | forwarded | not_supported | failed_to_forward | not_documented | not_forwarded
     state: str
     http_status: int | None = None
     provider_state: str | None = None
@@ -39,11 +42,15 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
     """Send the profile's cancel request once and say what the provider made of it.
 
     The job counts as cancelled only when the provider answers 2xx with a state from the profile's
-    cancelled set; "accepted" or "cancelling" is only forwarded, and the job stays watched.
+    cancelled set; "accepted" or "cancelling" is only forwarded, and the job stays watched. Nothing
+    is sent while another live operation watches the job: the cancel goes out with the account's
+    one credential and would end that watch's job too.
     """
     profile = operation.provider
     if not profile.has_cancel:
         return CancelResult(state="not_documented", detail=f"{profile.slug} documents no cancel request")
+    if job_watched_elsewhere(operation=operation):
+        return CancelResult(state="not_forwarded", detail=WATCHED_ELSEWHERE)
     url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
     raw = http.send_to_provider(
         method=profile.cancel_method,

@@ -13,9 +13,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from ulid import ULID
 
-from operations import audit, job_ids
+from operations import audit, job_ids, quotas
 from operations.models import Agent, Authorization, IdempotencyKey, Operation, ProviderAccount, ProviderProfile
-from operations.vocabulary import CONTROL_CHARACTERS, NOT_DONE_STATUSES, ONE_LINE_CONTROL_CHARACTERS, Status
+from operations.selectors import job_watched_elsewhere, live_watches, provider_account
+from operations.vocabulary import CONTROL_CHARACTERS, ONE_LINE_CONTROL_CHARACTERS, Status
 
 PURPOSE_MAX = 280
 METADATA_MAX_KEYS = 16
@@ -116,11 +117,14 @@ def operation_register(
     request_fingerprint: str = "",
     callback_url: str = "",
     metadata: dict | None = None,
+    charge_quotas: bool = False,
 ) -> Operation:
     """Persist a new watched operation with its first Authorization, due for its first poll now.
 
     Validates everything first and raises RegistrationError listing every problem; nothing is
-    written unless the whole registration is valid.
+    written unless the whole registration is valid. An agent is refused a job another client
+    watches (OperationConflict `job_already_watched`); with `charge_quotas` the agent's quotas are
+    checked and charged too (operations.quotas.QuotaExceeded).
     """
     now = timezone.now()
     problems: list[FieldProblem] = []
@@ -162,6 +166,10 @@ def operation_register(
         raise RegistrationError(problems)
 
     with transaction.atomic():
+        if agent is not None and _watched_by_another(agent=agent, account=profile.account, job_id=provider_job_id):
+            raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE)
+        if charge_quotas and agent is not None:
+            quotas.charge_registration(agent=agent, now=now)
         ProviderAccount.objects.get_or_create(name=profile.account)
         operation = Operation.objects.create(
             id=new_operation_id(),
@@ -211,6 +219,19 @@ def operation_register(
             at=now,
         )
     return operation
+
+
+JOB_ALREADY_WATCHED = "job_already_watched"
+# The same words whoever watches the job and however: nothing to learn about the other watch.
+JOB_ALREADY_WATCHED_MESSAGE = (
+    "This provider job is already being watched by another client, and pollerdash lets one client watch a job "
+    "at a time; register it after that watch ends, or ask the pollerdash operator"
+)
+
+
+def _watched_by_another(*, agent: Agent, account: str, job_id: str) -> bool:
+    # exclude(agent=...) keeps operator watches (no agent): an agent must not take those over either.
+    return live_watches(account=account, job_id=job_id).exclude(agent=agent).exists()
 
 
 def _actor(registered_by: str) -> dict[str, str]:
@@ -302,7 +323,8 @@ def _same_registration(op: Operation, request: AgentRegistration) -> bool:
     identical requests a minute apart would otherwise never match).
     """
     if (
-        op.purpose != request.purpose
+        op.provider.slug != request.provider
+        or op.purpose != request.purpose
         or op.request_fingerprint != request.request_fingerprint
         or op.callback_url != (request.callback_url or "")
         or (op.metadata or {}) != (request.metadata or {})
@@ -318,16 +340,18 @@ def _same_registration(op: Operation, request: AgentRegistration) -> bool:
 
 
 def _live_operation(*, agent: Agent, request: AgentRegistration) -> Operation | None:
+    """The agent's own live watch of this job, under any profile of the provider's account."""
+    account = provider_account(provider_slug=request.provider)
+    if account is None:
+        return None
     return (
-        Operation.objects.select_related("provider")
-        .filter(
-            agent=agent,
-            provider__slug=request.provider,
-            provider_job_id=request.provider_job_id,
-            status__in=sorted(NOT_DONE_STATUSES),
-        )
-        .first()
-    )
+        live_watches(account=account, job_id=request.provider_job_id).select_related("provider").filter(agent=agent)
+    ).first()
+
+
+def _live_elsewhere(request: AgentRegistration) -> bool:
+    account = provider_account(provider_slug=request.provider)
+    return account is not None and live_watches(account=account, job_id=request.provider_job_id).exists()
 
 
 def _replay_or_conflict(op: Operation, request: AgentRegistration) -> RegisterOutcome:
@@ -335,7 +359,7 @@ def _replay_or_conflict(op: Operation, request: AgentRegistration) -> RegisterOu
         return RegisterOutcome(operation=op, replayed=True)
     raise OperationConflict(
         "operation_exists",
-        f"Operation {op.pk} already watches {request.provider} job {request.provider_job_id} with different "
+        f"Operation {op.pk} already watches {op.provider.slug} job {request.provider_job_id} with different "
         "settings; use that operation (or cancel it first) instead of registering again",
         op,
     )
@@ -381,8 +405,10 @@ def operation_register_for_agent(
 
     - the same Idempotency-Key with the same request answers with the operation it created; with
       another request it is refused (`idempotency_key_reused`);
-    - the same (agent, provider, provider_job_id) while that operation is not done answers with it
-      when the request matches and is refused (`operation_exists`) when it does not.
+    - the same (agent, provider account, provider_job_id) while that operation is not done answers
+      with it when the request matches and is refused (`operation_exists`) when it does not;
+    - a job another client watches is refused (`job_already_watched`), and a new operation beyond
+      the agent's quotas too (operations.quotas.QuotaExceeded); replays never count against them.
     Nothing is written when the request is refused.
     """
     from operations.callbacks import callback_url_problem
@@ -416,14 +442,18 @@ def operation_register_for_agent(
                         request_fingerprint=request.request_fingerprint,
                         callback_url=request.callback_url or "",
                         metadata=request.metadata,
+                        charge_quotas=True,
                     )
                     if idempotency_key is not None:
                         IdempotencyKey.objects.filter(agent=agent, key=idempotency_key).update(operation=op)
                 outcome = RegisterOutcome(operation=op, replayed=False)
             except IntegrityError:
-                # A concurrent registration of the same job won the partial unique constraint.
+                # A concurrent registration of the same job won the partial unique constraint:
+                # this agent's own (replay or conflict) or another agent's (refused).
                 live = _live_operation(agent=agent, request=request)
                 if live is None:
+                    if _live_elsewhere(request):
+                        raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE) from None
                     raise
                 outcome = _replay_or_conflict(live, request)
         if idempotency_key is not None and outcome.replayed:
@@ -480,7 +510,8 @@ def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = 
 
     Where the profile documents a cancel request, it is forwarded to the provider by a worker
     (`operations.tasks.forward_provider_cancel`, enqueued in this transaction), so the agent's call
-    never waits on the provider; `cancel_state` shows how far it got. A repeated cancel answers
+    never waits on the provider; `cancel_state` shows how far it got. While another live operation
+    watches the same job nothing is sent (`not_forwarded`). A repeated cancel answers
     with the same operation; cancelling an operation that ended another way is refused.
     """
     from django_q.tasks import async_task
@@ -503,14 +534,16 @@ def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = 
             )
         now = timezone.now()
         was = op.status
-        forward = op.provider.has_cancel
+        # Never for a job another live operation watches: the cancel would end that watch's job too.
+        watched_elsewhere = op.provider.has_cancel and job_watched_elsewhere(operation=op)
+        forward = op.provider.has_cancel and not watched_elsewhere
         op.status = Status.CLOSED
         op.completed_at = now
         op.next_poll_at = None
         op.result = None
         op.cancel_requested_at = now
         op.cancel_reason = reason
-        op.cancel_state = "requested" if forward else "not_documented"
+        op.cancel_state = "requested" if forward else "not_forwarded" if watched_elsewhere else "not_documented"
         op.error = {
             "code": WATCH_CANCELLED,
             "message": _watch_cancelled_message(op.cancel_state),
@@ -542,6 +575,7 @@ _CANCEL_NOTES = {
     "not_supported": "The provider refused the cancel request, so the job may still run there.",
     "failed_to_forward": "The cancel request could not be delivered, so the job may still run at the provider.",
     "not_documented": "The provider documents no cancel request, so the job may still run there.",
+    "not_forwarded": "No cancel request was sent: another live watch of this job exists, so it keeps running.",
 }
 
 

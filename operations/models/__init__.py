@@ -7,6 +7,7 @@ from operations.models.credential import CredentialFingerprint
 from operations.models.heartbeat import ProcessHeartbeat
 from operations.models.operation import Operation
 from operations.models.profile import ProviderProfile
+from operations.models.rate_window import RateWindow
 from operations.models.status_check import StatusCheck
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "ProcessHeartbeat",
     "ProviderAccount",
     "ProviderProfile",
+    "RateWindow",
     "StatusCheck",
 ]

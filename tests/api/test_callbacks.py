@@ -386,3 +386,28 @@ def test_an_agent_cancel_announces_the_closed_operation(register, receiver, api)
     assert "delivered" in deliver_due()  # beside the provider cancel forwarded by the same workers
     data = json.loads(receiver.requests[0]["body"])["data"]
     assert data["status"] == "closed" and data["done"] is True
+
+
+def test_the_failed_callback_email_quotes_the_agents_address_after_the_link_and_defanged(
+    register, drive, monkeypatch, settings, clock, mailoutbox
+):
+    settings.NOTIFY_EMAILS = ["oncall@example.com"]
+    created = register("slow_success", params={"polls": 1}, callback={"url": "https://login.evil.example/cb"})
+    drive(Operation.objects.get(pk=created["id"]))
+    monkeypatch.setattr(
+        callbacks.socket,
+        "getaddrinfo",
+        lambda *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", 443))],
+    )
+    for _ in range(12):
+        due = CallbackDelivery.objects.get(operation_id=created["id"])
+        if due.state != "pending":
+            break
+        clock.move_to(max(due.next_attempt_at, timezone.now()), tick=False)
+        deliver_due()
+    [mail] = mailoutbox
+    lines = mail.body.splitlines()
+    [why] = [n for n, line in enumerate(lines) if line.startswith("Why (may quote the agent's callback address")]
+    assert lines.index(f"{settings.SITE_URL}/operations/{created['id']}/") < why
+    assert "login[.]evil[.]example resolves to a non-public address (10[.]1[.]2[.]3)" in lines[why]
+    assert "evil.example" not in mail.body

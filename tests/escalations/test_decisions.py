@@ -205,6 +205,20 @@ def test_cancel_at_provider_confirmed_ends_the_operation_cancelled(stopped, alic
     assert audit_types(op)[-2:] == ["human.decision", "provider.cancel_response"]
 
 
+def test_the_dashboard_does_not_send_a_cancel_while_another_live_operation_watches_the_job(
+    stopped, make_operation, fake_provider, alice
+):
+    esc = stopped("cancel_ok")
+    job = esc.operation.provider_job_id
+    make_operation(job)  # the operator's `watch --again`
+    result = decide(esc, alice, "cancel_at_provider")
+    assert result.decision.provider_response["state"] == "not_forwarded"
+    assert "not sent" in result.message
+    assert not [r for r in fake_provider.requests(job_id=job) if r["kind"] == "cancel"]
+    esc.refresh_from_db()
+    assert esc.state == Escalation.State.OPEN and esc.operation.status == "needs_attention"
+
+
 def test_an_unconfirmed_cancel_keeps_the_card_open_with_the_answer_and_is_never_sent_twice(
     stopped, alice, bob, fake_provider
 ):
