@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 WEB_PORT ?= 8000
 PROVIDER_PORT ?= 8765
+# Where a callback receiver you start for the demo listens: the only local port callbacks may reach.
+CALLBACK_PORT ?= 8766
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint bench clean venv
@@ -28,13 +30,15 @@ var/demo.env:
 	  'SITE_URL=http://127.0.0.1:$(WEB_PORT)' \
 	  'WEB_PORT=$(WEB_PORT)' \
 	  'PROVIDER_PORT=$(PROVIDER_PORT)' \
-	  "FAKE_PROVIDER_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
+	  "PROVIDER_FAKE_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
 	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
-	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1,localhost' \
+	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1:$(CALLBACK_PORT),localhost:$(CALLBACK_PORT)' \
 	  'NOTIFY_EMAILS=oncall@example.invalid' \
 	  'Q_WORKERS=2' > $@
 
+# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place.
 demo: $(STAMP) var/demo.env
+	@sed -i 's/^FAKE_PROVIDER_TOKEN=/PROVIDER_FAKE_TOKEN=/' var/demo.env
 	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
 	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \

@@ -190,6 +190,7 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
                 escalation=esc,
                 operation=esc.operation,
                 user=user,
+                username=user.get_username(),
                 decided_at=esc.closed_at,
                 option="close",
                 outcome="applied",

@@ -26,6 +26,9 @@ behaves like ``slow_success__polls=2``):
   slowloris [mode=dribble|headers|silent, chunk_bytes=1, chunk_delay_ms=1000, hold_s=60],
   held [hold_ms=5000, times=1]
 - cancel_ok [polls=infinite], cancel_unsupported; cancelling anything else answers 202 "cancelling"
+- echo_auth [in=error|state|progress|result]: a careless provider that echoes the request's
+  Authorization header (as is, base64, base64url, URL-encoded) in a failure body, as the job's
+  state, as its progress value or inside its result; cancelling it echoes the header as the state
 
 This module imports nothing from Django so benchmarks can run it standalone:
 ``python -m demo.fakeprovider --port 8765``.
@@ -34,6 +37,7 @@ This module imports nothing from Django so benchmarks can run it standalone:
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import signal
 import socket
@@ -397,6 +401,37 @@ def _cancel_ok(c: _Call) -> _Reply:
     return c.running(polls) if polls is None or c.n <= polls else c.succeeded()
 
 
+def _echoes(authorization: str | None) -> dict[str, str]:
+    value = authorization or ""
+    token = value.partition(" ")[2] or value
+    return {
+        "authorization": value,
+        "token": token,
+        "base64": base64.b64encode(value.encode()).decode(),
+        "token_base64url": base64.urlsafe_b64encode(token.encode()).decode().rstrip("="),
+        "urlencoded": quote(value, safe=""),
+    }
+
+
+def _echo_auth(c: _Call) -> _Reply:
+    echoes = _echoes(c.authorization)
+    where = c.params.get("in", "error")
+    if where == "state":
+        return _json(200, {"id": c.job_id, "state": echoes["authorization"]})
+    if where == "progress":
+        return c.running(None, progress_percent=echoes["authorization"])
+    if where == "result":
+        result = {"output_url": f"https://files.fake.test/out.csv?token={echoes['urlencoded']}", "debug": echoes}
+        return c.succeeded(result=result)
+    error = {
+        "code": "export_failed",
+        "message": f"export failed for request with Authorization: {echoes['authorization']}",
+        "request": {"headers": {"Authorization": echoes["authorization"]}},
+        "encoded": echoes,
+    }
+    return _json(200, {"id": c.job_id, "state": "failed", "progress_percent": 100, "error": error})
+
+
 def _bench(c: _Call) -> _Reply:
     # Lean bodies: benchmarks measure pollerdash, not JSON size.
     if c.n <= _int(c.params, "polls", 3):
@@ -431,6 +466,7 @@ SCENARIOS: dict[str, Callable[[_Call], _Reply]] = {
     "auth_revoked": _auth_revoked,
     "cancel_ok": _cancel_ok,
     "cancel_unsupported": _never_finishes,
+    "echo_auth": _echo_auth,
     "bench": _bench,
 }
 
@@ -448,6 +484,8 @@ def _cancel_reply(c: _Call) -> _Reply:
         return _json(200, {"id": c.job_id, "state": "cancelled"})
     if c.scenario == "cancel_unsupported":
         return _error(405, "method_not_allowed", "This provider cannot cancel jobs", [("Allow", "GET")])
+    if c.scenario == "echo_auth":
+        return _json(200, {"id": c.job_id, "state": _echoes(c.authorization)["authorization"]})
     return _json(202, {"id": c.job_id, "state": "cancelling"})
 
 

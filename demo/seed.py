@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from operations.agents import agent_token_issue
 from operations.models import Agent, Operation
+from operations.people import one_change
 from operations.profiles import ProfileSpec, load_profiles_file, profiles_apply
 from operations.registration import operation_register
 
@@ -132,6 +133,9 @@ SCENARIOS = (
 )
 
 
+DEMO_ACTOR = {"kind": "system", "id": "demo"}
+
+
 def ensure_roles() -> dict[str, Group]:
     return {name: Group.objects.get_or_create(name=name)[0] for name in ("viewer", "responder")}
 
@@ -141,12 +145,15 @@ def ensure_user(*, username: str, group: Group, superuser: bool = False) -> str 
     users = get_user_model()
     if users.objects.filter(username=username).exists():
         return None
+
     password = secrets.token_urlsafe(12)
-    if superuser:
-        user = users.objects.create_superuser(username=username, password=password, email="")
-    else:
-        user = users.objects.create_user(username=username, password=password)
-    user.groups.add(group)
+    # One `user.created` entry with its role, attributed to the demo.
+    with transaction.atomic(), one_change(DEMO_ACTOR):
+        if superuser:
+            user = users.objects.create_superuser(username=username, password=password, email="")
+        else:
+            user = users.objects.create_user(username=username, password=password)
+        user.groups.add(group)
     return password
 
 
@@ -160,7 +167,10 @@ def ensure_demo_agent(*, name: str = "demo-agent") -> str | None:
 def load_demo_profiles(*, provider_url: str, path: Path = DEMO_PROFILES) -> list[str]:
     """Load the demo profiles, re-pointed at the fake provider's actual address."""
     specs = [_repoint(spec, provider_url) for spec in load_profiles_file(path=path)]
-    return [f"{result.slug}: {result.outcome}" for result in profiles_apply(specs=specs)]
+    return [
+        f"{result.slug}: {result.outcome}"
+        for result in profiles_apply(specs=specs, actor={"kind": "operator", "id": "demo"})
+    ]
 
 
 def _repoint(spec: ProfileSpec, provider_url: str) -> ProfileSpec:

@@ -144,15 +144,18 @@ DECISION_HEADER = [
     "provider_response",
     "audit_seq",
     "decision_id",
+    # Identical refusals counted on this row instead of recorded again (operations.decisions.services._refuse).
+    "repeat_count",
+    "last_repeated_at",
 ]
 
 
 def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
-    query = decisions.select_related("user", "escalation", "operation__provider", "authorization")
+    query = decisions.select_related("escalation", "operation__provider", "authorization")
     for decision in query.iterator(chunk_size=CHUNK):
         yield [
             decision.decided_at,
-            decision.user.get_username(),
+            decision.username,
             decision.operation_id,
             decision.operation.provider.slug,
             decision.operation.provider_job_id,
@@ -170,4 +173,6 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             decision.provider_response,
             decision.audit_seq,
             decision.pk,
+            decision.repeat_count,
+            decision.last_repeated_at,
         ]

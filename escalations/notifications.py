@@ -5,9 +5,11 @@ and sent by a worker afterwards, so a slow mail server or webhook never holds a 
 a rolled-back escalation never notifies anyone. Reminders repeat every NOTIFY_REMINDER_S while a
 card stays undecided; they only remind — nothing is ever decided by timeout.
 
-Messages carry the facts of the card and a deep link to it, never a credential. The webhook URL
-itself is a secret (it authorises posting to a channel): it is registered with the log redactor
-and never logged.
+Messages carry the facts of the card and a deep link to it, never a credential; what the agent
+wrote comes after the link as quoted, defanged data (escalations.agent_text). Caps bound what
+reaches people: NOTIFY_MAX_PER_CARD per card and NOTIFY_MAX_PER_HOUR in all, beyond which a
+notification is counted as skipped, not sent. The webhook URL itself is a secret (it authorises
+posting to a channel): it is registered with the log redactor and never logged.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
+from escalations.agent_text import one_line, quoted, slack_escaped
+from operations import ratelimit
 from operations.decisions.options import human_duration
 from operations.models import CallbackDelivery, Escalation
 from operations.redaction import register_secret
@@ -36,6 +40,9 @@ REMINDER = "reminder"
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 REMINDERS_PER_RUN = 100
 SUBJECT_MAX = 180
+LAST_NOTICE = (
+    "This is the last message about this card (NOTIFY_MAX_PER_CARD): it stays in the inbox until someone decides."
+)
 
 
 def configured() -> bool:
@@ -73,17 +80,29 @@ def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: o
 
 
 def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
-    """Tell on-call that an agent's callback endpoint gave up, by the same channels as cards."""
+    """Tell on-call that an agent's callback endpoint gave up, by the same channels as cards.
+
+    The reason can quote the agent's callback address: it follows pollerdash's link as quoted,
+    defanged data. Counted against NOTIFY_MAX_PER_HOUR like every message to people.
+    """
+    if not hourly_slot():
+        logger.warning(
+            "operation %s: callback failure notification skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
+            operation_id,
+            settings.NOTIFY_MAX_PER_HOUR,
+        )
+        return f"skipped: NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached"
     link = f"{settings.SITE_URL}{reverse('operation_detail', args=[operation_id])}"
+    why = f"Why (may quote the agent's callback address; links disabled): {quoted(reason)}"
     text = (
         f"pollerdash could not deliver the {event_type} callback {delivery_id} of operation "
-        f"{operation_id}: {reason}.\n\nThe agent can still read the outcome (the operation stays in "
-        f"its open list until acknowledged); check the agent's callback endpoint.\n\n{link}"
+        f"{operation_id}.\n\n{link}\n\nThe agent can still read the outcome (the operation stays in "
+        f"its open list until acknowledged); check the agent's callback endpoint.\n\n{why}"
     )
     message = Message(
         subject=f"[pollerdash] Callback not delivered: {operation_id}",
         text=text,
-        chat=f"*Callback not delivered* for <{link}|{_slack(operation_id)}>: {_slack(reason)}",
+        chat=f"*Callback not delivered* for <{link}|{operation_id}>\n{slack_escaped(why)}",
         link=link,
     )
     return _send(message=message, kind="callback_failed", what=f"callback {delivery_id}")
@@ -102,8 +121,13 @@ class Message:
     link: str
 
 
-def compose(*, escalation: Escalation, kind: str, now: datetime) -> Message:
-    """The notification for one card (escalation with operation and provider loaded)."""
+def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = False) -> Message:
+    """The notification for one card (escalation with operation and provider loaded).
+
+    pollerdash's own words and link come first; what the agent wrote (job id, purpose) follows,
+    each on one line, quoted and defanged (escalations.agent_text), so it can neither pose as
+    pollerdash nor offer a link of its own. `last`: no more messages follow for this card.
+    """
     op = escalation.operation
     try:
         label = REASON_LABELS[Reason(escalation.reason)]
@@ -112,46 +136,64 @@ def compose(*, escalation: Escalation, kind: str, now: datetime) -> Message:
     link = card_link(escalation)
     waited = human_duration(now - escalation.opened_at)
     head = "Decision needed" if kind == OPENED else f"Reminder: still undecided after {waited}"
-    job = f"{op.provider.slug} job {op.provider_job_id}"
-    subject = _one_line(f"[pollerdash] {head}: {label} — {job} ({op.pk})")[:SUBJECT_MAX]
+    subject = one_line(f"[pollerdash] {head}: {label} — {op.provider.slug} ({op.pk})")[:SUBJECT_MAX]
     if op.business_deadline_at is None:
         business = "none"
     elif op.business_deadline_at > now:
         business = f"{_utc(op.business_deadline_at)} (in {human_duration(op.business_deadline_at - now)})"
     else:
         business = f"{_utc(op.business_deadline_at)} (passed {human_duration(now - op.business_deadline_at)} ago)"
+    job_id = f"Provider job id (from the agent): {quoted(op.provider_job_id)}"
+    purpose = f"Purpose (from the agent): {quoted(op.purpose) if op.purpose else '—'}"
+    closing = LAST_NOTICE if last else "The card offers bounded options only; nothing is decided by timeout."
     lines = [
         "pollerdash stopped waiting on a job and a person must decide what happens next."
         if kind == OPENED
         else f"This card has waited {waited} for a decision.",
         "",
+        f"Decide on the card: {link}",
+        "",
         f"Reason:            {label}",
-        f"Why it stopped:    {escalation.detail}",
+        f"Why it stopped:    {one_line(escalation.detail)}",
         f"Operation:         {op.pk}",
-        f"Provider job:      {job}",
-        f"Purpose:           {op.purpose or '—'}",
+        f"Provider:          {op.provider.slug}",
         f"Requests used:     {op.status_requests_used} of {op.max_status_requests}",
         f"Business deadline: {business}",
         f"Open since:        {_utc(escalation.opened_at)}",
         "",
-        f"Decide on the card: {link}",
+        "Supplied when the job was registered, not written by pollerdash (links disabled):",
+        job_id,
+        purpose,
         "",
-        "The card offers bounded options only; nothing is decided by timeout.",
+        closing,
     ]
     chat = (
-        f"*{_slack(head)}* — {_slack(label)}: <{link}|{_slack(op.pk)}> · {_slack(job)}"
-        f"\n{_slack(op.purpose or 'no purpose given')} · {op.status_requests_used}/{op.max_status_requests} requests"
-        f" · business deadline {_slack(business)}"
+        f"*{slack_escaped(head)}* — {slack_escaped(label)}: <{link}|{slack_escaped(op.pk)}>"
+        f" · {slack_escaped(op.provider.slug)} · {op.status_requests_used}/{op.max_status_requests} requests"
+        f" · business deadline {slack_escaped(business)}"
+        f"\n{slack_escaped(purpose)} · {slack_escaped(job_id)}"
     )
+    if last:
+        chat += f"\n{slack_escaped(LAST_NOTICE)}"
     return Message(subject=subject, text="\n".join(lines), chat=chat, link=link)
 
 
 def deliver(*, escalation_id: int, kind: str) -> str:
-    """Send one card's notification by every configured channel. Returns a short outcome."""
+    """Send one card's notification by every configured channel. Returns a short outcome.
+
+    Within the caps only: NOTIFY_MAX_PER_CARD messages per card and NOTIFY_MAX_PER_HOUR in all;
+    beyond them the notification is counted on the card as skipped and nothing is sent.
+    """
     escalation = Escalation.objects.select_related("operation__provider").filter(pk=escalation_id).first()
     if escalation is None or escalation.state != Escalation.State.OPEN:
         return "skipped: card no longer open"
-    message = compose(escalation=escalation, kind=kind, now=timezone.now())
+    per_card = settings.NOTIFY_MAX_PER_CARD
+    if per_card > 0 and escalation.notifications_sent >= per_card:
+        return _skipped(escalation_id, f"NOTIFY_MAX_PER_CARD ({per_card}) reached")
+    if not hourly_slot():
+        return _skipped(escalation_id, f"NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached")
+    last = per_card > 0 and escalation.notifications_sent + 1 >= per_card
+    message = compose(escalation=escalation, kind=kind, now=timezone.now(), last=last)
     outcome = _send(message=message, kind=kind, what=f"escalation {escalation_id}")
     update = {"notifications_sent": F("notifications_sent") + 1}
     if kind == OPENED:
@@ -172,6 +214,20 @@ def _send(*, message: Message, kind: str, what: str) -> str:
     if settings.NOTIFY_WEBHOOK_URL and post_webhook(url=settings.NOTIFY_WEBHOOK_URL, message=message, kind=kind):
         sent.append("webhook")
     return "sent: " + (", ".join(sent) or "nothing (every channel failed)")
+
+
+def hourly_slot() -> bool:
+    """Take one of the NOTIFY_MAX_PER_HOUR messages to people (cards and failed callbacks alike)."""
+    limit = settings.NOTIFY_MAX_PER_HOUR
+    if limit <= 0:
+        return True
+    return ratelimit.take(key="notifications", limit=limit, window_s=3600, now=timezone.now()) is None
+
+
+def _skipped(escalation_id: int, why: str) -> str:
+    Escalation.objects.filter(pk=escalation_id).update(notifications_skipped=F("notifications_skipped") + 1)
+    logger.warning("escalation %s: notification skipped, %s", escalation_id, why)
+    return f"skipped: {why}"
 
 
 def post_webhook(*, url: str, message: Message, kind: str) -> bool:
@@ -198,9 +254,12 @@ def enqueue_due_reminders(*, now: datetime, limit: int = REMINDERS_PER_RUN) -> i
     if not configured() or settings.NOTIFY_REMINDER_S <= 0:
         return 0
     cutoff = now - timedelta(seconds=settings.NOTIFY_REMINDER_S)
+    due = Escalation.objects.filter(state=Escalation.State.OPEN)
+    if settings.NOTIFY_MAX_PER_CARD > 0:
+        # A card that had its last message gets no more reminders.
+        due = due.filter(notifications_sent__lt=settings.NOTIFY_MAX_PER_CARD)
     due = (
-        Escalation.objects.filter(state=Escalation.State.OPEN)
-        .filter(Q(last_notified_at__lte=cutoff) | Q(last_notified_at__isnull=True, opened_at__lte=cutoff))
+        due.filter(Q(last_notified_at__lte=cutoff) | Q(last_notified_at__isnull=True, opened_at__lte=cutoff))
         .order_by("opened_at")
         .values_list("pk", "last_notified_at")[:limit]
     )
@@ -218,12 +277,3 @@ def enqueue_due_reminders(*, now: datetime, limit: int = REMINDERS_PER_RUN) -> i
 
 def _utc(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _slack(text: str) -> str:
-    # Slack's three control characters; escaping them keeps agent-supplied text from forming links.
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

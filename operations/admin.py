@@ -4,6 +4,10 @@ Profiles are edited here through the same validation as `loadprofiles`. Everythi
 record of what happened (operations, status checks, authorizations, the audit chain, callbacks)
 is view-only: changes to those go through the services, which bump sequences and append to the
 audit chain, never through a form. Secrets (token hashes, webhook secrets) are never shown.
+
+django-q2's own models (schedules, tasks, the queue) are view-only too: a schedule's `func` is any
+importable callable run on a worker, so a writable Schedule form is code execution on the hosts
+that hold the credentials. pollerdash writes the schedules it needs itself (task_registry.py).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django_q.models import Failure, OrmQ, Schedule, Success
 
+from operations.audit import entries as audit
 from operations.models import (
     Agent,
     AgentToken,
@@ -32,7 +38,14 @@ from operations.models import (
     ProviderProfile,
     StatusCheck,
 )
-from operations.profiles import FIELD_TO_KEY, KEY_TO_FIELD, raw_from_model_values, validate_profile
+from operations.profiles import (
+    FIELD_TO_KEY,
+    KEY_TO_FIELD,
+    profile_delete,
+    profile_save,
+    raw_from_model_values,
+    validate_profile,
+)
 
 
 class ViewOnlyAdmin(admin.ModelAdmin):
@@ -157,9 +170,16 @@ class ProviderProfileAdmin(admin.ModelAdmin):
     )
 
     def save_model(self, request: HttpRequest, obj: ProviderProfile, form: forms.ModelForm, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        # As loadprofiles does: the account's pacing row exists before any operation needs it.
-        ProviderAccount.objects.get_or_create(name=obj.account)
+        # Through the service, as loadprofiles does: the account row exists and an audit entry
+        # names who changed what.
+        profile_save(profile=obj, actor=audit.user_actor(request.user))
+
+    def delete_model(self, request: HttpRequest, obj: ProviderProfile) -> None:
+        profile_delete(profile=obj, actor=audit.user_actor(request.user))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ProviderProfile]) -> None:
+        for profile in queryset:
+            profile_delete(profile=profile, actor=audit.user_actor(request.user))
 
 
 @admin.register(ProviderAccount)
@@ -340,7 +360,42 @@ class EscalationAdmin(ViewOnlyAdmin):
 
 @admin.register(Decision)
 class DecisionAdmin(ViewOnlyAdmin):
-    list_display = ("id", "decided_at", "user", "operation", "option", "outcome", "card_version")
+    list_display = ("id", "decided_at", "username", "user", "operation", "option", "outcome", "card_version")
     list_filter = ("outcome", "decided_at")
-    search_fields = ("operation__id", "option", "comment", "user__username")
+    search_fields = ("operation__id", "option", "comment", "username")
     list_select_related = ("user", "operation")
+
+
+# --- django-q2: view-only ---------------------------------------------------------------------
+
+
+for _model in (Schedule, Success, Failure, OrmQ):
+    if admin.site.is_registered(_model):
+        admin.site.unregister(_model)
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(ViewOnlyAdmin):
+    list_display = ("id", "name", "func", "schedule_type", "minutes", "repeats", "next_run")
+    list_filter = ("schedule_type",)
+    search_fields = ("name", "func")
+
+
+@admin.register(Success)
+class SuccessAdmin(ViewOnlyAdmin):
+    list_display = ("name", "func", "group", "started", "stopped")
+    search_fields = ("name", "func", "group")
+
+
+@admin.register(Failure)
+class FailureAdmin(ViewOnlyAdmin):
+    list_display = ("name", "func", "group", "started", "stopped", "attempt_count")
+    search_fields = ("name", "func", "group")
+
+
+@admin.register(OrmQ)
+class QueueAdmin(ViewOnlyAdmin):
+    list_display = ("id", "name", "func", "lock")
+    # The payload is a signed pickle; name and func are read from it by the model's methods.
+    hidden_fields = ("payload",)
+    extra_fields = ("name", "func")

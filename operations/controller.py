@@ -37,6 +37,7 @@ from operations.models import Operation, ProviderProfile, StatusCheck
 from operations.polling.decide import Bounds, Observation, Policy, decide
 from operations.polling.gate import Gate, before_send
 from operations.polling.states import StateTable
+from operations.redaction import redact_bytes, scrub
 from operations.vocabulary import DelaySource
 
 logger = logging.getLogger(__name__)
@@ -143,10 +144,11 @@ def poll_once(
     if isinstance(charged, PollResult):
         return charged
     op, check = charged
-    raw = http.send(
+    raw = http.send_to_provider(
         method="GET",
         url=status_url(profile=profile, job_id=op.provider_job_id),
-        headers=http.credential_headers(credential_env=profile.credential_env, auth_scheme=profile.auth_scheme),
+        credential_env=profile.credential_env,
+        auth_scheme=profile.auth_scheme,
     )
     received_at = timezone.now()
     return _record(op=op, check=check, raw=raw, received_at=received_at, rng=rng)
@@ -301,24 +303,32 @@ def _defer(
 def _record(
     *, op: Operation, check: StatusCheck, raw: http.RawResponse, received_at: datetime, rng: random.Random
 ) -> PollResult:
-    """Interpret the response (pure) and hand the outcome to the lifecycle's one fenced transaction."""
+    """Interpret the response (pure) and hand the outcome to the lifecycle's one fenced transaction.
+
+    A provider may echo the credential (say, the Authorization header in an error body): every
+    registered secret is scrubbed from the body before anything is taken from it, and from every
+    value the decision keeps, before anything is stored.
+    """
+    headers = scrub(raw.headers)
     observation = Observation(
         received_at=received_at,
         http_status=raw.http_status,
-        headers=raw.headers,
-        body=raw.body,
+        headers=headers,
+        body=None if raw.body is None else redact_bytes(raw.body),
         transport_error=raw.transport_error,
         transport_detail=raw.transport_detail,
     )
     profile = op.provider
-    decision = decide(policy=policy_for(profile=profile), bounds=bounds_for(op=op), observation=observation, rng=rng)
+    decision = decide(
+        policy=policy_for(profile=profile), bounds=bounds_for(op=op), observation=observation, rng=rng
+    ).redacted(redact=scrub)
     request_id = ""
     if profile.request_id_header:
-        request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
+        request_id = (headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
     answer = polls.Answer(
         received_at=received_at,
         http_status=raw.http_status,
-        retry_after=", ".join(raw.headers.get("retry-after", ()))[:200],
+        retry_after=", ".join(headers.get("retry-after", ()))[:200],
         request_id=request_id,
         body_digest=raw.body_digest,
         body_bytes=raw.body_bytes,

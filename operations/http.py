@@ -3,7 +3,11 @@
 One keep-alive httpx.Client per process (created after fork, so django-q2 workers never share a
 socket), with the bounds of DESIGN.md section 4: connect 5 s, read 10 s, the whole request 30 s,
 a 1 MiB body cap read as a stream, and no redirects. Credentials are read from the environment at
-request time and never stored.
+request time and never stored; one that is not a legal header value is never sent.
+
+A failed request is recorded as one word of TRANSPORT_ERRORS with a fixed description, never as
+the exception's text: httpx's messages can quote the request (an illegal header value quoted in
+a LocalProtocolError put 61 of 64 characters of a key on a card and into the audit chain).
 
 The whole-request limit is enforced inside the network layer: every connect, read and write of
 the request gets at most the time left before its deadline, so a provider that trickles its
@@ -14,7 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
+import re
+import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,7 +31,10 @@ import httpcore
 import httpx
 from django.conf import settings
 
-from operations.redaction import register_secret
+from operations.credential_names import credential_env_problem
+from operations.redaction import redact, register_secret
+
+logger = logging.getLogger(__name__)
 
 USER_AGENT = "pollerdash/0.1 (+status poller)"
 
@@ -43,6 +54,22 @@ class RawResponse:
     body_digest: str = ""
     transport_error: str | None = None
     transport_detail: str = ""
+
+
+INVALID_CREDENTIAL = "invalid_credential"
+# Every transport error a status check or cancel can record, with the only text stored about it.
+TRANSPORT_ERRORS = {
+    "timeout": "no complete answer within the time limits",
+    "connect_timeout": "no connection within the connect time limit",
+    "dns_error": "the provider's host name did not resolve",
+    "connect_error": "the connection was refused or could not be made",
+    "tls_error": "the TLS handshake or certificate check failed",
+    "network_error": "the connection broke during the exchange",
+    "protocol_error": "the answer was not valid HTTP",
+    "invalid_request": "the request could not be built",
+    "body_too_large": "the body is over the size cap",
+    INVALID_CREDENTIAL: "the credential cannot be sent",
+}
 
 
 _request_deadline = threading.local()
@@ -133,36 +160,72 @@ def client() -> httpx.Client:
         return _client
 
 
+class CredentialUnusable(Exception):
+    """The profile's credential cannot be sent. The message is fixed and never quotes the value."""
+
+
+# RFC 9110 field-value, as pollerdash sends it: visible ASCII with inner spaces or tabs. A PEM
+# (line breaks), a NUL or non-ASCII text would make httpx refuse the request or quote the value.
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*")
+
+
 def credential_value(*, credential_env: str) -> str:
     """The provider credential named by a profile, read now: from NAME, or from the file NAME_FILE
-    names (so a rotated credential file is picked up without restarting workers)."""
+    names (so a rotated credential file is picked up without restarting workers).
+
+    A name that may not be a credential variable (operations/credential_names.py) is refused here
+    too, whatever the stored profile says: CredentialUnusable.
+    """
     if not credential_env:
         return ""
+    problem = credential_env_problem(name=credential_env)
+    if problem is not None:
+        raise CredentialUnusable(f"credential_env is refused: {problem}")
     path = os.environ.get(f"{credential_env}_FILE")
     if path:
         try:
             with open(path) as handle:
                 return handle.read().strip()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return ""
     return os.environ.get(credential_env, "")
 
 
 def credential_headers(*, credential_env: str, auth_scheme: str) -> dict[str, str]:
-    """The Authorization header for a profile, read from its credential now."""
+    """The Authorization header for a profile, read from its credential now.
+
+    Raises CredentialUnusable for a refused variable name or a value that is not a legal header
+    value; either way the value is registered with the scrubber first, so no text carries it.
+    """
     value = credential_value(credential_env=credential_env)
     if not value:
         return {}
+    header = f"{auth_scheme} {value}".strip()
     register_secret(value)
-    return {"Authorization": f"{auth_scheme} {value}".strip()}
+    register_secret(header)
+    if not _HEADER_VALUE.fullmatch(value):
+        raise CredentialUnusable(f"the credential in {credential_env} is not a valid header value")
+    return {"Authorization": header}
 
 
 def credential_fingerprint(*, credential_env: str) -> str:
     """A keyed fingerprint of the current credential: tells "changed" apart without storing it."""
-    value = credential_value(credential_env=credential_env)
+    try:
+        value = credential_value(credential_env=credential_env)
+    except CredentialUnusable:
+        return ""
     if not value:
         return ""
     return hmac.new(settings.SECRET_KEY.encode(), value.encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def send_to_provider(*, method: str, url: str, credential_env: str, auth_scheme: str) -> RawResponse:
+    """Send one request with the profile's credential; an unusable one is not sent at all."""
+    try:
+        headers = credential_headers(credential_env=credential_env, auth_scheme=auth_scheme)
+    except CredentialUnusable as exc:
+        return RawResponse(transport_error=INVALID_CREDENTIAL, transport_detail=str(exc))
+    return send(method=method, url=url, headers=headers)
 
 
 def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> RawResponse:
@@ -202,12 +265,32 @@ def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> Raw
         if time.monotonic() >= _request_deadline.at:
             return _failure(status, response_headers, "timeout", _total_detail())
         kind = "connect_timeout" if isinstance(exc, httpx.ConnectTimeout) else "timeout"
-        return _failure(status, response_headers, kind, type(exc).__name__)
-    except httpx.HTTPError as exc:
-        kind = "connect_error" if isinstance(exc, httpx.ConnectError) else "protocol_error"
-        return _failure(status, response_headers, kind, f"{type(exc).__name__}: {str(exc)[:120]}")
+        return _failure(status, response_headers, kind, f"{TRANSPORT_ERRORS[kind]} ({type(exc).__name__})")
+    except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
+        kind = transport_error_kind(exc)
+        # The exception's own text is for the operator's log only, scrubbed and cut.
+        logger.info("provider request failed: %s (%s: %s)", kind, type(exc).__name__, redact(str(exc))[:300])
+        return _failure(status, response_headers, kind, f"{TRANSPORT_ERRORS[kind]} ({type(exc).__name__})")
     finally:
         _request_deadline.at = None
+
+
+def transport_error_kind(exc: BaseException) -> str:
+    """The TRANSPORT_ERRORS word for an exception raised while sending, judged by its type only."""
+    causes: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(causes) < 10:
+        causes.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if any(isinstance(c, ssl.SSLError | ssl.CertificateError) for c in causes):
+        return "tls_error"
+    if isinstance(exc, httpx.ConnectError):
+        return "dns_error" if any(isinstance(c, socket.gaierror) for c in causes) else "connect_error"
+    if isinstance(exc, httpx.NetworkError):
+        return "network_error"
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.DecodingError):
+        return "protocol_error"
+    return "invalid_request"
 
 
 def _total_detail() -> str:

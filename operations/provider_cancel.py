@@ -9,7 +9,11 @@ from urllib.parse import quote
 from operations import http
 from operations.models import Operation
 from operations.polling.states import MISSING, describe_state, extract
+from operations.redaction import redact_bytes, scrub
+from operations.selectors import job_watched_elsewhere
 from operations.vocabulary import CancelState
+
+WATCHED_ELSEWHERE = "not sent: another live operation watches this job"
 
 
 @dataclass(frozen=True)
@@ -38,25 +42,32 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
     """Send the profile's cancel request once and say what the provider made of it.
 
     The job counts as cancelled only when the provider answers 2xx with a state from the profile's
-    cancelled set; "accepted" or "cancelling" is only forwarded, and the job stays watched.
+    cancelled set; "accepted" or "cancelling" is only forwarded, and the job stays watched. Nothing
+    is sent while another live operation watches the job: the cancel goes out with the account's
+    one credential and would end that watch's job too.
     """
     profile = operation.provider
     if not profile.has_cancel:
         return CancelResult(state=CancelState.NOT_DOCUMENTED, detail=f"{profile.slug} documents no cancel request")
+    if job_watched_elsewhere(operation=operation):
+        return CancelResult(state=CancelState.NOT_FORWARDED, detail=WATCHED_ELSEWHERE)
     url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
-    raw = http.send(
+    raw = http.send_to_provider(
         method=profile.cancel_method,
         url=url,
-        headers=http.credential_headers(credential_env=profile.credential_env, auth_scheme=profile.auth_scheme),
+        credential_env=profile.credential_env,
+        auth_scheme=profile.auth_scheme,
     )
+    # What the provider says is kept (on the card, in the audit chain): never a secret it echoed.
+    headers = scrub(raw.headers)
     request_id = ""
     if profile.request_id_header:
-        request_id = (raw.headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
+        request_id = (headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
     if raw.transport_error is not None:
         return CancelResult(
             state=CancelState.FAILED_TO_FORWARD,
             provider_request_id=request_id,
-            detail=raw.transport_detail or raw.transport_error,
+            detail=scrub(raw.transport_detail or raw.transport_error),
         )
     status = raw.http_status
     if status in (405, 501):
@@ -65,9 +76,9 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
         return CancelResult(state=CancelState.FAILED_TO_FORWARD, http_status=status, provider_request_id=request_id)
     provider_state = None
     try:
-        body = json.loads(raw.body or b"null")
+        body = json.loads(redact_bytes(raw.body or b"null"))
         value = extract(body, profile.state_field)
-        provider_state = None if value is MISSING else describe_state(value)
+        provider_state = None if value is MISSING else scrub(describe_state(value))
     except ValueError:
         body = None
     confirmed = provider_state is not None and provider_state in set(profile.cancelled_states)

@@ -17,12 +17,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from operations import job_ids
+from operations import job_ids, quotas
 from operations.audit import entries as audit
 from operations.callbacks.targets import callback_url_problem
 from operations.lifecycle.registration import NewOperation, register
 from operations.models import Agent, IdempotencyKey, Operation, ProviderProfile
-from operations.vocabulary import CONTROL_CHARACTERS, NOT_DONE_STATUSES, ONE_LINE_CONTROL_CHARACTERS
+from operations.selectors import live_watches, provider_account
+from operations.vocabulary import CONTROL_CHARACTERS, ONE_LINE_CONTROL_CHARACTERS
 
 PURPOSE_MAX = 280
 METADATA_MAX_KEYS = 16
@@ -175,13 +176,37 @@ def check_registration(
     )
 
 
-def operation_register(**request: object) -> Operation:
+JOB_ALREADY_WATCHED = "job_already_watched"
+# The same words whoever watches the job and however: nothing to learn about the other watch.
+JOB_ALREADY_WATCHED_MESSAGE = (
+    "This provider job is already being watched by another client, and pollerdash lets one client watch a job "
+    "at a time; register it after that watch ends, or ask the pollerdash operator"
+)
+
+
+def operation_register(*, charge_quotas: bool = False, **request: object) -> Operation:
     """Check a registration (the keyword arguments of `check_registration`) and write it.
 
     Raises RegistrationError listing every problem; nothing is written unless the whole
-    registration is valid. The operation is due for its first poll now.
+    registration is valid. The operation is due for its first poll now. An agent is refused a job
+    another client watches (OperationConflict `job_already_watched`); with `charge_quotas` the
+    agent's quotas are checked and charged too (operations.quotas.QuotaExceeded).
     """
-    return register(new=check_registration(**request))  # type: ignore[arg-type]
+    new = check_registration(**request)  # type: ignore[arg-type]
+    with transaction.atomic():
+        agent = new.agent
+        if agent is not None and _watched_by_another(
+            agent=agent, account=new.profile.account, job_id=new.provider_job_id
+        ):
+            raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE)
+        if charge_quotas and agent is not None:
+            quotas.charge_registration(agent=agent, now=new.now)
+        return register(new=new)
+
+
+def _watched_by_another(*, agent: Agent, account: str, job_id: str) -> bool:
+    # exclude(agent=...) keeps operator watches (no agent): an agent must not take those over either.
+    return live_watches(account=account, job_id=job_id).exclude(agent=agent).exists()
 
 
 # --- agent API: registration with replay, acknowledgement, agent cancel ------------------------------
@@ -261,7 +286,8 @@ def _same_registration(op: Operation, request: AgentRegistration) -> bool:
     identical requests a minute apart would otherwise never match).
     """
     if (
-        op.purpose != request.purpose
+        op.provider.slug != request.provider
+        or op.purpose != request.purpose
         or op.request_fingerprint != request.request_fingerprint
         or op.callback_url != (request.callback_url or "")
         or (op.metadata or {}) != (request.metadata or {})
@@ -277,16 +303,18 @@ def _same_registration(op: Operation, request: AgentRegistration) -> bool:
 
 
 def _live_operation(*, agent: Agent, request: AgentRegistration) -> Operation | None:
+    """The agent's own live watch of this job, under any profile of the provider's account."""
+    account = provider_account(provider_slug=request.provider)
+    if account is None:
+        return None
     return (
-        Operation.objects.select_related("provider")
-        .filter(
-            agent=agent,
-            provider__slug=request.provider,
-            provider_job_id=request.provider_job_id,
-            status__in=sorted(NOT_DONE_STATUSES),
-        )
-        .first()
-    )
+        live_watches(account=account, job_id=request.provider_job_id).select_related("provider").filter(agent=agent)
+    ).first()
+
+
+def _live_elsewhere(request: AgentRegistration) -> bool:
+    account = provider_account(provider_slug=request.provider)
+    return account is not None and live_watches(account=account, job_id=request.provider_job_id).exists()
 
 
 def _replay_or_conflict(op: Operation, request: AgentRegistration) -> RegisterOutcome:
@@ -294,7 +322,7 @@ def _replay_or_conflict(op: Operation, request: AgentRegistration) -> RegisterOu
         return RegisterOutcome(operation=op, replayed=True)
     raise OperationConflict(
         "operation_exists",
-        f"Operation {op.pk} already watches {request.provider} job {request.provider_job_id} with different "
+        f"Operation {op.pk} already watches {op.provider.slug} job {request.provider_job_id} with different "
         "settings; use that operation (or cancel it first) instead of registering again",
         op,
     )
@@ -340,8 +368,10 @@ def operation_register_for_agent(
 
     - the same Idempotency-Key with the same request answers with the operation it created; with
       another request it is refused (`idempotency_key_reused`);
-    - the same (agent, provider, provider_job_id) while that operation is not done answers with it
-      when the request matches and is refused (`operation_exists`) when it does not.
+    - the same (agent, provider account, provider_job_id) while that operation is not done answers
+      with it when the request matches and is refused (`operation_exists`) when it does not;
+    - a job another client watches is refused (`job_already_watched`), and a new operation beyond
+      the agent's quotas too (operations.quotas.QuotaExceeded); replays never count against them.
     Nothing is written when the request is refused.
     """
     if request.callback_url is not None:
@@ -373,14 +403,18 @@ def operation_register_for_agent(
                         request_fingerprint=request.request_fingerprint,
                         callback_url=request.callback_url or "",
                         metadata=request.metadata,
+                        charge_quotas=True,
                     )
                     if idempotency_key is not None:
                         IdempotencyKey.objects.filter(agent=agent, key=idempotency_key).update(operation=op)
                 outcome = RegisterOutcome(operation=op, replayed=False)
             except IntegrityError:
-                # A concurrent registration of the same job won the partial unique constraint.
+                # A concurrent registration of the same job won the partial unique constraint:
+                # this agent's own (replay or conflict) or another agent's (refused).
                 live = _live_operation(agent=agent, request=request)
                 if live is None:
+                    if _live_elsewhere(request):
+                        raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE) from None
                     raise
                 outcome = _replay_or_conflict(live, request)
         if idempotency_key is not None and outcome.replayed:

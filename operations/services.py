@@ -51,7 +51,8 @@ def operation_cancel_by_agent(*, agent: Agent, operation_id: str, reason: str = 
 
     Where the profile documents a cancel request, it is forwarded to the provider by a worker
     (`operations.tasks.forward_provider_cancel`, enqueued in this transaction), so the agent's call
-    never waits on the provider; `cancel_state` shows how far it got. A repeated cancel answers
+    never waits on the provider; `cancel_state` shows how far it got. While another live operation
+    watches the same job nothing is sent (`not_forwarded`). A repeated cancel answers
     with the same operation; cancelling an operation that ended another way is refused.
     """
     problem = check_text("reason", reason, limit=PURPOSE_MAX)

@@ -86,6 +86,7 @@ class CancelState(StrEnum):
     NOT_SUPPORTED = "not_supported"  # the provider answered 405 or 501
     FAILED_TO_FORWARD = "failed_to_forward"  # no answer, or an error status
     NOT_DOCUMENTED = "not_documented"  # the profile documents no cancel request
+    NOT_FORWARDED = "not_forwarded"  # another live operation watches the job: nothing sent
 
 
 def choices_of(enum: type[StrEnum]) -> list[tuple[str, str]]:

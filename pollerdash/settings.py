@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from operations.addresses import allowed_endpoints
 from pollerdash.env import (
     database_from_url,
     env_bool,
@@ -53,6 +54,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "operations.no_store.NoStoreMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -126,6 +128,9 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
+# Error reports (the DEBUG page, error emails) hide webhook URLs, DSNs and routing keys as well.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "pollerdash.error_reports.SafeExceptionReporterFilter"
+
 # --- Logging: stdout, secrets scrubbed --------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOGGING = {
@@ -169,6 +174,9 @@ OPERATION_MAX_DEADLINE_S = env_int("OPERATION_MAX_DEADLINE_S", 7 * 24 * 3600)
 OPERATION_MIN_DEADLINE_S = env_int("OPERATION_MIN_DEADLINE_S", 10)
 OPERATION_MAX_STATUS_REQUESTS = env_int("OPERATION_MAX_STATUS_REQUESTS", 10_000)
 PROVIDER_ERROR_CAP_BYTES = env_int("PROVIDER_ERROR_CAP_BYTES", 8 * 1024)
+# Credential variables a profile may name besides PROVIDER_* (comma-separated); pollerdash's own
+# settings are refused whatever this says (operations/credential_names.py).
+PROVIDER_CREDENTIAL_ENV_ALLOWED = env_list("PROVIDER_CREDENTIAL_ENV_ALLOWED")
 
 # --- Dispatcher -------------------------------------------------------------------------------------
 # Claims per transaction: bounded so the provider-account row locks a pass takes (which a
@@ -253,7 +261,17 @@ API_DB_THREADS = env_int("API_DB_THREADS", 4)
 # Last-Event-ID).
 API_EVENTS_KEEPALIVE_S = env_float("API_EVENTS_KEEPALIVE_S", 15.0)
 API_EVENTS_MAX_S = env_float("API_EVENTS_MAX_S", 300.0)
+# Per-agent quotas (operations.quotas; 429 quota_exceeded with Retry-After, 0 turns one off):
+# operations not done, new registrations per minute, and cards its operations opened this hour
+# (beyond it new registrations wait for the next hour; registered operations are still watched).
+AGENT_MAX_OPEN_OPERATIONS = env_int("AGENT_MAX_OPEN_OPERATIONS", 1000)
+AGENT_REGISTRATIONS_PER_MINUTE = env_int("AGENT_REGISTRATIONS_PER_MINUTE", 120)
+AGENT_CARDS_PER_HOUR = env_int("AGENT_CARDS_PER_HOUR", 30)
+
+# host:port pairs exempt from the public-https rule (a bare host: https on 443 only); a malformed
+# entry stops start-up with its name (operations/addresses.py).
 CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
+allowed_endpoints(tuple(CALLBACK_ALLOWED_HOSTS))
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 
@@ -263,3 +281,13 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "pollerdash@localhost")
 NOTIFY_EMAILS = env_list("NOTIFY_EMAILS")
 NOTIFY_WEBHOOK_URL = env_secret("NOTIFY_WEBHOOK_URL")
 NOTIFY_REMINDER_S = env_int("NOTIFY_REMINDER_S", 15 * 60)
+# Caps on messages to people, beyond which a notification is recorded as skipped, not sent (0 turns
+# one off): per card (the first notice and its reminders; the last one says so) and per hour in all.
+NOTIFY_MAX_PER_CARD = env_int("NOTIFY_MAX_PER_CARD", 24)
+NOTIFY_MAX_PER_HOUR = env_int("NOTIFY_MAX_PER_HOUR", 60)
+
+# --- Dashboard --------------------------------------------------------------------------------------
+# Decision POSTs one person may make per minute (429 beyond it, nothing written), and how long
+# repeats of one refused attempt count on its first record instead of adding records.
+DECISIONS_PER_MINUTE = env_int("DECISIONS_PER_MINUTE", 30)
+DECISION_REPEAT_WINDOW_S = env_int("DECISION_REPEAT_WINDOW_S", 600)

@@ -20,9 +20,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from hypothesis import settings as hypothesis_settings
 
-from tests.support import CANARY, T0, canary_log_handler, canary_rows, job_id
+from tests.support import CANARY, T0, canary_emails, canary_log_handler, canary_rows, has_canary, job_id
 
-os.environ["FAKE_PROVIDER_TOKEN"] = CANARY
+os.environ["PROVIDER_FAKE_TOKEN"] = CANARY
 # Property tests draw the same examples on every run, so a failure in CI reproduces on a laptop.
 hypothesis_settings.register_profile("pollerdash", derandomize=True, database=None)
 hypothesis_settings.load_profile("pollerdash")
@@ -97,7 +97,8 @@ def _fresh_process_caches() -> None:
 
 @pytest.fixture(autouse=True)
 def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After every test: no log record, response or stored row may hold the canary credential."""
+    """After every test: no log record, response, email or stored row may hold the canary credential,
+    as is or encoded (tests/support.py CANARY_FORMS)."""
     from django.core.handlers.base import BaseHandler
 
     leaks: list[str] = []
@@ -105,7 +106,7 @@ def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
 
     def get_response(self: BaseHandler, req: object) -> object:
         response = original(self, req)
-        if not getattr(response, "streaming", False) and CANARY.encode() in response.content:
+        if not getattr(response, "streaming", False) and has_canary(response.content):
             leaks.append(f"response to {getattr(req, 'path', '?')}")
         return response
 
@@ -122,6 +123,7 @@ def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         BaseHandler.get_response = original  # type: ignore[method-assign]
     leaks += canary_log_handler.leaks[start:]
+    leaks += canary_emails()
     if _uses_db(request):
         leaks += canary_rows()
     if request.node.get_closest_marker("canary_planted"):
@@ -183,7 +185,7 @@ def make_profile(db: None, fake_provider: object) -> Callable[..., object]:
             "poll_hint_seconds_field": "poll_after_seconds",
             "poll_hint_time_field": "next_check_at",
             "request_id_header": "X-Request-Id",
-            "credential_env": "FAKE_PROVIDER_TOKEN",
+            "credential_env": "PROVIDER_FAKE_TOKEN",
             "auth_scheme": "Bearer",
             "base_delay_s": 5,
             "max_delay_s": 120,

@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import uuid
 from datetime import UTC, datetime
+from urllib.parse import quote, quote_plus
 
 from django.db import connection
 
-# A credential that must never appear in any response, log record, stored row or error text.
+# A credential that must never appear in any response, log record, stored row, email or error
+# text: not as is, and not in the forms a provider echoing it might use (CANARY_FORMS).
 CANARY = "canary-secret-7f3e9a1c55d24b08"
+
+
+def _encoded(value: str) -> set[str]:
+    raw = value.encode()
+    standard, url_safe = base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()
+    return {value, quote(value, safe=""), quote_plus(value), standard.rstrip("="), url_safe.rstrip("=")}
+
+
+# Unpadded base64 is a prefix of the padded form, so it finds both.
+CANARY_FORMS = tuple(sorted(_encoded(CANARY) | _encoded(f"Bearer {CANARY}")))
+_CANARY_BYTES = tuple(form.encode() for form in CANARY_FORMS)
+
+
+def has_canary(data: str | bytes) -> bool:
+    """Whether `data` holds the canary in any of CANARY_FORMS."""
+    if isinstance(data, bytes):
+        return any(form in data for form in _CANARY_BYTES)
+    return any(form in data for form in CANARY_FORMS)
+
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 
@@ -34,7 +56,7 @@ class _CanaryLogHandler(logging.Handler):
             text = str(record.msg)
         if record.exc_info and record.exc_info[1] is not None:
             text += str(record.exc_info[1])
-        if CANARY in text:
+        if has_canary(text):
             self.leaks.append(f"{record.name}: {text[:200]}")
 
 
@@ -48,11 +70,23 @@ def canary_rows() -> list[str]:
     try:
         for model in (Operation, StatusCheck, Escalation, Decision, CallbackDelivery):
             for row in model.objects.all().values():
-                if CANARY in repr(row):
+                if has_canary(repr(row)):
                     found.append(f"{model.__name__} row")
         for body in AuditEntry.objects.values_list("body", flat=True):
-            if CANARY.encode() in bytes(body):
+            if has_canary(bytes(body)):
                 found.append("AuditEntry body")
     except Exception:  # noqa: BLE001 - the test's own transaction may be unusable; its failure shows
         connection.close_if_unusable_or_obsolete()
+    return found
+
+
+def canary_emails() -> list[str]:
+    """Emails sent in this test (Django's test outbox) whose subject or any body holds the canary."""
+    from django.core import mail
+
+    found = []
+    for message in getattr(mail, "outbox", []):
+        texts = [message.subject, message.body, *(content for content, _ in getattr(message, "alternatives", []))]
+        if any(has_canary(str(text)) for text in texts):
+            found.append(f"email {message.subject!r}")
     return found

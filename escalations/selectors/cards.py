@@ -26,7 +26,7 @@ class CardView:
 
 def card_view(*, escalation: Escalation, now: datetime) -> CardView:
     """The card of an escalation loaded with its operation and provider: four more queries."""
-    decisions = list(Decision.objects.filter(escalation=escalation).select_related("user").order_by("decided_at", "pk"))
+    decisions = list(Decision.objects.filter(escalation=escalation).order_by("decided_at", "pk"))
     card = load_card(escalation=escalation, operation=escalation.operation, now=now, decisions=decisions)
     return CardView(card=card, decisions=decisions)
 

@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime
 from urllib.parse import urlencode
 
-from django.contrib.auth import get_user_model
 from django.core.paginator import Page, Paginator
 from django.db.models import Q, QuerySet
 
 from escalations.selectors.paging import PAGE_SIZE, page_number
 from operations.decisions.options import Kind
 from operations.models import Decision, ProviderProfile
+from operations.query_dates import day_end, day_start, parse_day
 from operations.vocabulary import Reason
 
 OUTCOMES = [choice for choice, _ in Decision.Outcome.choices]
 OPTION_KINDS = [kind.value for kind in Kind]
-
-
-def _parse_day(value: object) -> date | None:
-    try:
-        return date.fromisoformat(str(value)) if value else None
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -39,6 +32,7 @@ class HistoryFilters:
 
     @classmethod
     def from_query(cls, query: dict) -> HistoryFilters:
+        """The filters of a history URL; FilterError names a day that cannot be applied."""
         outcome = str(query.get("outcome", ""))
         option = str(query.get("option", ""))
         reason = str(query.get("reason", ""))
@@ -49,18 +43,17 @@ class HistoryFilters:
             reason=reason if reason in {r.value for r in Reason} else "",
             provider=str(query.get("provider", ""))[:64],
             operation=str(query.get("operation", "")).strip()[:40],
-            since=_parse_day(query.get("since")),
-            until=_parse_day(query.get("until")),
+            since=parse_day(query.get("since"), field="since"),
+            until=parse_day(query.get("until"), field="until"),
         )
 
     @property
     def since_at(self) -> datetime | None:
-        return None if self.since is None else datetime.combine(self.since, time.min, tzinfo=UTC)
+        return day_start(self.since)
 
     @property
     def until_at(self) -> datetime | None:
-        # "until" is a whole day, inclusive.
-        return None if self.until is None else datetime.combine(self.until, time.min, tzinfo=UTC) + timedelta(days=1)
+        return day_end(self.until)
 
     @property
     def active(self) -> bool:
@@ -84,10 +77,11 @@ class HistoryFilters:
 
 def history_queryset(*, filters: HistoryFilters) -> QuerySet[Decision]:
     query = Decision.objects.select_related(
-        "user", "escalation", "operation__provider", "authorization", "confirms__user", "confirmed_by__user"
+        "escalation", "operation__provider", "authorization", "confirms", "confirmed_by"
     ).order_by("-decided_at", "-pk")
     if filters.user:
-        query = query.filter(user__username=filters.user)
+        # The name shown in the history: the one the decision was taken under.
+        query = query.filter(username=filters.user)
     if filters.outcome:
         query = query.filter(outcome=filters.outcome)
         if filters.outcome == Decision.Outcome.AWAITING_SECOND:
@@ -118,11 +112,6 @@ class HistoryView:
 
 def history(*, filters: HistoryFilters, page: object = 1) -> HistoryView:
     page_obj = Paginator(history_queryset(filters=filters), PAGE_SIZE).get_page(page_number(page))
-    users = list(
-        get_user_model()
-        .objects.filter(pk__in=Decision.objects.values("user_id"))
-        .order_by("username")
-        .values_list("username", flat=True)
-    )
+    users = list(Decision.objects.order_by("username").values_list("username", flat=True).distinct())
     providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
     return HistoryView(page=page_obj, filters=filters, users=users, providers=providers)

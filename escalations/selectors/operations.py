@@ -189,7 +189,7 @@ def operation_page(*, operation_id: str, checks_shown: int | None = CHECKS_SHOWN
     )
     decisions = list(
         Decision.objects.filter(operation=operation)
-        .select_related("user", "escalation", "authorization", "confirms__user")
+        .select_related("escalation", "authorization", "confirms")
         .order_by("decided_at", "pk")
     )
     return OperationPage(

@@ -7,6 +7,9 @@ viewer role, every POST the responder role, and Django's CSRF check covers every
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -25,6 +28,7 @@ from operations.audit import export as audit_export
 from operations.decisions import services
 from operations.decisions.options import Kind, parse_option_id
 from operations.models import Escalation
+from operations.query_dates import FilterError
 
 REFRESH_S = 5
 
@@ -106,6 +110,8 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         )
     except Escalation.DoesNotExist:
         raise Http404("no such card") from None
+    except services.TooManyDecisions as exc:
+        return _too_many_decisions(request, escalation_id=escalation_id, exc=exc)
     parsed = parse_option_id(option)
     is_inspect = parsed is not None and parsed.kind is Kind.INSPECT and not result.refused
     operation_url = f"{reverse('operation_detail', args=[result.decision.operation_id])}#card-{escalation_id}"
@@ -132,6 +138,19 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
     return HttpResponseRedirect(operation_url, status=303)
 
 
+def _too_many_decisions(request: HttpRequest, *, escalation_id: int, exc: services.TooManyDecisions) -> HttpResponse:
+    """429 with the card as it is (htmx) or a short page saying so; nothing was recorded."""
+    view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now()) if request.htmx else None
+    if view is not None:
+        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        context = card_context(request, view, where=where, flash={"kind": "error", "text": exc.message})
+        response = render(request, "escalations/_card.html", context, status=429)
+    else:
+        response = render(request, "escalations/too_many_decisions.html", {"message": exc.message}, status=429)
+    response["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
 @responder_required
 @require_POST
 def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
@@ -149,10 +168,32 @@ def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
     )
 
 
+def with_history_filters(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Parse the history filters of the URL for the view; a filter that cannot be applied is a 400
+    page naming it (the history, its exports and its report alike)."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest) -> HttpResponse:
+        try:
+            filters = history_selectors.HistoryFilters.from_query(request.GET)
+        except FilterError as exc:
+            # Back to the history with the other filters kept and the one that failed dropped.
+            kept = request.GET.copy()
+            kept.pop(exc.field, None)
+            kept.pop("page", None)
+            back = reverse("decision_history") + (f"?{kept.urlencode()}" if kept else "")
+            return render(
+                request, "filter_error.html", {"field": exc.field, "message": exc.message, "back": back}, status=400
+            )
+        return view(request, filters)
+
+    return wrapped
+
+
 @viewer_required
 @require_GET
-def history(request: HttpRequest) -> HttpResponse:
-    filters = history_selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     data = history_selectors.history(filters=filters, page=request.GET.get("page"))
     return render(
         request,
@@ -170,8 +211,8 @@ def history(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 @require_GET
-def history_csv(request: HttpRequest) -> HttpResponse:
-    filters = history_selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history_csv(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     return exports.csv_response(
         request,
         filename=f"pollerdash-decisions-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
@@ -182,8 +223,8 @@ def history_csv(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 @require_GET
-def history_jsonl(request: HttpRequest) -> HttpResponse:
-    filters = history_selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
     return audit_jsonl(
         request,
@@ -196,8 +237,8 @@ def history_jsonl(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 @require_GET
-def history_report(request: HttpRequest) -> HttpResponse:
-    filters = history_selectors.HistoryFilters.from_query(request.GET)
+@with_history_filters
+def history_report(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     decisions = list(history_selectors.history_queryset(filters=filters)[: exports.CHUNK])
     return render(
         request,

@@ -14,8 +14,11 @@ per-request thread context:
   so a GET costs one pooled query round trip, not a thread and a connection setup.
 
 The API needs none of the skipped middleware: it is CSRF-exempt and token-authenticated, keeps no
-session, serves no static files, and sets its own response headers. The dashboard and the admin
-go through the ordinary Django ASGI application. Tests that use Django's test client (WSGI) run
+session and serves no static files. The two things the middleware does that the API needs are
+done here: the Host header is checked against ALLOWED_HOSTS (CommonMiddleware's `get_host()`; a
+request for another host is a 400 `host_not_allowed`, as the dashboard answers 400), and
+authenticated answers say `Cache-Control: no-store` (operations/no_store.py). The dashboard and
+the admin go through the ordinary Django ASGI application. Tests that use Django's test client (WSGI) run
 the same views through the ordinary stack.
 """
 
@@ -23,22 +26,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction
-from django.core.exceptions import RequestAborted
+from django.core.exceptions import DisallowedHost, RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
 
-from operations.api.errors import unexpected
+from operations.api.errors import problem, unexpected
+from operations.api.problems import ApiProblem
 from operations.api.wait import run_db
+from operations.no_store import mark_no_store
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
 
 API_PREFIX = "/api/v1/"
+# Where Django reports a refused Host, so one log filter sees the dashboard's and the API's.
+security_logger = logging.getLogger("django.security.DisallowedHost")
 
 
 class ThreadlessHandler(ASGIHandler):
@@ -51,6 +59,14 @@ class ThreadlessHandler(ASGIHandler):
         self._middleware_chain = self._answer_in_json
 
     async def _answer_in_json(self, request: HttpRequest) -> HttpResponseBase:
+        try:
+            request.get_host()
+        except DisallowedHost as exc:
+            security_logger.warning("%s", exc)
+            return problem(
+                request,
+                ApiProblem("host_not_allowed", "This server does not answer for that Host; use its own address."),
+            )
         # Instead of Django's HTML error page: even a failure outside the views is a problem.
         try:
             return await self._get_response_async(request)
@@ -104,7 +120,7 @@ class ThreadlessHandler(ASGIHandler):
         body_file.close()
 
     async def _respond(self, request: object, send: Callable) -> None:
-        response = await self.get_response_async(request)
+        response = mark_no_store(request, await self.get_response_async(request))  # type: ignore[arg-type]
         if not response.streaming and not response.has_header("Content-Length"):
             # What CommonMiddleware would add: lets keep-alive clients skip chunked decoding.
             response["Content-Length"] = str(len(response.content))

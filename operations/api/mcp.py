@@ -21,13 +21,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import StrictInt
 
-from operations import registration, selectors, services
+from operations import quotas, registration, selectors, services
 from operations.agents import agent_authenticate
 from operations.api import selectors as api_selectors
 from operations.api import wait as api_wait
 from operations.api.lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
 from operations.api.parsing import parse_deadline, parse_limit, parse_timeout
-from operations.api.problems import ApiProblem, not_found, problem_body
+from operations.api.problems import ApiProblem, not_found, problem_body, quota_exceeded
 from operations.api.schemas import ListOut, OperationOut
 from operations.models import Agent
 from operations.representation import operation_object
@@ -117,6 +117,8 @@ def _problem_of(exc: Exception) -> ApiProblem | None:
         return not_found(str(exc))
     if isinstance(exc, registration.OperationConflict):
         return ApiProblem(exc.code, exc.message + ".")
+    if isinstance(exc, quotas.QuotaExceeded):
+        return quota_exceeded(quota=exc.quota, message=exc.message, retry_after_s=exc.retry_after_s)
     if isinstance(exc, registration.RegistrationError):
         return ApiProblem(
             exc.problems[0].code if exc.problems[0].code != "invalid_field" else "invalid_value",

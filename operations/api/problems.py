@@ -24,12 +24,14 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "invalid_timeout": (400, "Invalid wait timeout"),
     "invalid_cursor": (400, "Invalid cursor"),
     "idempotency_key_invalid": (400, "Invalid Idempotency-Key"),
+    "host_not_allowed": (400, "Host not allowed"),
     "multiple_idempotency_keys": (400, "More than one Idempotency-Key"),
     "unauthenticated": (401, "Missing, unknown or revoked API token"),
     "operation_not_found": (404, "Operation not found"),
     "not_found": (404, "No such API resource"),
     "method_not_allowed": (405, "Method not allowed"),
     "operation_exists": (409, "Operation already exists"),
+    "job_already_watched": (409, "Job already watched by another client"),
     "idempotency_key_in_flight": (409, "Request with this Idempotency-Key is still in progress"),
     "operation_already_terminal": (409, "Operation already finished"),
     "operation_not_done": (409, "Operation not done"),
@@ -43,6 +45,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "callback_url_rejected": (422, "Callback URL rejected"),
     "invalid_value": (422, "Value not accepted"),
     "too_many_waits": (429, "Too many concurrent waits"),
+    "quota_exceeded": (429, "Quota exceeded"),
     "internal": (500, "Internal error"),
     "unavailable": (503, "Temporarily unavailable"),
 }
@@ -112,4 +115,14 @@ def not_found(operation_id: str) -> ApiProblem:
         "operation_not_found",
         f"You have no operation {operation_id[:40]!r}. List yours with GET /api/v1/operations?view=open.",
         extra={"operation_id": operation_id[:40]},
+    )
+
+
+def quota_exceeded(*, quota: str, message: str, retry_after_s: int) -> ApiProblem:
+    """A refusal by one of the agent's quotas (operations.quotas): the API and MCP answer alike."""
+    return ApiProblem(
+        "quota_exceeded",
+        message + ".",
+        extra={"quota": quota, "retry_after_s": retry_after_s},
+        headers={"Retry-After": str(retry_after_s)},
     )

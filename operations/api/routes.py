@@ -20,7 +20,7 @@ from django.urls import URLPattern, include, path, re_path
 from ninja import Path, Query
 from ninja.security import HttpBearer
 
-from operations import registration, selectors, services
+from operations import quotas, registration, selectors, services
 from operations.agents import agent_authenticate
 from operations.api import docs
 from operations.api import errors as api_errors
@@ -36,7 +36,7 @@ from operations.api.parsing import (
     parse_timeout,
     reject_unknown_query,
 )
-from operations.api.problems import PROBLEMS, ApiProblem, FieldError, not_found
+from operations.api.problems import PROBLEMS, ApiProblem, FieldError, not_found, quota_exceeded
 from operations.api.schemas import AckIn, CancelIn, RegisterIn
 from operations.models import Agent
 from operations.representation import API_PREFIX, operation_object
@@ -196,6 +196,8 @@ def register_operation(request: HttpRequest) -> HttpResponse:
         raise _registration_problem(exc) from None
     except registration.OperationConflict as exc:
         raise _conflict_problem(exc) from None
+    except quotas.QuotaExceeded as exc:
+        raise quota_exceeded(quota=exc.quota, message=exc.message, retry_after_s=exc.retry_after_s) from None
     obj = _render(outcome.operation)
     location = f"{API_PREFIX}/{obj['id']}"
     headers = {"Location": location, "Content-Location": location}
@@ -223,6 +225,7 @@ docs.document(
     "idempotency_key_invalid",
     "multiple_idempotency_keys",
     "operation_exists",
+    "job_already_watched",
     "idempotency_key_in_flight",
     "idempotency_key_reused",
     "unknown_provider",
@@ -230,6 +233,7 @@ docs.document(
     "deadline_in_past",
     "deadline_too_far",
     "callback_url_rejected",
+    "quota_exceeded",
 )
 
 

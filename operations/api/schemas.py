@@ -21,7 +21,7 @@ class _Strict(BaseModel):
 
 class CallbackIn(_Strict):
     url: str = Field(
-        description="https URL on a public address (hosts in CALLBACK_ALLOWED_HOSTS excepted); "
+        description="https URL on a public address (the host:port pairs in CALLBACK_ALLOWED_HOSTS excepted); "
         "receives Standard Webhooks deliveries"
     )
 
@@ -100,7 +100,7 @@ class CancelOut(BaseModel):
     reason: str | None
     state: str | None = Field(
         description="requested | forwarding | forwarded | confirmed | not_supported | failed_to_forward | "
-        "not_documented"
+        "not_documented | not_forwarded (another live watch of the job exists: nothing sent)"
     )
 
 

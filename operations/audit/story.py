@@ -236,6 +236,44 @@ def _callback_failed(data: Mapping[str, object], actor: str, at: datetime) -> st
     )
 
 
+def _profile_changed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    fields = data.get("fields") or []
+    named = ", ".join(str(name) for name in fields) if isinstance(fields, list) else ""
+    return f"{actor} {data.get('change')} provider profile {data.get('slug')}" + (f" ({named})" if named else "")
+
+
+def _roles(roles: Mapping[str, object]) -> str:
+    named = [str(group) for group in roles.get("groups") or []]  # type: ignore[union-attr]
+    named += [flag.replace("is_", "") for flag in ("is_staff", "is_superuser") if roles.get(flag)]
+    return ", ".join(named) or "no role"
+
+
+def _user_created(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    state = "" if data.get("is_active") else " (inactive)"
+    return f"{actor} created the account {data.get('username')}{state}: {_roles(data)}"
+
+
+def _user_renamed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} renamed the account {data.get('old_username')} to {data.get('username')}"
+
+
+def _user_roles_changed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    before, after = data.get("before") or {}, data.get("after") or {}
+    return f"{actor} changed the roles of {data.get('username')}: {_roles(before)} -> {_roles(after)}"  # type: ignore[arg-type]
+
+
+def _user_deactivated(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} deactivated the account {data.get('username')}"
+
+
+def _user_reactivated(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} reactivated the account {data.get('username')}"
+
+
+def _user_deleted(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} deleted the account {data.get('username')} ({_roles(data)})"
+
+
 def _generic(data: Mapping[str, object], actor: str, at: datetime) -> str:
     shown = ", ".join(f"{key}={_quote(value, limit=60)}" for key, value in data.items() if value is not None)
     return f"{actor}: {shown}" if shown else actor
@@ -254,6 +292,13 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "operation.cancel_forwarded": _cancel_forwarded,
     "operation.acknowledged": _acknowledged,
     "callback.failed": _callback_failed,
+    "profile.changed": _profile_changed,
+    "user.created": _user_created,
+    "user.renamed": _user_renamed,
+    "user.roles_changed": _user_roles_changed,
+    "user.deactivated": _user_deactivated,
+    "user.reactivated": _user_reactivated,
+    "user.deleted": _user_deleted,
 }
 
 

@@ -79,4 +79,16 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "state",
     ),
     "callback.failed": ("event_id", "event_type", "attempts", "http_status", "reason"),
+    # A provider profile created, changed or deleted (admin or loadprofiles): `fields` names every
+    # changed field; before/after hold the values of the ones that say where a credential goes and
+    # how answers are read (URLs, the credential variable's name, the state table), never a secret.
+    "profile.changed": ("slug", "change", "fields", "before", "after"),
+    # People (escalations/user_audit.py): roles are groups plus the staff and superuser flags;
+    # `before` / `after` hold {"groups", "is_staff", "is_superuser"}.
+    "user.created": ("user_id", "username", "is_active", "groups", "is_staff", "is_superuser"),
+    "user.renamed": ("user_id", "username", "old_username"),
+    "user.roles_changed": ("user_id", "username", "before", "after"),
+    "user.deactivated": ("user_id", "username"),
+    "user.reactivated": ("user_id", "username"),
+    "user.deleted": ("user_id", "username", "groups", "is_staff", "is_superuser"),
 }

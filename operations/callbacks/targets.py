@@ -1,7 +1,9 @@
-"""Where a callback may go: https on a public address, unless the host is in CALLBACK_ALLOWED_HOSTS.
+"""Where a callback may go: https on a public address (operations/addresses.py), unless the exact host
+and port are listed in CALLBACK_ALLOWED_HOSTS.
 
 Checked at registration (`callback_url_problem`) and again at send time (`resolve_target`), which
-resolves the name and sends to the checked address (DNS rebinding cannot swap it afterwards).
+resolves the name, checks every address it resolves to, and sends to the checked address (DNS
+rebinding cannot swap it afterwards).
 """
 
 from __future__ import annotations
@@ -14,26 +16,17 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from operations.addresses import allowed_by_entries, host_is_listed, is_public
+
 URL_MAX = 2048
 ALLOWED_PORTS = (None, 443, 8443)
 _HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 _NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)")
 _INTERNAL_SUFFIXES = (".localhost", ".local", ".internal", ".localdomain", ".home.arpa", ".lan", ".intranet")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
-def _allowed_host(host: str) -> bool:
-    allowed = {h.strip().lower().rstrip(".").strip("[]") for h in settings.CALLBACK_ALLOWED_HOSTS if h.strip()}
-    return host in allowed
-
-
-def _public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return _public(ip.ipv4_mapped)
-        if ip in _NAT64:
-            return _public(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    return ip.is_global and not ip.is_multicast
+def _allowed(*, scheme: str, host: str, port: int | None) -> bool:
+    return allowed_by_entries(tuple(settings.CALLBACK_ALLOWED_HOSTS), scheme=scheme, host=host, port=port)
 
 
 def _host_of(url: str) -> tuple[str, str, int | None] | str:
@@ -65,8 +58,16 @@ def callback_url_problem(url: str) -> str | None:
     if isinstance(read, str):
         return read
     scheme, host, port = read
-    if _allowed_host(host):
-        return None if scheme in ("http", "https") else "must use https"
+    if _allowed(scheme=scheme, host=host, port=port):
+        return None
+    problem = _public_url_problem(scheme=scheme, host=host, port=port)
+    if problem is not None and host_is_listed(tuple(settings.CALLBACK_ALLOWED_HOSTS), host=host):
+        # The exemption is for the listed port (and scheme) only; say so rather than puzzle the agent.
+        return f"{problem} (CALLBACK_ALLOWED_HOSTS exempts {host} on its listed port only)"
+    return problem
+
+
+def _public_url_problem(*, scheme: str, host: str, port: int | None) -> str | None:
     if scheme != "https":
         return "must use https"
     if port not in ALLOWED_PORTS:
@@ -76,7 +77,7 @@ def callback_url_problem(url: str) -> str | None:
     except ValueError:
         ip = None
     if ip is not None:
-        return None if _public(ip) else f"points at a non-public address ({ip})"
+        return None if is_public(ip) else f"points at a non-public address ({ip})"
     labels = host.split(".")
     if _NUMERIC_LABEL.fullmatch(labels[-1]) or all(_NUMERIC_LABEL.fullmatch(label) for label in labels):
         return "uses an alternate IP address encoding (decimal, hex or octal); write a public DNS name"
@@ -104,7 +105,7 @@ def resolve_target(url: str) -> Target:
     if problem is not None:
         raise TargetRefused(f"callback URL {problem}")
     scheme, host, port = _host_of(url)  # type: ignore[misc]
-    if _allowed_host(host):
+    if _allowed(scheme=scheme, host=host, port=port):
         return Target(url=url, headers={}, extensions={})
     try:
         ipaddress.ip_address(host)
@@ -123,7 +124,7 @@ def resolve_target(url: str) -> Target:
             raise TargetRefused(f"{host} resolved to an unreadable address") from None
     if not addresses:
         raise TargetRefused(f"{host} resolved to no address")
-    private = [str(ip) for ip in addresses if not _public(ip)]
+    private = [str(ip) for ip in addresses if not is_public(ip)]
     if private:
         raise TargetRefused(f"{host} resolves to a non-public address ({private[0]}); not sent")
     ip = addresses[0]

@@ -148,7 +148,7 @@ def build_card(
         provider_state=(escalation.context or {}).get("provider_state") or operation.last_provider_state or None,
         cancel_sent=bool(cancel),
         credential_changed=credential_changed,
-        accepted_by=awaiting.user.get_username() if awaiting is not None else None,
+        accepted_by=awaiting.username if awaiting is not None else None,
     )
     is_open = escalation.state == Escalation.State.OPEN
     return Card(
@@ -179,8 +179,7 @@ def load_card(
     is_open = escalation.state == Escalation.State.OPEN
     if decisions is None:
         awaiting = (
-            Decision.objects.select_related("user")
-            .filter(escalation=escalation, outcome=Decision.Outcome.AWAITING_SECOND)
+            Decision.objects.filter(escalation=escalation, outcome=Decision.Outcome.AWAITING_SECOND)
             .order_by("decided_at")
             .first()
         )

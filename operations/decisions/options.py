@@ -244,7 +244,7 @@ def unavailable_notes(*, facts: Facts, caps: Capabilities) -> list[str]:
             notes.append("The credential changed since the denial: one retry with the new credential is offered.")
         else:
             notes.append(
-                "No retry: the credential is unchanged since the provider denied it. Rotate it first; "
+                "No retry: the credential is unchanged since it was refused. Rotate it first; "
                 "an identical retry is never offered."
             )
     return notes

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
+from operations import ratelimit
 from operations.decisions.check import (
     NOT_OFFERED,
     STALE,
@@ -28,7 +31,21 @@ from operations.lifecycle import humans
 from operations.lifecycle.cards import assign_card
 from operations.models import Decision, Escalation
 from operations.provider_cancel import send_provider_cancel
-from operations.vocabulary import CONTROL_CHARACTERS
+from operations.vocabulary import CONTROL_CHARACTERS, CancelState
+
+
+@dataclass
+class TooManyDecisions(Exception):
+    """The person passed DECISIONS_PER_MINUTE: the decision was not considered and nothing was written."""
+
+    retry_after_s: int
+
+    @property
+    def message(self) -> str:
+        return (
+            f"Too many decisions: at most {settings.DECISIONS_PER_MINUTE} per minute per person. Nothing was "
+            f"recorded; try again in {self.retry_after_s} s"
+        )
 
 
 @dataclass(frozen=True)
@@ -61,10 +78,21 @@ def escalation_decide(
 ) -> DecideResult:
     """Apply one option of a card for `user`, or refuse it and record the refusal.
 
-    Raises Escalation.DoesNotExist for an unknown card. Everything else (stale version, an option
-    or duration the card does not offer, a missing comment, the same person confirming their own
-    acceptance) is a recorded refusal, returned as a DecideResult.
+    Raises TooManyDecisions beyond DECISIONS_PER_MINUTE for this person (counted before anything
+    else, in the database so it holds across web processes) and Escalation.DoesNotExist for an
+    unknown card. Everything else (stale version, an option or duration the card does not offer, a
+    missing comment, the same person confirming their own acceptance) is a recorded refusal,
+    returned as a DecideResult.
     """
+    if settings.DECISIONS_PER_MINUTE > 0:
+        wait_s = ratelimit.take(
+            key=f"decisions:user:{user.pk}",  # type: ignore[attr-defined]
+            limit=settings.DECISIONS_PER_MINUTE,
+            window_s=60,
+            now=timezone.now(),
+        )
+        if wait_s is not None:
+            raise TooManyDecisions(retry_after_s=wait_s)
     operation_id = Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id)
     posted_id = option_id if isinstance(option_id, str) else ""
     text = clean_comment(comment)
@@ -155,6 +183,11 @@ def _cancel_at_provider(
         )
     if confirmed:
         message = "The provider confirmed the cancel: the operation is cancelled."
+    elif result.state is CancelState.NOT_FORWARDED:
+        message = (
+            "Cancel not sent: another live operation watches this job, and the cancel would end its job too. "
+            "The card stays open."
+        )
     else:
         answer = describe_cancel(record=result.as_record())
         message = f"Cancel sent; the provider answered {answer}. The card stays open."

@@ -19,6 +19,7 @@ from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.lifecycle.cards import supersede_card
 from operations.models import Agent, CallbackDelivery, Operation
 from operations.provider_cancel import CancelResult
+from operations.selectors import job_watched_elsewhere
 from operations.vocabulary import CancelState, Status
 
 WATCH_CANCELLED = "watch_cancelled"
@@ -36,6 +37,9 @@ _CANCEL_NOTES = {
         "The cancel request could not be delivered, so the job may still run at the provider."
     ),
     CancelState.NOT_DOCUMENTED: "The provider documents no cancel request, so the job may still run there.",
+    CancelState.NOT_FORWARDED: (
+        "No cancel request was sent: another live watch of this job exists, so it keeps running."
+    ),
 }
 
 
@@ -67,16 +71,21 @@ def acknowledge(*, op: Operation, agent: Agent, now: datetime) -> None:
 def cancel_watch(*, op: Operation, agent: Agent, reason: str, now: datetime) -> None:
     """Stop watching at once: `closed` with error.code `watch_cancelled`; an open card is superseded;
     where the profile documents a cancel request, a worker forwards it (enqueued here, so the agent's
-    call never waits on the provider)."""
+    call never waits on the provider) — never while another live operation watches the job."""
     was = op.status
-    forward = op.provider.has_cancel
+    # Never for a job another live operation watches: the cancel would end that watch's job too.
+    watched_elsewhere = op.provider.has_cancel and job_watched_elsewhere(operation=op)
+    forward = op.provider.has_cancel and not watched_elsewhere
     op.status = Status.CLOSED
     op.completed_at = now
     op.next_poll_at = None
     op.result = None
     op.cancel_requested_at = now
     op.cancel_reason = reason
-    op.cancel_state = CancelState.REQUESTED if forward else CancelState.NOT_DOCUMENTED
+    if forward:
+        op.cancel_state = CancelState.REQUESTED
+    else:
+        op.cancel_state = CancelState.NOT_FORWARDED if watched_elsewhere else CancelState.NOT_DOCUMENTED
     op.error = {"code": WATCH_CANCELLED, "message": watch_cancelled_message(op.cancel_state), "provider_error": None}
     op.sequence += 1
     op.updated_at = now

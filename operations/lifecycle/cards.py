@@ -10,7 +10,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from operations import events
+from operations import events, quotas
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
@@ -40,6 +40,8 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
         context={key: value for key, value in context.items() if value is not None},
     )
     record_event(operation=operation, event_type=EVENT_NEEDS_ATTENTION)
+    if operation.agent_id is not None:
+        quotas.count_card(agent_id=operation.agent_id, now=now)
     events.card_opened.send(sender=Escalation, escalation=escalation)
     audit.append(
         entry_type="escalation.opened",

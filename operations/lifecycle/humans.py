@@ -8,8 +8,10 @@ version it was decided against, taken before anything changes.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
+from django.db.models import F
 from django.utils import timezone
 
 from operations.audit import entries as audit
@@ -119,10 +121,22 @@ def _decision_entry(
 def refuse(
     *, card: Card, user: object, posted_id: str, posted_version: object, version: int | None, comment: str, why: str
 ) -> Decision:
-    """Record a refused attempt: who tried what against which version, and why it was refused."""
+    """Record a refused attempt: who tried what against which version, and why it was refused.
+
+    The same refusal again soon (same person, card, option, card version and reason, within
+    DECISION_REPEAT_WINDOW_S of its last repeat) is counted on the first record instead: no new row,
+    no new audit entry; the comment of the first attempt is the one kept.
+    """
+    option = _printable(posted_id)[:100]
+    repeated = _same_refusal(card=card, user=user, option=option, version=version, why=why)
+    if repeated is not None:
+        now = card.facts.now
+        Decision.objects.filter(pk=repeated.pk).update(repeat_count=F("repeat_count") + 1, last_repeated_at=now)
+        repeated.repeat_count += 1
+        repeated.last_repeated_at = now
+        return repeated
     snapshot = card.snapshot()
     snapshot["posted"] = {"option": posted_id[:100], "card_version": str(posted_version)[:20]}
-    option = _printable(posted_id)[:100]
     return _record(
         card=card,
         user=user,
@@ -135,6 +149,26 @@ def refuse(
         data={"option": option, "card_version": version, "reason": why},
         refusal_reason=why,
     )
+
+
+def _same_refusal(*, card: Card, user: object, option: str, version: int | None, why: str) -> Decision | None:
+    """The latest identical refusal on this card by this person, if it was tried within the window."""
+    latest = (
+        Decision.objects.filter(
+            escalation=card.escalation,
+            user=user,
+            outcome=Decision.Outcome.REFUSED,
+            option=option,
+            card_version=version,
+            refusal_reason=why,
+        )
+        .order_by("-decided_at", "-pk")
+        .first()
+    )
+    if latest is None:
+        return None
+    last_seen = latest.last_repeated_at or latest.decided_at
+    return latest if card.facts.now - last_seen <= timedelta(seconds=settings.DECISION_REPEAT_WINDOW_S) else None
 
 
 def record_inspect(*, card: Card, option: Option, user: object, comment: str) -> Decision:
@@ -268,7 +302,7 @@ def accept_output(*, card: Card, option: Option, user: object, comment: str, now
             snapshot=snapshot,
             card_version=version,
         )
-    first_name = first.user.get_username()
+    first_name = first.username
     _finish(
         operation,
         status=Status.SUCCEEDED,

@@ -8,6 +8,7 @@ from operations.models.escalation import Decision, Escalation
 from operations.models.heartbeat import ProcessHeartbeat
 from operations.models.operation import Operation
 from operations.models.profile import ProviderProfile
+from operations.models.rate_window import RateWindow
 from operations.models.status_check import StatusCheck
 
 __all__ = [
@@ -27,5 +28,6 @@ __all__ = [
     "ProcessHeartbeat",
     "ProviderAccount",
     "ProviderProfile",
+    "RateWindow",
     "StatusCheck",
 ]

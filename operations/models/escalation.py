@@ -43,6 +43,8 @@ class Escalation(models.Model):
     )
     last_notified_at = models.DateTimeField(null=True, blank=True)
     notifications_sent = models.PositiveIntegerField(default=0)
+    # Notifications not sent because a cap was reached (NOTIFY_MAX_PER_CARD, NOTIFY_MAX_PER_HOUR).
+    notifications_skipped = models.PositiveIntegerField(default=0)
     # cancel_at_provider: the one cancel request sent from this card and the provider's answer
     # ({"state", "http_status", "provider_state", "provider_request_id", "detail", "decision_id", "sent_at"}).
     cancel_response = models.JSONField(null=True, blank=True)
@@ -80,6 +82,10 @@ class Decision(models.Model):
     escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="decisions")
     operation = models.ForeignKey("operations.Operation", on_delete=models.CASCADE, related_name="decisions")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # The name the user had when deciding, as the audit chain records it: pages and exports show
+    # this, so renaming the account later does not rewrite who decided (the `user` link still
+    # says which account it was).
+    username = models.CharField(max_length=150, editable=False)
     decided_at = models.DateTimeField()
     option = models.CharField(max_length=100)
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
@@ -99,6 +105,11 @@ class Decision(models.Model):
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="confirmed_by"
     )
     audit_seq = models.BigIntegerField(null=True, blank=True)
+    # A refusal tried again identically (same person, card, option, card version and reason) within
+    # DECISION_REPEAT_WINDOW_S of this row is counted here, not recorded again: no new row and no
+    # new audit entry, so a stuck or hostile client cannot flood the append-only chain.
+    repeat_count = models.PositiveIntegerField(default=0)
+    last_repeated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "escalations_decision"
@@ -107,7 +118,14 @@ class Decision(models.Model):
             models.Index(fields=["decided_at"], name="decision_time_idx"),
             models.Index(fields=["operation", "decided_at"], name="decision_operation_idx"),
             models.Index(fields=["user", "decided_at"], name="decision_user_idx"),
+            models.Index(fields=["username", "decided_at"], name="decision_username_idx"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.option} by {self.user_id} ({self.outcome})"
+        return f"{self.option} by {self.username or self.user_id} ({self.outcome})"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        # Filled once, from the deciding user, however the row is created.
+        if not self.username:
+            self.username = self.user.get_username()
+        super().save(*args, **kwargs)

@@ -87,11 +87,16 @@ class Operation(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            # One live watch per agent and provider job: a second register replays or conflicts.
+            # One live agent watch per provider job (account, not profile: every profile of an
+            # account reaches its jobs with the same credential). A provider cancel ends the job
+            # for every watcher, so a second agent must never hold a watch it could cancel. The
+            # same agent's second register replays or conflicts; an operator may watch a job twice
+            # on purpose (`watch --again`), and an agent is refused a job an operator watches at
+            # registration (operations.services).
             models.UniqueConstraint(
-                fields=["agent", "provider", "provider_job_id"],
-                condition=Q(status__in=sorted(s.value for s in NOT_DONE_STATUSES)),
-                name="one_live_operation_per_agent_job",
+                fields=["account", "provider_job_id"],
+                condition=Q(status__in=sorted(s.value for s in NOT_DONE_STATUSES), agent__isnull=False),
+                name="one_live_agent_watch_per_job",
             ),
             models.CheckConstraint(
                 condition=Q(status_requests_used__lte=models.F("max_status_requests")),

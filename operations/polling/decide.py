@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import TypeVar
 
 from operations.polling.schedule import Wait, plan_wait
 from operations.polling.signals import (
@@ -24,6 +25,8 @@ from operations.polling.signals import (
 )
 from operations.polling.states import MISSING, StateClass, StateTable, describe_state, extract
 from operations.vocabulary import DelaySource, Reason, Status
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,8 @@ class Observation:
     http_status: int | None = None
     headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     body: bytes | None = None
-    # timeout | connect_error | body_too_large | protocol_error | ... ; None when a response came.
+    # A word of operations.http.TRANSPORT_ERRORS (timeout, connect_error, body_too_large,
+    # invalid_credential, ...); None when a response came.
     transport_error: str | None = None
     transport_detail: str = ""
 
@@ -106,6 +110,17 @@ class Decision:
     progress_counts: dict | None = None
     warnings: tuple[str, ...] = ()
 
+    def redacted(self, *, redact: Callable[[T], T]) -> Decision:
+        """This decision with `redact` applied to every value that came from the provider."""
+        return replace(
+            self,
+            explanation=redact(self.explanation),
+            provider_state=redact(self.provider_state),
+            result=redact(self.result),
+            error=redact(self.error),
+            warnings=redact(self.warnings),
+        )
+
     @property
     def code(self) -> str:
         """The decision word recorded on the StatusCheck and in the audit entry."""
@@ -117,6 +132,7 @@ class Decision:
 
 
 BODY_TOO_LARGE = "body_too_large"
+INVALID_CREDENTIAL = "invalid_credential"
 
 
 class _Body:
@@ -154,6 +170,12 @@ def _no_constants(name: str) -> object:
 def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: random.Random) -> Decision:
     """The decision for one response, following DESIGN.md section 5 row by row."""
     obs = observation
+    if obs.transport_error == INVALID_CREDENTIAL:
+        # Nothing was sent, and sending again would not help until someone fixes the credential:
+        # the same card as a refused one, so it offers a retry once the credential changed.
+        return _escalate(
+            Reason.AUTHORIZATION_DENIED, INVALID_CREDENTIAL, obs.transport_detail or "the credential cannot be sent"
+        )
     if obs.transport_error is not None and obs.transport_error != BODY_TOO_LARGE:
         return _transport_failure(
             policy,

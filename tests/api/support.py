@@ -33,7 +33,8 @@ class Receiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/pollerdash"
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hooks/pollerdash"
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -19,6 +19,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from standardwebhooks import Webhook
 
+from operations.addresses import allowed_endpoints
 from operations.callbacks import delivery as callbacks_delivery
 from operations.callbacks import outbox, targets
 from operations.callbacks.delivery import dispatch_due_callbacks
@@ -34,8 +35,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def receiver(settings):
-    settings.CALLBACK_ALLOWED_HOSTS = ["127.0.0.1"]
     found = Receiver()
+    settings.CALLBACK_ALLOWED_HOSTS = [f"127.0.0.1:{found.port}"]
     yield found
     found.stop()
 
@@ -124,11 +125,73 @@ def test_public_https_callback_urls_are_accepted(url):
     assert callback_url_problem(url) is None
 
 
-def test_allowed_hosts_may_use_loopback_and_http(settings):
-    settings.CALLBACK_ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+def test_allowed_host_port_pairs_may_use_loopback_and_http(settings):
+    settings.CALLBACK_ALLOWED_HOSTS = ["127.0.0.1:8123", "localhost:9", "[::1]:8123"]
     assert callback_url_problem("http://127.0.0.1:8123/hook") is None
+    assert callback_url_problem("https://127.0.0.1:8123/hook") is None
     assert callback_url_problem("http://localhost:9/hook") is None
+    assert callback_url_problem("http://[::1]:8123/hook") is None
+    assert callback_url_problem("http://[0:0::1]:8123/hook") is None  # one address, two spellings
     assert callback_url_problem("http://10.0.0.1/hook") is not None
+
+
+@pytest.mark.parametrize(
+    ("allowed", "url"),
+    [
+        # Another port of an allowed host: Redis, the fake provider's reset endpoint, anything.
+        (["127.0.0.1:8123"], "http://127.0.0.1:6379/"),
+        (["127.0.0.1:8123"], "http://127.0.0.1:8765/_reset"),
+        (["127.0.0.1:8123"], "https://127.0.0.1/hook"),
+        (["127.0.0.1:8123"], "http://127.0.0.1/hook"),
+        # A bare host is https on 443 only.
+        (["127.0.0.1"], "http://127.0.0.1/hook"),
+        (["127.0.0.1"], "http://127.0.0.1:443/hook"),
+        (["127.0.0.1"], "https://127.0.0.1:6379/hook"),
+        (["127.0.0.1"], "https://127.0.0.1:8443/hook"),
+        (["localhost"], "http://localhost:9/hook"),
+        (["[::1]:8123"], "http://[::1]:6379/hook"),
+        (["127.0.0.1:8123"], "ftp://127.0.0.1:8123/hook"),
+    ],
+)
+def test_an_allowed_host_exempts_only_its_listed_port(settings, api, profile, allowed, url):
+    settings.CALLBACK_ALLOWED_HOSTS = allowed
+    problem = callback_url_problem(url)
+    assert problem is not None and "CALLBACK_ALLOWED_HOSTS exempts" in problem, (url, problem)
+    response = api.register(provider=profile.slug, provider_job_id=job_id("slow_success"), callback={"url": url})
+    assert response.status_code == 422 and response.json()["code"] == "callback_url_rejected"
+
+
+def test_a_bare_allowed_host_is_https_on_443(settings):
+    settings.CALLBACK_ALLOWED_HOSTS = ["hooks.internal", "127.0.0.1"]
+    assert callback_url_problem("https://hooks.internal/cb") is None
+    assert callback_url_problem("https://hooks.internal:443/cb") is None
+    assert callback_url_problem("https://127.0.0.1/cb") is None
+    # Exempt names are sent as they are (no public-address check), on that port only.
+    assert targets.resolve_target("https://hooks.internal/cb").url == "https://hooks.internal/cb"
+
+
+def test_a_public_host_that_is_also_listed_keeps_the_public_rules(settings):
+    settings.CALLBACK_ALLOWED_HOSTS = ["hooks.example.com:9000"]
+    assert callback_url_problem("https://hooks.example.com:8443/cb") is None
+    assert callback_url_problem("http://hooks.example.com:9000/cb") is None
+
+
+def test_a_callback_to_another_port_of_an_allowed_host_is_never_sent(settings, receiver, register, drive):
+    """Allowed when registered (the entry named that port) and the entry changed since: send time
+    checks again and sends nothing to the port no longer listed."""
+    created = register("slow_success", params={"polls": 1}, callback={"url": receiver.url})
+    settings.CALLBACK_ALLOWED_HOSTS = [f"127.0.0.1:{receiver.port + 1}"]
+    drive(Operation.objects.get(pk=created["id"]))
+    assert deliver_due() == ["retry"]
+    assert receiver.requests == []
+    delivery = CallbackDelivery.objects.get(operation_id=created["id"])
+    assert "CALLBACK_ALLOWED_HOSTS exempts 127.0.0.1 on its listed port only" in delivery.last_error
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1:99999", "::1", "[::g]:80", "host:port", "https://hooks.example.com"])
+def test_a_malformed_allowed_hosts_entry_is_named(entry):
+    with pytest.raises(ValueError, match="CALLBACK_ALLOWED_HOSTS entry"):
+        allowed_endpoints((entry,))
 
 
 def test_a_name_that_resolves_to_a_private_address_is_refused_at_send_time(register, drive, monkeypatch):
@@ -328,3 +391,29 @@ def test_an_agent_cancel_announces_the_closed_operation(register, receiver, api)
     assert "delivered" in deliver_due()  # beside the provider cancel forwarded by the same workers
     data = json.loads(receiver.requests[0]["body"])["data"]
     assert data["status"] == "closed" and data["done"] is True
+
+
+def test_the_failed_callback_email_quotes_the_agents_address_after_the_link_and_defanged(
+    register, drive, monkeypatch, settings, clock, mailoutbox
+):
+    settings.NOTIFY_EMAILS = ["oncall@example.com"]
+    created = register("slow_success", params={"polls": 1}, callback={"url": "https://login.evil.example/cb"})
+    drive(Operation.objects.get(pk=created["id"]))
+    monkeypatch.setattr(
+        targets.socket,
+        "getaddrinfo",
+        lambda *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", 443))],
+    )
+    for _ in range(12):
+        due = CallbackDelivery.objects.get(operation_id=created["id"])
+        if due.state != "pending":
+            break
+        clock.move_to(max(due.next_attempt_at, timezone.now()), tick=False)
+        deliver_due()
+    run_queued_tasks()  # on-call is told by a worker, after the commit
+    [mail] = mailoutbox
+    lines = mail.body.splitlines()
+    [why] = [n for n, line in enumerate(lines) if line.startswith("Why (may quote the agent's callback address")]
+    assert lines.index(f"{settings.SITE_URL}/operations/{created['id']}/") < why
+    assert "login[.]evil[.]example resolves to a non-public address (10[.]1[.]2[.]3)" in lines[why]
+    assert "evil.example" not in mail.body

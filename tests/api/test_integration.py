@@ -41,14 +41,24 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def running(transactional_db: None, fake_provider: ProviderProcess, tmp_path: Path) -> Iterator[str]:
+def receiver() -> Iterator[Receiver]:
+    """A callback receiver; the processes allow exactly its host and port (CALLBACK_ALLOWED_HOSTS)."""
+    found = Receiver()
+    yield found
+    found.stop()
+
+
+@pytest.fixture
+def running(
+    transactional_db: None, fake_provider: ProviderProcess, receiver: Receiver, tmp_path: Path
+) -> Iterator[str]:
     """uvicorn + qcluster + dispatch_polls on the test database; yields the web URL."""
     env = {
         **os.environ,
         "DATABASE_URL": subprocess_database_url(),
         "SECRET_KEY": os.environ.get("SECRET_KEY", "test-only-not-secret"),
-        "FAKE_PROVIDER_TOKEN": CANARY,
-        "CALLBACK_ALLOWED_HOSTS": "127.0.0.1",
+        "PROVIDER_FAKE_TOKEN": CANARY,
+        "CALLBACK_ALLOWED_HOSTS": f"127.0.0.1:{receiver.port}",
         "LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
         "Q_WORKERS": "2",
@@ -88,40 +98,34 @@ def running(transactional_db: None, fake_provider: ProviderProcess, tmp_path: Pa
         assert not leaked, f"the canary credential leaked into process output: {leaked}"
 
 
-def test_await_operation_against_running_processes(running, agent, make_profile):
+def test_await_operation_against_running_processes(running, receiver, agent, make_profile):
     profile = make_profile(base_delay_s=0.3, max_delay_s=0.5, jitter_floor=0.5)
-    receiver = Receiver()
-    try:
-        with PollerdashClient(running, agent.token) as client:
-            ops = {
-                "slow success": client.register(
-                    profile.slug, job_id("slow_success", polls=3), callback_url=receiver.url
-                ),
-                "late failure": client.register(profile.slug, job_id("late_failure", polls=2)),
-                "never finishes": client.register(profile.slug, job_id("never_finishes")),
-                "unknown state": client.register(profile.slug, job_id("unknown_state", value="needs_payment")),
-            }
-            waits = {"slow success": 30, "late failure": 30, "never finishes": 2, "unknown state": 30}
-            with ThreadPoolExecutor(max_workers=4) as pool:
-                futures = {name: pool.submit(client.await_operation, op["id"], waits[name]) for name, op in ops.items()}
-                results = {name: future.result(timeout=60) for name, future in futures.items()}
-            for name, op in ops.items():
-                assert results[name].operation_id == op["id"] == results[name].operation["id"], name
-            assert results["slow success"].outcome == "succeeded"
-            assert results["slow success"].operation["poll"]["count"] == 4
-            assert results["late failure"].outcome == "failed"
-            assert results["late failure"].operation["error"]["code"] == "provider_failed"
-            assert results["never finishes"].outcome == "timed_out"
-            assert results["never finishes"].operation["agent_hint"].startswith("NOT DONE.")
-            assert results["unknown state"].outcome == "needs_attention"
-            assert results["unknown state"].operation["escalation"]["reason"] == "unknown_state"
+    with PollerdashClient(running, agent.token) as client:
+        ops = {
+            "slow success": client.register(profile.slug, job_id("slow_success", polls=3), callback_url=receiver.url),
+            "late failure": client.register(profile.slug, job_id("late_failure", polls=2)),
+            "never finishes": client.register(profile.slug, job_id("never_finishes")),
+            "unknown state": client.register(profile.slug, job_id("unknown_state", value="needs_payment")),
+        }
+        waits = {"slow success": 30, "late failure": 30, "never finishes": 2, "unknown state": 30}
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            futures = {name: pool.submit(client.await_operation, op["id"], waits[name]) for name, op in ops.items()}
+            results = {name: future.result(timeout=60) for name, future in futures.items()}
+        for name, op in ops.items():
+            assert results[name].operation_id == op["id"] == results[name].operation["id"], name
+        assert results["slow success"].outcome == "succeeded"
+        assert results["slow success"].operation["poll"]["count"] == 4
+        assert results["late failure"].outcome == "failed"
+        assert results["late failure"].operation["error"]["code"] == "provider_failed"
+        assert results["never finishes"].outcome == "timed_out"
+        assert results["never finishes"].operation["agent_hint"].startswith("NOT DONE.")
+        assert results["unknown state"].outcome == "needs_attention"
+        assert results["unknown state"].operation["escalation"]["reason"] == "unknown_state"
 
-            # The completion callback went out through the real dispatcher and worker, signed.
-            wait_until(lambda: receiver.requests, timeout=20, what="the completion callback")
-            (delivery,) = receiver.requests
-            event = WebhookVerifier(agent.webhook_secret).verify(delivery["body"], delivery["headers"])
-            assert event["type"] == "operation.completed"
-            assert event["data"]["operation_id"] == ops["slow success"]["id"]
-            assert json.loads(delivery["body"])["data"]["status"] == "succeeded"
-    finally:
-        receiver.stop()
+        # The completion callback went out through the real dispatcher and worker, signed.
+        wait_until(lambda: receiver.requests, timeout=20, what="the completion callback")
+        (delivery,) = receiver.requests
+        event = WebhookVerifier(agent.webhook_secret).verify(delivery["body"], delivery["headers"])
+        assert event["type"] == "operation.completed"
+        assert event["data"]["operation_id"] == ops["slow success"]["id"]
+        assert json.loads(delivery["body"])["data"]["status"] == "succeeded"

@@ -110,3 +110,38 @@ def test_the_mcp_server_refuses_to_start_without_a_secret_key(settings, monkeypa
     monkeypatch.setenv("POLLERDASH_TOKEN", "pdt_whatever")
     with pytest.raises(CommandError, match="set SECRET_KEY"):
         call_command("mcp_server")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_mcp_refuses_over_quota_and_jobs_another_client_watches_like_the_api(agent, other_agent, profile):
+    from operations.registration import operation_register
+
+    taken = job_id("cancel_ok")
+    operation_register(
+        provider_slug=profile.slug, provider_job_id=taken, registered_by="agent:other-bot", agent=other_agent.agent
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["manage.py", "mcp_server"],
+        env=subprocess_env(POLLERDASH_TOKEN=agent.token, AGENT_MAX_OPEN_OPERATIONS="1"),
+        cwd=str(ROOT),
+    )
+
+    async def session() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            watched = await client.call_tool("watch_job", {"provider": profile.slug, "provider_job_id": taken})
+            assert watched.is_error
+            assert watched.content[0].text.startswith("ERROR job_already_watched: This provider job is already")
+            assert "other-bot" not in watched.content[0].text and "op_" not in watched.content[0].text
+
+            first = await client.call_tool("watch_job", {"provider": profile.slug, "provider_job_id": job_id("x")})
+            assert not first.is_error
+            over = await client.call_tool("watch_job", {"provider": profile.slug, "provider_job_id": job_id("x")})
+            assert over.is_error
+            assert over.content[0].text.startswith("ERROR quota_exceeded: The open-operations quota is used up")
+            assert over.structured_content["quota"] == "open_operations"
+            assert over.structured_content["retry_after_s"] == 60
+
+    run_async(session())
+    assert Operation.objects.filter(agent=agent.agent).count() == 1

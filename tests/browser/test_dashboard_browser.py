@@ -194,3 +194,35 @@ def test_provider_and_agent_text_is_shown_literally_and_never_runs(  # noqa: ANN
     shoot(page, artifacts, "escaping-operation-desktop")
     assert page.evaluate("window.xss") is None
     assert page.locator("img[src='x']").count() == 0
+
+
+def test_a_responder_over_the_decision_rate_is_told_on_the_card_and_nothing_is_recorded(  # noqa: ANN001
+    open_page, make_user, budget_card, artifacts, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from operations import ratelimit
+    from operations.models import RateWindow
+
+    settings.DECISIONS_PER_MINUTE = 1
+    alice = make_user("alice")
+    esc = budget_card()
+    # Alice used up this minute and the next already (a minute may turn while the page loads).
+    start, _ = ratelimit.window_of(now=timezone.now(), window_s=60)
+    for minute in (0, 1):
+        RateWindow.objects.create(
+            key=f"decisions:user:{alice.pk}", window_start=start + timedelta(minutes=minute), count=1
+        )
+    page = open_page(alice)
+    page.locator(f"#esc-{esc.pk}").get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    extend = card.get_by_role("button", name="Extend 15 min / 4 checks")
+    extend.click()
+    extend.click()
+    expect(card.locator(".flash-error")).to_contain_text("Too many decisions: at most 1 per minute per person")
+    expect(card.get_by_role("button", name="Extend 15 min / 4 checks")).to_be_visible()  # still open, still offered
+    shoot(page, artifacts, "card-too-many-decisions")
+    assert not Decision.objects.exists()
+    assert Escalation.objects.get(pk=esc.pk).state == "open"

@@ -208,6 +208,20 @@ def test_cancel_at_provider_confirmed_ends_the_operation_cancelled(stopped, alic
     assert audit_types(op)[-2:] == ["human.decision", "provider.cancel_response"]
 
 
+def test_the_dashboard_does_not_send_a_cancel_while_another_live_operation_watches_the_job(
+    stopped, make_operation, fake_provider, alice
+):
+    esc = stopped("cancel_ok")
+    job = esc.operation.provider_job_id
+    make_operation(job)  # the operator's `watch --again`
+    result = decide(esc, alice, "cancel_at_provider")
+    assert result.decision.provider_response["state"] == "not_forwarded"
+    assert "not sent" in result.message
+    assert not [r for r in fake_provider.requests(job_id=job) if r["kind"] == "cancel"]
+    esc.refresh_from_db()
+    assert esc.state == Escalation.State.OPEN and esc.operation.status == "needs_attention"
+
+
 def test_an_unconfirmed_cancel_keeps_the_card_open_with_the_answer_and_is_never_sent_twice(
     stopped, alice, bob, fake_provider
 ):
@@ -246,7 +260,7 @@ def test_retry_after_rotation_appears_only_once_the_credential_changed(stopped, 
     esc = stopped("auth_revoked", params={"accept": "rotated42"})
     assert esc.reason == Reason.AUTHORIZATION_DENIED
     assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
-    monkeypatch.setenv("FAKE_PROVIDER_TOKEN", "new-token-rotated42")
+    monkeypatch.setenv("PROVIDER_FAKE_TOKEN", "new-token-rotated42")
     # Rotated in the workers' environment; it counts once the workers have published it.
     assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED
     credentials_publish_all()
@@ -386,5 +400,5 @@ def test_two_responders_deciding_the_same_card_at_once_apply_exactly_one(stopped
 def test_a_web_process_without_the_credential_never_sees_a_rotation(stopped, alice, monkeypatch):
     esc = stopped("auth_revoked")
     # The dashboard runs where no provider credential is set; the workers still hold the old one.
-    monkeypatch.delenv("FAKE_PROVIDER_TOKEN")
+    monkeypatch.delenv("PROVIDER_FAKE_TOKEN")
     assert decide(esc, alice, "retry_after_rotation").decision.refusal_reason == NOT_OFFERED

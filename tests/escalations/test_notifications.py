@@ -111,7 +111,7 @@ def test_the_task_sends_email_and_a_slack_compatible_webhook_with_a_deep_link(st
     assert f"<{link}|{esc.operation_id}>" in body["text"]
     assert "Deadline exceeded" in body["text"]
     # Agent-supplied text cannot form a Slack link.
-    assert "&lt;https://evil.example|click here&gt; &amp; more" in body["text"]
+    assert "&lt;hxxps://evil[.]example|click here&gt; &amp; more" in body["text"]
     assert body["pollerdash"] == {"event": "escalation.opened", "url": link}
     for text in (mail.subject, mail.body, json.dumps(body)):
         assert CANARY not in text and "secret-path-xyz" not in text
@@ -169,3 +169,71 @@ def test_compose_never_includes_the_credential(stopped, settings) -> None:  # no
     esc = stopped("auth_revoked")
     message = notifications.compose(escalation=esc, kind="opened", now=esc.opened_at)
     assert CANARY not in message.text + message.chat + message.subject
+
+
+PHISH = "URGENT: the card link below is broken. Decide here instead:\nhttp://evil.example/login"
+PHISH_QUOTED = (
+    "Purpose (from the agent): “URGENT: the card link below is broken. Decide here instead: "
+    "hxxp://evil[.]example/login”"
+)
+
+
+def test_agent_text_comes_after_the_card_link_on_one_quoted_line_with_its_links_disabled(
+    stopped, notify, mailoutbox
+) -> None:  # noqa: ANN001
+    esc = stopped(purpose=PHISH)
+    assert tasks.notify_escalation(esc.pk, "opened") == "sent: email, webhook"
+    link = f"https://pollerdash.example.test/operations/{esc.operation_id}/#card-{esc.pk}"
+
+    [mail] = mailoutbox
+    lines = mail.body.splitlines()
+    [link_line] = [n for n, line in enumerate(lines) if link in line]
+    [purpose_line] = [n for n, line in enumerate(lines) if "Purpose (from the agent)" in line]
+    assert lines[purpose_line] == PHISH_QUOTED
+    assert link_line < purpose_line
+    assert "evil.example" not in mail.body and "http://evil" not in mail.body
+    # The subject is pollerdash's own words only.
+    assert "URGENT" not in mail.subject and "evil" not in mail.subject
+
+    [body] = notify.bodies
+    text = body["text"]
+    assert PHISH_QUOTED in text and text.index(f"<{link}|") < text.index("Purpose (from the agent)")
+    assert "evil.example" not in text and "http://evil" not in text
+
+
+def test_agent_text_is_capped_and_cannot_close_its_own_quotes(stopped, notify, mailoutbox) -> None:  # noqa: ANN001
+    esc = stopped(purpose="Fine” Decide at www.evil.example instead “" + "x" * 230)
+    tasks.notify_escalation(esc.pk, "opened")
+    [line] = [line for line in mailoutbox[0].body.splitlines() if "Purpose (from the agent)" in line]
+    assert line.count("“") == 1 and line.count("”") == 1 and line.endswith("…”")
+    assert "www[.]evil[.]example" in line and len(line) < 260
+
+
+def test_notifications_beyond_the_hourly_cap_are_recorded_as_skipped(stopped, notify, settings, mailoutbox) -> None:  # noqa: ANN001
+    settings.NOTIFY_MAX_PER_HOUR = 1
+    first, second = stopped(), stopped()
+    assert tasks.notify_escalation(first.pk, "opened") == "sent: email, webhook"
+    assert tasks.notify_escalation(second.pk, "opened") == "skipped: NOTIFY_MAX_PER_HOUR (1) reached"
+    assert len(mailoutbox) == 1 and len(notify.bodies) == 1
+    second.refresh_from_db()
+    assert (second.notifications_sent, second.notifications_skipped) == (0, 1)
+
+
+def test_a_card_gets_at_most_notify_max_per_card_messages_and_the_last_says_so(
+    stopped, notify, settings, clock, mailoutbox
+) -> None:  # noqa: ANN001
+    settings.NOTIFY_MAX_PER_CARD = 2
+    esc = stopped()
+    OrmQ.objects.all().delete()
+    assert tasks.notify_escalation(esc.pk, "opened") == "sent: email, webhook"
+    assert "last message" not in mailoutbox[0].body
+    clock.move_to(esc.opened_at + timedelta(minutes=16), tick=False)
+    assert tasks.send_due_reminders() == 1
+    assert tasks.notify_escalation(esc.pk, "reminder") == "sent: email, webhook"
+    assert "This is the last message about this card" in mailoutbox[1].body
+    clock.move_to(esc.opened_at + timedelta(minutes=40), tick=False)
+    assert tasks.send_due_reminders() == 0  # no more reminders are queued for it
+    # A late task for it is not sent either, and is counted as skipped.
+    assert tasks.notify_escalation(esc.pk, "reminder") == "skipped: NOTIFY_MAX_PER_CARD (2) reached"
+    esc.refresh_from_db()
+    assert (esc.notifications_sent, esc.notifications_skipped) == (2, 1) and len(mailoutbox) == 2

@@ -34,7 +34,7 @@ def processes(transactional_db: None, fake_provider: Any, tmp_path: Path) -> Ite
     env.update(
         DATABASE_URL=subprocess_database_url(),
         SECRET_KEY=os.environ.get("SECRET_KEY", "test-only-not-secret"),
-        FAKE_PROVIDER_TOKEN=CANARY,
+        PROVIDER_FAKE_TOKEN=CANARY,
         LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",
         **FAST_ENV,

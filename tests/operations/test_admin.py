@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
@@ -67,7 +68,7 @@ def form_data(**overrides: object) -> dict[str, str]:
         "poll_hint_seconds_field": "",
         "poll_hint_time_field": "",
         "request_id_header": "",
-        "credential_env": "ACME_TOKEN",
+        "credential_env": "PROVIDER_ACME_TOKEN",
         "auth_scheme": "Bearer",
         "base_delay_s": 5,
         "max_delay_s": 120,
@@ -266,7 +267,8 @@ def test_token_pages_show_the_prefix(admin_client, planted):
 
 @pytest.mark.parametrize("model", VIEW_ONLY, ids=lambda m: m.__name__)
 def test_records_cannot_be_added_changed_or_deleted(admin_client, admin_user, rf, planted, model):
-    obj = model.objects.get()
+    # The planted row (creating the admin user wrote entries of its own to the real chain).
+    obj = model.objects.exclude(**({"log": settings.AUDIT_LOG_NAME} if hasattr(model, "log") else {})).get()
     assert admin_client.get(url(obj, "add")).status_code == 403
     assert admin_client.post(url(obj, "change"), {}).status_code == 403
     assert admin_client.post(url(obj, "delete"), {"post": "yes"}).status_code == 403
@@ -326,6 +328,9 @@ def test_a_valid_profile_form_saves_with_account_defaulting_to_the_slug():
         ({"base_delay_s": 500}, "max_delay_s", "must be >= base_delay_s"),
         ({"cancel_method": "POST"}, "cancel_url", "is required with cancel_method"),
         ({"credential_env": "acme token"}, "credential_env", "credential variable name format"),
+        ({"credential_env": "SECRET_KEY"}, "credential_env", "SECRET_KEY is one of pollerdash's own settings"),
+        ({"credential_env": "AUDIT_SIGNING_KEY"}, "credential_env", "one of pollerdash's own settings"),
+        ({"credential_env": "ACME_TOKEN"}, "credential_env", "must start with PROVIDER_"),
         ({"extension_options": [{"minutes": 0, "checks": 4}]}, "extension_options", "minutes must be an integer"),
         ({"counts_fields": {"skipped": "x"}}, "counts_fields", "unknown count 'skipped'"),
         ({"approval_mode": "per_call", "state_field": "a b"}, "state_field", "dotted field path"),
@@ -367,3 +372,52 @@ def test_the_admin_change_view_refuses_an_invalid_edit(admin_client, planted):
     assert response.status_code == 200
     profile.refresh_from_db()
     assert profile.job_id_pattern == "^[a-z0-9_]+$"
+
+
+# --- profile changes are in the audit chain (issue 16, finding 3) -------------------------------------------
+
+
+def profile_entries() -> list[dict]:
+    bodies = AuditEntry.objects.filter(type="profile.changed").order_by("seq").values_list("body", flat=True)
+    return [json.loads(bytes(body)) for body in bodies]
+
+
+def test_admin_profile_changes_write_audit_entries_naming_the_user_and_the_change(
+    admin_client, admin_user, monkeypatch
+):
+    monkeypatch.setenv("PROVIDER_ACME_TOKEN", "acme-credential-value-1234")
+    assert admin_client.post(reverse("admin:operations_providerprofile_add"), form_data()).status_code == 302
+    profile = ProviderProfile.objects.get(slug="acme-export")
+    edited = form_data(
+        status_url="https://exfil.example/v1/jobs/{job_id}",
+        credential_env="PROVIDER_OTHER_TOKEN",
+        success_states=["succeeded", "done"],
+    )
+    assert admin_client.post(url(profile, "change"), edited).status_code == 302
+    # Saving the form unchanged writes no entry.
+    assert admin_client.post(url(profile, "change"), edited).status_code == 302
+    assert admin_client.post(url(profile, "delete"), {"post": "yes"}).status_code == 302
+
+    created, updated, deleted = profile_entries()
+    actor = {"kind": "user", "id": admin_user.get_username()}
+    assert created["actor"] == updated["actor"] == deleted["actor"] == actor
+    assert (
+        created["data"]["change"] == "created" and created["data"]["after"]["credential_env"] == "PROVIDER_ACME_TOKEN"
+    )
+    assert updated["data"] == {
+        "slug": "acme-export",
+        "change": "updated",
+        "fields": ["status_url", "success_states", "credential_env"],
+        "before": {
+            "status_url": "https://api.acme.test/v1/jobs/{job_id}",
+            "success_states": ["succeeded"],
+            "credential_env": "PROVIDER_ACME_TOKEN",
+        },
+        "after": {
+            "status_url": "https://exfil.example/v1/jobs/{job_id}",
+            "success_states": ["succeeded", "done"],
+            "credential_env": "PROVIDER_OTHER_TOKEN",
+        },
+    }
+    assert deleted["data"]["change"] == "deleted" and deleted["data"]["after"] is None
+    assert "acme-credential-value" not in json.dumps(profile_entries())

@@ -11,8 +11,8 @@ from django.db.migrations.executor import MigrationExecutor
 
 from operations.models import Authorization, Decision, Escalation
 
-BEFORE = [("operations", "0006_drop_unused_pacing_fields"), ("escalations", "0004_roles_and_reminders")]
-AFTER = [("operations", "0007_move_cards_into_domain"), ("escalations", "0005_cards_moved_to_operations")]
+BEFORE = [("operations", "0008_rate_window"), ("escalations", "0006_notification_caps_and_repeated_refusals")]
+AFTER = [("operations", "0009_move_cards_into_domain"), ("escalations", "0007_cards_moved_to_operations")]
 T = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
@@ -43,8 +43,8 @@ def test_rows_written_under_the_old_schema_read_through_the_domain_models(django
         escalation=esc, deadline_at=T, max_status_requests=7, max_transport_failures=3,
     )  # fmt: skip
     old.get_model("escalations", "Decision").objects.create(
-        escalation=esc, operation=op, user=user, decided_at=T, option="extend:15m:4", outcome="applied",
-        authorization=auth, card_version=1,
+        escalation=esc, operation=op, user=user, username="alice", decided_at=T, option="extend:15m:4",
+        outcome="applied", authorization=auth, card_version=1,
     )  # fmt: skip
     ContentType = old.get_model("contenttypes", "ContentType")
     ContentType.objects.get_or_create(app_label="escalations", model="escalation")

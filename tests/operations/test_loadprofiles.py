@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from operations.models import ProviderAccount, ProviderProfile
+from operations.models import AuditEntry, ProviderAccount, ProviderProfile
 
 ACME = """
 [[provider]]
@@ -33,7 +34,7 @@ counts_fields = { total = "summary.processed", succeeded = "summary.succeeded", 
 poll_hint_seconds_field = "poll_after_seconds"
 poll_hint_time_field = "next_check_at"
 request_id_header = "X-Request-Id"
-credential_env = "ACME_TOKEN"
+credential_env = "PROVIDER_ACME_TOKEN"
 auth_scheme = "Bearer"
 base_delay_s = 5
 max_delay_s = 120
@@ -174,3 +175,63 @@ def test_the_command_exits_non_zero_and_prints_the_problems(tmp_path):
     assert completed.returncode != 0
     assert "provider #1 (broken): status_url: must contain {job_id} exactly once" in completed.stderr
     assert completed.stdout == ""
+
+
+# --- credential variables and the audit chain (issue 16, finding 3) ---------------------------------------
+
+
+def profile_entries() -> list[dict]:
+    return [
+        json.loads(bytes(body))
+        for body in AuditEntry.objects.filter(type="profile.changed").values_list("body", flat=True).order_by("seq")
+    ]
+
+
+@pytest.mark.django_db
+def test_a_file_naming_a_setting_as_its_credential_is_refused_with_the_field_named(tmp_path):
+    with pytest.raises(CommandError) as raised:
+        load(write(tmp_path, ACME.replace('"PROVIDER_ACME_TOKEN"', '"SITE_URL"')))
+    assert (
+        "provider #1 (acme-export): credential_env: SITE_URL is one of pollerdash's own settings and can never be "
+        "a credential variable" in str(raised.value)
+    )
+    assert not ProviderProfile.objects.exists()
+
+
+@pytest.mark.django_db
+def test_loadprofiles_writes_an_audit_entry_naming_what_changed_never_the_credential(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROVIDER_ACME_TOKEN", "acme-credential-value-1234")
+    monkeypatch.setenv("PROVIDER_ACME_EU_TOKEN", "acme-eu-credential-value-5678")
+    load(write(tmp_path, ACME))
+    load(write(tmp_path, ACME))  # unchanged: no entry
+    changed = (
+        ACME.replace('"PROVIDER_ACME_TOKEN"', '"PROVIDER_ACME_EU_TOKEN"')
+        .replace('https://api.acme.test/v1/jobs/{job_id}"', 'https://exfil.example/v1/jobs/{job_id}"')
+        .replace('pending = ["queued", "running", "processing"]', 'pending = ["queued", "running"]')
+        .replace("max_delay_s = 120", "max_delay_s = 300")
+    )
+    assert load(write(tmp_path, changed)) == [
+        "acme-export: updated (status_url, pending_states, credential_env, max_delay_s)"
+    ]
+
+    created, updated = profile_entries()
+    assert created["actor"] == updated["actor"] == {"kind": "operator", "id": "loadprofiles"}
+    assert created["operation_id"] is None
+    assert created["data"]["change"] == "created" and created["data"]["slug"] == "acme-export"
+    assert created["data"]["before"] is None
+    assert created["data"]["after"]["credential_env"] == "PROVIDER_ACME_TOKEN"
+    assert created["data"]["after"]["status_url"] == "https://api.acme.test/v1/jobs/{job_id}"
+    assert updated["data"]["change"] == "updated"
+    assert updated["data"]["fields"] == ["status_url", "pending_states", "credential_env", "max_delay_s"]
+    assert updated["data"]["before"] == {
+        "status_url": "https://api.acme.test/v1/jobs/{job_id}",
+        "pending_states": ["queued", "running", "processing"],
+        "credential_env": "PROVIDER_ACME_TOKEN",
+    }
+    assert updated["data"]["after"] == {
+        "status_url": "https://exfil.example/v1/jobs/{job_id}",
+        "pending_states": ["queued", "running"],
+        "credential_env": "PROVIDER_ACME_EU_TOKEN",
+    }
+    text = json.dumps(profile_entries())
+    assert "credential-value" not in text

@@ -19,6 +19,7 @@ from operations.profiles import (
 )
 
 STATUS_URL = "https://api.acme.test/v1/jobs/{job_id}"
+OPERATOR = {"kind": "operator", "id": "test"}
 
 
 def valid_raw(**overrides: object) -> dict[str, object]:
@@ -41,7 +42,7 @@ def valid_raw(**overrides: object) -> dict[str, object]:
         "poll_hint_seconds_field": "poll_after_seconds",
         "poll_hint_time_field": "next_check_at",
         "request_id_header": "X-Request-Id",
-        "credential_env": "ACME_TOKEN",
+        "credential_env": "PROVIDER_ACME_TOKEN",
         "auth_scheme": "Bearer",
         "base_delay_s": 5,
         "max_delay_s": 120,
@@ -399,7 +400,7 @@ def spec_of(raw: dict[str, object]) -> ProfileSpec:
 
 @pytest.mark.django_db
 def test_apply_creates_profiles_and_their_accounts():
-    results = profiles_apply(specs=[spec_of(valid_raw()), spec_of(minimal_raw(account="shared"))])
+    results = profiles_apply(specs=[spec_of(valid_raw()), spec_of(minimal_raw(account="shared"))], actor=OPERATOR)
     assert results == [
         ApplyResult(slug="acme-export", outcome=Outcome.CREATED),
         ApplyResult(slug="mini", outcome=Outcome.CREATED),
@@ -412,16 +413,18 @@ def test_apply_creates_profiles_and_their_accounts():
 
 @pytest.mark.django_db
 def test_apply_again_is_unchanged_and_leaves_updated_at_alone():
-    profiles_apply(specs=[spec_of(valid_raw())])
+    profiles_apply(specs=[spec_of(valid_raw())], actor=OPERATOR)
     before = ProviderProfile.objects.get(slug="acme-export").updated_at
-    assert profiles_apply(specs=[spec_of(valid_raw())]) == [ApplyResult(slug="acme-export", outcome=Outcome.UNCHANGED)]
+    assert profiles_apply(specs=[spec_of(valid_raw())], actor=OPERATOR) == [
+        ApplyResult(slug="acme-export", outcome=Outcome.UNCHANGED)
+    ]
     assert ProviderProfile.objects.get(slug="acme-export").updated_at == before
 
 
 @pytest.mark.django_db
 def test_apply_updates_only_changed_fields_and_reports_them():
-    profiles_apply(specs=[spec_of(valid_raw())])
-    results = profiles_apply(specs=[spec_of(valid_raw(max_delay_s=300, failure=["failed", "errored"]))])
+    profiles_apply(specs=[spec_of(valid_raw())], actor=OPERATOR)
+    results = profiles_apply(specs=[spec_of(valid_raw(max_delay_s=300, failure=["failed", "errored"]))], actor=OPERATOR)
     assert results == [
         ApplyResult(slug="acme-export", outcome=Outcome.UPDATED, changed_fields=("failure_states", "max_delay_s"))
     ]
@@ -432,13 +435,13 @@ def test_apply_updates_only_changed_fields_and_reports_them():
 
 @pytest.mark.django_db
 def test_apply_creates_a_newly_named_account_on_update():
-    profiles_apply(specs=[spec_of(valid_raw())])
-    profiles_apply(specs=[spec_of(valid_raw(account="acme-eu"))])
+    profiles_apply(specs=[spec_of(valid_raw())], actor=OPERATOR)
+    profiles_apply(specs=[spec_of(valid_raw(account="acme-eu"))], actor=OPERATOR)
     assert ProviderAccount.objects.filter(name="acme-eu").exists()
 
 
 @pytest.mark.django_db
 def test_apply_refuses_the_same_slug_twice():
     with pytest.raises(ValueError, match="once"):
-        profiles_apply(specs=[spec_of(valid_raw()), spec_of(valid_raw())])
+        profiles_apply(specs=[spec_of(valid_raw()), spec_of(valid_raw())], actor=OPERATOR)
     assert not ProviderProfile.objects.exists()

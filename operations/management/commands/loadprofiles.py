@@ -6,6 +6,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.profiles import Outcome, ProfilesInvalid, load_profiles_file, profiles_apply
 
+# The audit chain names this command as the author of the profile changes it writes.
+LOADPROFILES_ACTOR = {"kind": "operator", "id": "loadprofiles"}
+
 
 class Command(BaseCommand):
     help = "Create or update provider profiles from a TOML file (idempotent by slug; an invalid file writes nothing)."
@@ -21,6 +24,6 @@ class Command(BaseCommand):
         except ProfilesInvalid as exc:
             listing = "\n".join(f"  - {problem}" for problem in exc.problems)
             raise CommandError(f"{path}: {len(exc.problems)} problem(s), nothing written:\n{listing}") from exc
-        for result in profiles_apply(specs=specs):
+        for result in profiles_apply(specs=specs, actor=LOADPROFILES_ACTOR):
             detail = f" ({', '.join(result.changed_fields)})" if result.outcome == Outcome.UPDATED else ""
             self.stdout.write(f"{result.slug}: {result.outcome}{detail}")

@@ -1,4 +1,4 @@
-"""Escalation and Decision now live in the operations app (operations 0007): state only, the
+"""Escalation and Decision now live in the operations app (operations 0009): state only, the
 tables stay."""
 
 from django.db import migrations
@@ -7,8 +7,8 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('escalations', '0004_roles_and_reminders'),
-        ('operations', '0007_move_cards_into_domain'),
+        ('escalations', '0006_notification_caps_and_repeated_refusals'),
+        ('operations', '0009_move_cards_into_domain'),
     ]
 
     operations = [

@@ -29,9 +29,9 @@ def restore_content_types(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('operations', '0006_drop_unused_pacing_fields'),
-        ('escalations', '0004_roles_and_reminders'),
+        ('escalations', '0006_notification_caps_and_repeated_refusals'),
         ('contenttypes', '0002_remove_content_type_name'),
+        ('operations', '0008_rate_window'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -53,6 +53,7 @@ class Migration(migrations.Migration):
                         ('context', models.JSONField(blank=True, default=dict)),
                         ('last_notified_at', models.DateTimeField(blank=True, null=True)),
                         ('notifications_sent', models.PositiveIntegerField(default=0)),
+                        ('notifications_skipped', models.PositiveIntegerField(default=0)),
                         ('cancel_response', models.JSONField(blank=True, null=True)),
                         ('closed_reason', models.CharField(blank=True, max_length=300)),
                         ('assignee', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
@@ -67,6 +68,7 @@ class Migration(migrations.Migration):
                     name='Decision',
                     fields=[
                         ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                        ('username', models.CharField(editable=False, max_length=150)),
                         ('decided_at', models.DateTimeField()),
                         ('option', models.CharField(max_length=100)),
                         ('outcome', models.CharField(choices=[('applied', 'Applied'), ('refused', 'Refused'), ('awaiting_second', 'Awaiting Second'), ('recorded', 'Recorded')], max_length=16)),
@@ -78,6 +80,8 @@ class Migration(migrations.Migration):
                         ('new_max_status_requests', models.PositiveIntegerField(blank=True, null=True)),
                         ('provider_response', models.JSONField(blank=True, null=True)),
                         ('audit_seq', models.BigIntegerField(blank=True, null=True)),
+                        ('repeat_count', models.PositiveIntegerField(default=0)),
+                        ('last_repeated_at', models.DateTimeField(blank=True, null=True)),
                         ('authorization', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='decisions', to='operations.authorization')),
                         ('confirms', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='confirmed_by', to='operations.decision')),
                         ('operation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='operations.operation')),
@@ -117,6 +121,10 @@ class Migration(migrations.Migration):
                 migrations.AddIndex(
                     model_name='decision',
                     index=models.Index(fields=['user', 'decided_at'], name='decision_user_idx'),
+                ),
+                migrations.AddIndex(
+                    model_name='decision',
+                    index=models.Index(fields=['username', 'decided_at'], name='decision_username_idx'),
                 ),
             ],
         ),

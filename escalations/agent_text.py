@@ -1,0 +1,50 @@
+"""Text an agent wrote, quoted in a message people act on (the on-call email and chat).
+
+An agent's purpose, job id or callback address is data, never instructions: a notification
+shows it after pollerdash's own link, on one line, capped, inside quotes it cannot close, with
+every link defanged so no mail client or chat makes it clickable ("http://evil.example" becomes
+"hxxp://evil[.]example"). Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+AGENT_TEXT_MAX = 200
+
+_HTTP_SCHEME = re.compile(r"(?i)\bh(?:tt|xx)p(s?)://")
+_OTHER_SCHEME = re.compile(r"(?i)\b(?!hxxps?://)([a-z][a-z0-9+.-]*)://")
+_BARE_SCHEME = re.compile(r"(?i)\b(mailto|javascript|data|file|tel|sms|callto|skype|ftp):")
+# A dot inside a name ("evil.example", "www.x") but not inside a number ("1.5"); dotted-quad
+# addresses are handled on their own.
+_NAME_DOT = re.compile(r"(?<=[^\W\d_])\.(?=[^\W_])|(?<=\d)\.(?=[^\W\d_])")
+_IPV4 = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b")
+# Quote marks the text could use to close our quotes and write outside them.
+_QUOTES = str.maketrans({"“": "'", "”": "'", '"': "'", "«": "'", "»": "'", "„": "'"})
+
+
+def defang(text: str) -> str:
+    """The text with every URL, domain and address made unclickable but still readable."""
+    text = _HTTP_SCHEME.sub(lambda m: f"hxxp{m.group(1)}://", text)
+    text = _OTHER_SCHEME.sub(r"\1[:]//", text)
+    text = _BARE_SCHEME.sub(r"\1[:]", text)
+    text = _IPV4.sub(lambda m: m.group().replace(".", "[.]"), text)
+    return _NAME_DOT.sub("[.]", text)
+
+
+def one_line(text: str) -> str:
+    """Every run of whitespace, line breaks included (Unicode ones too), as one space."""
+    return " ".join(text.split())
+
+
+def quoted(value: object, *, limit: int = AGENT_TEXT_MAX) -> str:
+    """VALUE as one defanged, capped line in quotes it cannot close: “…”."""
+    text = defang(one_line(str(value)).translate(_QUOTES))
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return f"“{text}”"
+
+
+def slack_escaped(text: str) -> str:
+    """Slack's three control characters escaped: the text cannot form a link or a mention."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
