@@ -34,8 +34,9 @@ from operations.lifecycle import polls
 from operations.lifecycle.cards import escalate
 from operations.lifecycle.claims import charge, defer, release
 from operations.models import Operation, ProviderProfile, StatusCheck
-from operations.polling.decide import Bounds, Observation, Policy, decide
+from operations.polling.decide import decide
 from operations.polling.gate import Gate, before_send
+from operations.polling.model import Bounds, Observation, Policy
 from operations.polling.states import StateTable
 from operations.redaction import redact_bytes, scrub
 from operations.vocabulary import DelaySource

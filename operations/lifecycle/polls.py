@@ -21,7 +21,7 @@ from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.lifecycle.cards import open_card
 from operations.lifecycle.entries import controller_decision
 from operations.models import Operation, ProviderAccount, StatusCheck
-from operations.polling.decide import Action, Decision
+from operations.polling.model import Action, Decision
 from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Status
 
 logger = logging.getLogger(__name__)
