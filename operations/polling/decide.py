@@ -368,5 +368,3 @@ def _complete(status: Status, interpreted: str, explanation: str, **extra: objec
         explanation=explanation,
         **extra,  # type: ignore[arg-type]
     )
-
-
