@@ -3,7 +3,7 @@
     .venv/bin/python bench/audit.py            # 2-4 minutes on a 2-core machine
     .venv/bin/python bench/audit.py --quick    # about 30 s, smaller sizes (a smoke run)
 
-Prints (targets from research/anchors-audit.md section 5.11, never asserted):
+Prints (targets from the audit issues, never asserted):
 
 - appends/s and p50/p99 latency of audit.append (one transaction per append, as the controller
   does) with 1, 4 and 8 concurrent writers on PostgreSQL (target >= 500/s at 4 writers), next to

@@ -1,5 +1,5 @@
 """Exports for incident review: CSV of status checks and decisions, the verifiable JSONL audit
-export, and a printable HTML report (DESIGN.md section 8, "Export").
+export, and a printable HTML report (docs/DESIGN.md section 8, "Export").
 
 CSV and JSONL stream row by row in bounded memory. CSV cells that a spreadsheet would run as a
 formula (starting with = + - @ or a tab) are prefixed with a quote: purposes, provider states and

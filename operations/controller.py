@@ -1,4 +1,4 @@
-"""One poll of one operation, in the order of DESIGN.md section 4.
+"""One poll of one operation, in the order of docs/DESIGN.md section 4.
 
     load operation; stop if terminal or needs_attention
     if now >= deadline_at:            escalate deadline_exceeded; stop   (no request)

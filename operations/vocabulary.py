@@ -45,7 +45,7 @@ NOT_DONE_STATUSES = frozenset({Status.PENDING, Status.RUNNING, Status.NEEDS_ATTE
 
 
 class Reason(StrEnum):
-    """Why pollerdash stopped and handed an operation to a human (DESIGN.md section 7)."""
+    """Why pollerdash stopped and handed an operation to a human (docs/DESIGN.md section 7)."""
 
     DEADLINE_EXCEEDED = "deadline_exceeded"
     REQUEST_BUDGET_EXHAUSTED = "request_budget_exhausted"

@@ -1,4 +1,4 @@
-"""The open list (DESIGN.md section 9), shared by the JSON API and the MCP tools.
+"""The open list (docs/DESIGN.md section 9), shared by the JSON API and the MCP tools.
 
 "Open" is what an agent must still look at: operations not done, and done ones it has not
 acknowledged, a human-deciding first. Pages are keyset-paginated behind opaque signed cursors.

@@ -1,4 +1,4 @@
-"""MCP tools over the agent services (DESIGN.md section 9): `manage.py mcp_server` (stdio).
+"""MCP tools over the agent services (docs/DESIGN.md section 9): `manage.py mcp_server` (stdio).
 
 The server acts as one agent: the owner of the token in POLLERDASH_TOKEN (checked on every call,
 so revoking the token stops the server's access at once), or, for an operator running it

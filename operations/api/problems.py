@@ -1,6 +1,6 @@
 """RFC 9457 problem details for every error the agent API returns.
 
-Each problem has a stable snake_case `code` (research/anchors-agent-api.md section 5.9) and a
+Each problem has a stable snake_case `code` (clients branch on it, never on the text) and a
 `detail` written as an instruction the caller can act on. Field-level problems go in `errors`
 with a JSON pointer into the request (`/body/deadline`, `/query/timeout_s`, `/header/...`).
 """

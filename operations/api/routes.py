@@ -1,4 +1,4 @@
-"""The agent API: JSON under /api/v1/ (DESIGN.md section 9), served by django-ninja.
+"""The agent API: JSON under /api/v1/ (docs/DESIGN.md section 9), served by django-ninja.
 
 Handlers only adapt: authenticate, parse strictly (operations.api.parsing), call one service or
 selector, render. Every error is application/problem+json with a stable `code`

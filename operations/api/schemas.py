@@ -1,4 +1,4 @@
-"""Request and response shapes of the agent API (DESIGN.md section 9).
+"""Request and response shapes of the agent API (docs/DESIGN.md section 9).
 
 Request models are strict: unknown fields are refused, and no type is coerced (no "5" for 5, no
 5.0 for 5, no true for "true"). Range and format rules (lengths, deadlines, callback URLs) live in

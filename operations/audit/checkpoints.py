@@ -1,4 +1,4 @@
-"""Signed checkpoints of the audit chain (DESIGN.md section 8; research/anchors-audit.md section 5.6).
+"""Signed checkpoints of the audit chain (docs/DESIGN.md section 8).
 
 A checkpoint is a C2SP signed note over the log name, its size (number of entries), the head
 hash and the time, signed with Ed25519. Line 3 of the note is the hash of entry `size` (a

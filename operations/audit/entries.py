@@ -1,11 +1,12 @@
-"""The hash-chained audit log: one global chain of every decision (DESIGN.md section 8).
+"""The hash-chained audit log: one global chain of every decision (docs/DESIGN.md section 8).
 
 `append` is the only writer. It runs last inside the business transaction, under a row lock on
 the chain head, so the decision and its entry commit together or not at all (fail closed): any
 problem raises, and the caller's transaction - the decision itself - rolls back.
 
 Entry bytes are RFC 8785 canonical JSON, produced once here and stored verbatim; the verifier
-hashes exactly those bytes (never a re-serialisation of columns: research/anchors-audit.md 2.7).
+hashes exactly those bytes (never a re-serialisation of columns, which
+would let a database-side change of a JSON column go unnoticed).
 To keep one canonical shape in every language, an entry holds integers only (no floats), ASCII
 keys, RFC 3339 times with six fractional digits, and every key of its type (null when empty).
 

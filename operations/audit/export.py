@@ -1,4 +1,4 @@
-"""Audit exports for incident review: one JSONL file the offline verifier checks (DESIGN.md section 8).
+"""Audit exports for incident review: one JSONL file the offline verifier checks (docs/DESIGN.md section 8).
 
     lines = stream_export(operation_id="op_...")        # signs the closing checkpoint, plans, then
     for line in lines: ...                               # yields complete LF-terminated lines

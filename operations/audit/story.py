@@ -1,4 +1,4 @@
-"""An operation's story: its audit entries as a human-readable timeline (DESIGN.md section 8).
+"""An operation's story: its audit entries as a human-readable timeline (docs/DESIGN.md section 8).
 
     10:20:31 received 503, Retry-After 120, next poll 10:22:31 from provider guidance (request 3 of 12)
     10:24:02 escalated: deadline exceeded (12 of 12 requests)

@@ -1,4 +1,4 @@
-"""pollerdash-audit-verify: check an audit export offline (DESIGN.md section 8).
+"""pollerdash-audit-verify: check an audit export offline (docs/DESIGN.md section 8).
 
     pollerdash-audit-verify EXPORT.jsonl --keys KEYS [--covered-until T] [--pin CHECKPOINT ...] [--strict]
 

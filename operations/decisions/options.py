@@ -1,4 +1,4 @@
-"""The bounded options of a decision card (DESIGN.md section 7), as pure functions.
+"""The bounded options of a decision card (docs/DESIGN.md section 7), as pure functions.
 
 Given why pollerdash stopped, the facts of the operation and what its provider profile documents,
 `bounded_options` returns exactly the options a responder may choose, each with its cost and its
@@ -38,7 +38,7 @@ class Confirm(StrEnum):
     EXPLICIT = "explicit"  # irreversible: an explicit confirmation panel with the consequence spelled out
 
 
-# Reasons whose card offers extensions (DESIGN.md section 7, first two rows).
+# Reasons whose card offers extensions (docs/DESIGN.md section 7, first two rows).
 EXTENDABLE = frozenset(
     {Reason.DEADLINE_EXCEEDED, Reason.REQUEST_BUDGET_EXHAUSTED, Reason.PROVIDER_FAILURE, Reason.RATE_LIMITED}
 )
@@ -187,7 +187,7 @@ def string_state(provider_state: str | None) -> str | None:
 
 
 def bounded_options(*, facts: Facts, caps: Capabilities) -> list[Option]:
-    """Exactly the options of DESIGN.md section 7 for this reason, operation and profile."""
+    """Exactly the options of docs/DESIGN.md section 7 for this reason, operation and profile."""
     try:
         reason = Reason(facts.reason)
     except ValueError:

@@ -17,7 +17,7 @@ WARNINGS_KEPT = 20
 
 
 class Operation(models.Model):
-    """One watched provider job and the bounds pollerdash may spend on it (DESIGN.md section 3).
+    """One watched provider job and the bounds pollerdash may spend on it (docs/DESIGN.md section 3).
 
     The row is committed, with its first Authorization, before the first poll. The counters
     `status_requests_used` and `transport_failures_used` only ever grow: every request sent is

@@ -1,4 +1,4 @@
-"""Turn one observed provider response into one decision (DESIGN.md section 5).
+"""Turn one observed provider response into one decision (docs/DESIGN.md section 5).
 
 `decide` is pure: the operation's facts, the observation, and an RNG in; a Decision out. The
 service in operations/controller.py does the I/O around it in the order of section 4.
@@ -58,7 +58,7 @@ def _no_constants(name: str) -> object:
 
 
 def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: random.Random) -> Decision:
-    """The decision for one response, following DESIGN.md section 5 row by row."""
+    """The decision for one response, following docs/DESIGN.md section 5 row by row."""
     obs = observation
     if obs.transport_error == INVALID_CREDENTIAL:
         # Nothing was sent, and sending again would not help until someone fixes the credential:

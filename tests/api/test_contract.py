@@ -1,4 +1,4 @@
-"""Contract tests for DESIGN.md section 9: every endpoint and every field of the Operation object."""
+"""Contract tests for docs/DESIGN.md section 9: every endpoint and every field of the Operation object."""
 
 from __future__ import annotations
 

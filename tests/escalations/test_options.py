@@ -1,4 +1,4 @@
-"""The reason -> bounded options table of DESIGN.md section 7, over every profile capability."""
+"""The reason -> bounded options table of docs/DESIGN.md section 7, over every profile capability."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def caps(**overrides: object) -> Capabilities:
 
 
 def expected(reason: Reason, *, cancel: bool, extensions_left: bool, rotated: bool, text_state: bool) -> list[str]:
-    """DESIGN.md section 7, written out independently of the implementation."""
+    """docs/DESIGN.md section 7, written out independently of the implementation."""
     extend = EXTENDS if extensions_left else []
     cancel_ = ["cancel_at_provider"] if cancel else []
     if reason in (
