@@ -49,7 +49,7 @@ def start_fake_provider() -> tuple[subprocess.Popen, str]:
     """The fake provider in its own process, as in production (it does not share our GIL)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "operations.fakeprovider", "--port", str(port)],
+        [sys.executable, "-m", "demo.fakeprovider", "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -66,7 +66,7 @@ def start_web(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
 def setup_data(waits: int) -> tuple[str, list[str]]:
     from operations.agents import agent_token_issue
     from operations.models import ProviderAccount, ProviderProfile
-    from operations.services import operation_register
+    from operations.registration import operation_register
 
     ProviderProfile.objects.create(
         slug="bench",

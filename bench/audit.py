@@ -3,7 +3,7 @@
     .venv/bin/python bench/audit.py            # 2-4 minutes on a 2-core machine
     .venv/bin/python bench/audit.py --quick    # about 30 s, smaller sizes (a smoke run)
 
-Prints (targets from research/anchors-audit.md section 5.11, never asserted):
+Prints (targets from the audit issues, never asserted):
 
 - appends/s and p50/p99 latency of audit.append (one transaction per append, as the controller
   does) with 1, 4 and 8 concurrent writers on PostgreSQL (target >= 500/s at 4 writers), next to
@@ -65,7 +65,7 @@ def decision_data(n: int, at: str) -> dict[str, object]:
 def bench_appends(writers: int, seconds: float) -> tuple[float, list[float], int]:
     from django.db import connection, transaction
 
-    from operations import audit
+    from operations.audit import entries as audit
 
     latencies: list[list[float]] = [[] for _ in range(writers)]
     errors: list[str] = []
@@ -122,7 +122,7 @@ def bench_bare_insert(seconds: float) -> float:
 def check_chain() -> int:
     from django.conf import settings
 
-    from operations.checkpoints import verify_segment
+    from operations.audit.checkpoints import verify_segment
 
     return verify_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[]).size
 
@@ -134,7 +134,7 @@ def generate_export(path: Path, entries: int) -> Path:
     """An export of `entries` realistic entries built with the chain rules, and its keys file."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from operations import audit_verify as av
+    from operations.audit import verify as av
 
     name = "pollerdash/audit"
     key = Ed25519PrivateKey.generate()
@@ -276,7 +276,8 @@ def fill_database(entries: int, key_file: Path) -> None:
     """Append through audit.append (many per transaction, to be quick) and sign every 1,000."""
     from django.db import transaction
 
-    from operations import audit, checkpoints
+    from operations.audit import checkpoints
+    from operations.audit import entries as audit
 
     now = audit.iso(datetime.now(UTC))
     done = 0
@@ -308,7 +309,7 @@ def main() -> None:
     os.environ["AUDIT_SIGNING_KEY_FILE"] = str(key_file)
     from django.conf import settings
 
-    from operations import checkpoints
+    from operations.audit import checkpoints
 
     checkpoints.generate_key_file(key_file)
     settings.AUDIT_SIGNING_KEY_FILE = str(key_file)

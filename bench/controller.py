@@ -84,7 +84,7 @@ def bench_bare_httpx(url: str, seconds: float) -> float:
 def bench_poll_once(provider_url: str, seconds: float, operations: int) -> tuple[float, int]:
     from operations.controller import poll_once
     from operations.models import Operation, ProviderProfile
-    from operations.services import operation_register
+    from operations.registration import operation_register
 
     profile = ProviderProfile.objects.create(
         slug="bench",

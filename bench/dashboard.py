@@ -36,9 +36,17 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
     from django.db import connection
     from django.utils import timezone
 
-    from escalations.models import Decision, Escalation
-    from operations.models import AuditHead, Authorization, Operation, ProviderAccount, ProviderProfile, StatusCheck
-    from operations.services import new_operation_id
+    from operations.lifecycle.registration import new_operation_id
+    from operations.models import (
+        AuditHead,
+        Authorization,
+        Decision,
+        Escalation,
+        Operation,
+        ProviderAccount,
+        ProviderProfile,
+        StatusCheck,
+    )
 
     rng = random.Random(5)
     now = timezone.now()
@@ -202,7 +210,7 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
 
 def _copy_audit(connection, *, rows, total, target, target_audit, rng) -> None:  # noqa: ANN001
     """COPY `total` entry bodies (controller decisions and a few human ones), `target_audit` for one operation."""
-    from operations.audit import iso
+    from operations.audit.entries import iso
 
     columns = "log, seq, prev_hash, entry_hash, body, at, type, operation_id"
     with (
@@ -343,7 +351,7 @@ def main() -> None:
         ("card (htmx)", None, {"HX-Request": "true"}),
         ("history", reverse("decision_history"), None),
     ]
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     card = Escalation.objects.filter(state="open").values_list("pk", flat=True).first()
     open_count = Escalation.objects.filter(state="open").count()

@@ -170,8 +170,8 @@ def create_operations(profile, count: int, *, first_due, spacing_s: float, tag: 
     """Bulk-create watched operations (registration cost is not what is measured here)."""
     from django.utils import timezone
 
+    from operations.lifecycle.registration import new_operation_id
     from operations.models import Operation
-    from operations.services import new_operation_id
 
     now = timezone.now()
     rows = [

@@ -1,37 +1,49 @@
-"""Admin views of cards and decisions: read-only. Decisions are taken on the dashboard, never here,
-so every one goes through the version check, the bounds and the audit chain."""
+"""Users and groups in the admin, as django.contrib.auth lays them out; every change is written to the
+audit chain naming the admin who made it (operations/people.py records it)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
+from django.http import HttpRequest, HttpResponse
 
-from escalations.models import Decision, Escalation
-from escalations.user_audit import AttributedGroupAdmin, AttributedUserAdmin
-from operations.admin import ViewOnlyAdmin
+from operations.audit import entries as audit
+from operations.people import acting_as, one_change, record_pending
 
-# Users and groups are edited as django.contrib.auth lays them out; every change is written to the
-# audit chain naming the admin who made it (escalations/user_audit.py).
+
+class _AttributedViews:
+    """Admin views that can change people run as the signed-in admin. A change form's save is one
+    change (recorded inside the admin's transaction, after its groups are saved); list actions
+    and deletions are recorded as they happen."""
+
+    def changeform_view(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        with one_change(audit.user_actor(request.user)):
+            return super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]
+
+    def save_related(self, request: HttpRequest, form: object, formsets: object, change: bool) -> None:
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        record_pending()
+
+    def changelist_view(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        with acting_as(audit.user_actor(request.user)):
+            return super().changelist_view(request, *args, **kwargs)  # type: ignore[misc]
+
+    def delete_view(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        with acting_as(audit.user_actor(request.user)):
+            return super().delete_view(request, *args, **kwargs)  # type: ignore[misc]
+
+
+class AttributedUserAdmin(_AttributedViews, UserAdmin):
+    pass
+
+
+class AttributedGroupAdmin(_AttributedViews, GroupAdmin):
+    pass
+
+
 admin.site.unregister(get_user_model())
 admin.site.register(get_user_model(), AttributedUserAdmin)
 admin.site.unregister(Group)
 admin.site.register(Group, AttributedGroupAdmin)
-
-
-@admin.register(Escalation)
-class EscalationAdmin(ViewOnlyAdmin):
-    # The credential fingerprint is an HMAC, not the secret, but it has no use for a reader.
-    hidden_fields = ("credential_fingerprint",)
-    list_display = ("id", "operation", "reason", "state", "version", "opened_at", "closed_at", "assignee")
-    list_filter = ("state", "reason")
-    search_fields = ("operation__id", "detail")
-    list_select_related = ("operation", "assignee")
-
-
-@admin.register(Decision)
-class DecisionAdmin(ViewOnlyAdmin):
-    list_display = ("id", "decided_at", "username", "user", "operation", "option", "outcome", "card_version")
-    list_filter = ("outcome", "decided_at")
-    search_fields = ("operation__id", "option", "comment", "username")
-    list_select_related = ("user", "operation")

@@ -4,10 +4,16 @@ from django.apps import AppConfig
 
 
 class EscalationsConfig(AppConfig):
+    """The human layer: the dashboard, exports and notifications, above the operations domain."""
+
     name = "escalations"
-    verbose_name = "Escalations"
+    verbose_name = "Escalations (dashboard and notifications)"
 
     def ready(self) -> None:
-        from escalations import user_audit
+        from escalations import notifications
+        from operations import events
 
-        user_audit.connect()
+        events.card_opened.connect(notifications.on_card_opened, dispatch_uid="notify-card-opened")
+        events.callback_undeliverable.connect(
+            notifications.on_callback_undeliverable, dispatch_uid="notify-callback-undeliverable"
+        )

@@ -1,5 +1,5 @@
 """Exports for incident review: CSV of status checks and decisions, the verifiable JSONL audit
-export, and a printable HTML report (DESIGN.md section 8, "Export").
+export, and a printable HTML report (docs/DESIGN.md section 8, "Export").
 
 CSV and JSONL stream row by row in bounded memory. CSV cells that a spreadsheet would run as a
 formula (starting with = + - @ or a tab) are prefixed with a quote: purposes, provider states and
@@ -17,8 +17,8 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
-from escalations.models import Decision
-from operations.models import StatusCheck
+from operations.audit.export import as_async_lines
+from operations.models import Decision, StatusCheck
 
 CHUNK = 2000
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -60,8 +60,6 @@ def csv_lines(header: list[str], rows: Iterable[list[object]]) -> Iterator[str]:
 def streamed(request: HttpRequest, lines: Iterator) -> Iterator | AsyncIterator:
     """Under ASGI a sync iterator would be buffered whole: pull it in batches from the request's thread."""
     if isinstance(request, ASGIRequest):
-        from operations.audit_export import as_async_lines
-
         return as_async_lines(lines)
     return lines
 
@@ -146,7 +144,7 @@ DECISION_HEADER = [
     "provider_response",
     "audit_seq",
     "decision_id",
-    # Identical refusals counted on this row instead of recorded again (escalations.services._refuse).
+    # Identical refusals counted on this row instead of recorded again (operations.decisions.services._refuse).
     "repeat_count",
     "last_repeated_at",
 ]

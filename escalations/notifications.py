@@ -27,9 +27,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from escalations.agent_text import one_line, quoted, slack_escaped
-from escalations.models import Escalation
-from escalations.options import human_duration
 from operations import ratelimit
+from operations.decisions.options import human_duration
+from operations.models import CallbackDelivery, Escalation
 from operations.redaction import register_secret
 from operations.vocabulary import REASON_LABELS, Reason
 
@@ -56,6 +56,56 @@ def enqueue(*, escalation_id: int, kind: str) -> None:
     from django_q.tasks import async_task
 
     async_task("escalations.tasks.notify_escalation", escalation_id, kind, task_name=f"notify-{escalation_id}-{kind}")
+
+
+def on_card_opened(*, escalation: Escalation, **_: object) -> None:
+    """operations.events.card_opened: queue the card's first notification in the opening transaction."""
+    enqueue(escalation_id=escalation.pk, kind=OPENED)
+
+
+def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:
+    """operations.events.callback_undeliverable: queue a message to on-call with the transaction."""
+    if not configured():
+        return
+    from django_q.tasks import async_task
+
+    async_task(
+        "escalations.tasks.notify_callback_failed",
+        delivery.operation_id,
+        delivery.pk,
+        delivery.event_type,
+        reason[:300],
+        task_name=f"notify-callback-{delivery.pk}",
+    )
+
+
+def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
+    """Tell on-call that an agent's callback endpoint gave up, by the same channels as cards.
+
+    The reason can quote the agent's callback address: it follows pollerdash's link as quoted,
+    defanged data. Counted against NOTIFY_MAX_PER_HOUR like every message to people.
+    """
+    if not hourly_slot():
+        logger.warning(
+            "operation %s: callback failure notification skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
+            operation_id,
+            settings.NOTIFY_MAX_PER_HOUR,
+        )
+        return f"skipped: NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached"
+    link = f"{settings.SITE_URL}{reverse('operation_detail', args=[operation_id])}"
+    why = f"Why (may quote the agent's callback address; links disabled): {quoted(reason)}"
+    text = (
+        f"pollerdash could not deliver the {event_type} callback {delivery_id} of operation "
+        f"{operation_id}.\n\n{link}\n\nThe agent can still read the outcome (the operation stays in "
+        f"its open list until acknowledged); check the agent's callback endpoint.\n\n{why}"
+    )
+    message = Message(
+        subject=f"[pollerdash] Callback not delivered: {operation_id}",
+        text=text,
+        chat=f"*Callback not delivered* for <{link}|{operation_id}>\n{slack_escaped(why)}",
+        link=link,
+    )
+    return _send(message=message, kind="callback_failed", what=f"callback {delivery_id}")
 
 
 def card_link(escalation: Escalation) -> str:
@@ -144,19 +194,25 @@ def deliver(*, escalation_id: int, kind: str) -> str:
         return _skipped(escalation_id, f"NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached")
     last = per_card > 0 and escalation.notifications_sent + 1 >= per_card
     message = compose(escalation=escalation, kind=kind, now=timezone.now(), last=last)
+    outcome = _send(message=message, kind=kind, what=f"escalation {escalation_id}")
+    update = {"notifications_sent": F("notifications_sent") + 1}
+    if kind == OPENED:
+        update["last_notified_at"] = timezone.now()
+    Escalation.objects.filter(pk=escalation_id).update(**update)
+    return outcome
+
+
+def _send(*, message: Message, kind: str, what: str) -> str:
+    """One message by every configured channel; a failed channel does not stop the other."""
     sent = []
     if settings.NOTIFY_EMAILS:
         try:
             send_mail(message.subject, message.text, settings.DEFAULT_FROM_EMAIL, list(settings.NOTIFY_EMAILS))
             sent.append("email")
         except Exception as exc:  # noqa: BLE001 - one failed channel must not stop the other
-            logger.warning("escalation %s: notification email failed (%s)", escalation_id, type(exc).__name__)
+            logger.warning("%s: notification email failed (%s)", what, type(exc).__name__)
     if settings.NOTIFY_WEBHOOK_URL and post_webhook(url=settings.NOTIFY_WEBHOOK_URL, message=message, kind=kind):
         sent.append("webhook")
-    update = {"notifications_sent": F("notifications_sent") + 1}
-    if kind == OPENED:
-        update["last_notified_at"] = timezone.now()
-    Escalation.objects.filter(pk=escalation_id).update(**update)
     return "sent: " + (", ".join(sent) or "nothing (every channel failed)")
 
 

@@ -1,4 +1,4 @@
-"""Roles (DESIGN.md section 7): Django groups `viewer` (reads) and `responder` (decides).
+"""Roles (docs/DESIGN.md section 7): Django groups `viewer` (reads) and `responder` (decides).
 
 Superusers are admins: they manage profiles and users in the Django admin and may also decide.
 A signed-in user with neither group sees a page saying so, never the data. Anonymous users are

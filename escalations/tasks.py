@@ -15,3 +15,10 @@ def notify_escalation(escalation_id: int, kind: str) -> str:
 def send_due_reminders() -> int:
     """Run by the "pollerdash: escalation reminders" Schedule every minute."""
     return notifications.enqueue_due_reminders(now=timezone.now())
+
+
+def notify_callback_failed(operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
+    """Tell on-call that an agent's callback gave up (operations.events.callback_undeliverable)."""
+    return notifications.deliver_callback_failure(
+        operation_id=operation_id, delivery_id=delivery_id, event_type=event_type, reason=reason
+    )

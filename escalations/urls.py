@@ -1,16 +1,29 @@
+"""The dashboard's URLs: the inbox and cards, history, operations, the system panel."""
+
 from __future__ import annotations
 
 from django.urls import path
 
-from escalations import views
+from escalations.views import cards, operations, system
 
 urlpatterns = [
-    path("", views.inbox, name="inbox"),
-    path("cards/<int:escalation_id>/", views.card, name="escalation_card"),
-    path("cards/<int:escalation_id>/decide/", views.decide, name="escalation_decide"),
-    path("cards/<int:escalation_id>/assign/", views.assign, name="escalation_assign"),
-    path("history/", views.history, name="decision_history"),
-    path("history/decisions.csv", views.history_csv, name="decision_history_csv"),
-    path("history/audit.jsonl", views.history_jsonl, name="decision_history_jsonl"),
-    path("history/report/", views.history_report, name="decision_history_report"),
+    path("", cards.inbox, name="inbox"),
+    path("cards/<int:escalation_id>/", cards.card, name="escalation_card"),
+    path("cards/<int:escalation_id>/decide/", cards.decide, name="escalation_decide"),
+    path("cards/<int:escalation_id>/assign/", cards.assign, name="escalation_assign"),
+    path("history/", cards.history, name="decision_history"),
+    path("history/decisions.csv", cards.history_csv, name="decision_history_csv"),
+    path("history/audit.jsonl", cards.history_jsonl, name="decision_history_jsonl"),
+    path("history/report/", cards.history_report, name="decision_history_report"),
+    path("operations/", operations.operation_list, name="operation_list"),
+    path("operations/<str:operation_id>/", operations.operation_detail, name="operation_detail"),
+    path("operations/<str:operation_id>/audit.jsonl", operations.operation_audit_jsonl, name="operation_audit_jsonl"),
+    path("operations/<str:operation_id>/checks.csv", operations.operation_checks_csv, name="operation_checks_csv"),
+    path(
+        "operations/<str:operation_id>/decisions.csv",
+        operations.operation_decisions_csv,
+        name="operation_decisions_csv",
+    ),
+    path("operations/<str:operation_id>/report/", operations.operation_report, name="operation_report"),
+    path("system/", system.system, name="system"),
 ]

@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django_q.models import Failure, OrmQ, Schedule, Success
 
-from operations import audit
+from operations.audit import entries as audit
 from operations.models import (
     Agent,
     AgentToken,
@@ -30,6 +30,8 @@ from operations.models import (
     AuditHead,
     Authorization,
     CallbackDelivery,
+    Decision,
+    Escalation,
     IdempotencyKey,
     Operation,
     ProviderAccount,
@@ -342,6 +344,26 @@ class AgentTokenAdmin(admin.ModelAdmin):
 class IdempotencyKeyAdmin(ViewOnlyAdmin):
     list_display = ("key", "agent", "operation", "created_at")
     search_fields = ("key", "operation__id", "agent__name")
+
+
+# Cards and decisions: read-only. Decisions are taken on the dashboard, never here, so every one goes
+# through the version check, the bounds and the audit chain.
+@admin.register(Escalation)
+class EscalationAdmin(ViewOnlyAdmin):
+    # The credential fingerprint is an HMAC, not the secret, but it has no use for a reader.
+    hidden_fields = ("credential_fingerprint",)
+    list_display = ("id", "operation", "reason", "state", "version", "opened_at", "closed_at", "assignee")
+    list_filter = ("state", "reason")
+    search_fields = ("operation__id", "detail")
+    list_select_related = ("operation", "assignee")
+
+
+@admin.register(Decision)
+class DecisionAdmin(ViewOnlyAdmin):
+    list_display = ("id", "decided_at", "username", "user", "operation", "option", "outcome", "card_version")
+    list_filter = ("outcome", "decided_at")
+    search_fields = ("operation__id", "option", "comment", "username")
+    list_select_related = ("user", "operation")
 
 
 # --- django-q2: view-only ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One poll of one operation, in the order of DESIGN.md section 4.
+"""One poll of one operation, in the order of docs/DESIGN.md section 4.
 
     load operation; stop if terminal or needs_attention
     if now >= deadline_at:            escalate deadline_exceeded; stop   (no request)
@@ -20,24 +20,26 @@ import os
 import random
 import socket
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from functools import cache
 from urllib.parse import quote
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from operations import audit, fastsql, http, pacing
-from operations.callbacks import record_event
-from operations.models import Operation, ProviderAccount, ProviderProfile, StatusCheck
-from operations.polling.decide import Action, Bounds, Decision, Observation, Policy, decide
+from operations import fastsql, http, pacing
+from operations.lifecycle import polls
+from operations.lifecycle.cards import escalate
+from operations.lifecycle.claims import charge, defer, release
+from operations.models import Operation, ProviderProfile, StatusCheck
+from operations.polling.decide import decide
 from operations.polling.gate import Gate, before_send
+from operations.polling.model import Bounds, Observation, Policy
 from operations.polling.states import StateTable
 from operations.redaction import redact_bytes, scrub
-from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Reason, Status
+from operations.vocabulary import DelaySource
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +138,7 @@ def poll_once(
         return PollResult.NOT_DUE
     if gate.gate is Gate.ESCALATE:
         assert gate.reason is not None
-        escalate_without_request(operation_id=op.pk, fence=fence, reason=gate.reason, explanation=gate.explanation)
+        escalate(operation_id=op.pk, fence=fence, reason=gate.reason, explanation=gate.explanation)
         return PollResult.ESCALATED
 
     charged = _charge(op=op, fence=fence, worker=worker, started_at=started_at)
@@ -242,7 +244,7 @@ def _charge(
                 return PollResult.DEFERRED
             free_at = pacing.next_free_send(account=op.account, rate_per_s=rate, now=now)
             if free_at <= now:
-                taken = _take(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=False)
+                taken = charge(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=False)
                 return PollResult.STALE if taken is None else taken
             wait_s = (free_at - now).total_seconds()
             if wait_s > MAX_SLOT_WAIT_S:
@@ -278,82 +280,7 @@ def _charge_admitted(
             return PollResult.DEFERRED
         if not pacing.has_room(account=op.account, rate_per_s=rate, now=now):
             return None
-        return _take(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=True)
-
-
-def _take(
-    *, op: Operation, fence: int, worker: str, started_at: datetime, now: datetime, reserved: bool
-) -> tuple[Operation, StatusCheck] | None:
-    """Compare-and-set the fence, charge one request and record it as sent; None if the CAS lost."""
-    sets, params = fastsql.assignments(
-        Operation,
-        {
-            "fence": fence + 1,
-            "status": Status.RUNNING.value,
-            "approved_checks": 0,
-            "lease_owner": worker,
-            "lease_expires_at": now + timedelta(seconds=settings.POLL_LEASE_S),
-            "claimed_at": None,
-            "updated_at": now,
-        },
-    )
-    used, budget = fastsql.column(Operation, "status_requests_used"), fastsql.column(Operation, "max_status_requests")
-    where = (
-        f"id = %s AND {fastsql.column(Operation, 'fence')} = %s AND {fastsql.column(Operation, 'status')} IN (%s, %s) "
-        f"AND {used} < {budget}"
-    )
-    params += [op.pk, fence, Status.PENDING.value, Status.RUNNING.value]
-    if reserved:
-        where += (
-            f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
-            f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
-        )
-        params.append(fastsql.prep(Operation, "lease_expires_at", now))
-    sequence = fastsql.column(Operation, "sequence")
-    # The request count and the status are visible to agents: the sequence moves with them.
-    increments = f"{used} = {used} + 1, {sequence} = {sequence} + 1"
-    if fastsql.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where}", params) != 1:
-        return None
-    check = StatusCheck(
-        operation=op,
-        account=op.account,
-        fence=fence + 1,
-        due_at=op.claim_due_at or op.next_poll_at,
-        started_at=started_at,
-        sent_at=now,
-    )
-    values = {"operation": op.pk, **{name: getattr(check, name) for name in _CHECK_SENT_FIELDS}}
-    columns = ", ".join(fastsql.column(StatusCheck, name) for name in values)
-    row = fastsql.fetchone(
-        f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
-        [fastsql.prep(StatusCheck, name, value) for name, value in values.items()],
-    )
-    check.pk = row[0] if row else None
-    op.fence, op.status = fence + 1, Status.RUNNING
-    op.status_requests_used += 1
-    op.sequence += 1
-    op.approved_checks = 0
-    return op, check
-
-
-_CHECK_SENT_FIELDS = (
-    "account",
-    "fence",
-    "due_at",
-    "started_at",
-    "sent_at",
-    "provider_request_id",
-    "retry_after",
-    "body_digest",
-    "transport_error",
-    "provider_state",
-    "interpreted_state",
-    "decision",
-    "reason",
-    "delay_source",
-    "charged_transport",
-    "warnings",
-)
+        return charge(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=True)
 
 
 def _defer_for_rate_limit(*, op: Operation, fence: int, until: datetime) -> None:
@@ -371,81 +298,18 @@ def _defer(
     *, op: Operation, fence: int, until: datetime, why: str, source: DelaySource = DelaySource.PROVIDER_RETRY_AFTER
 ) -> None:
     """Reschedule without sending or charging. Runs inside the caller's transaction."""
-    now = timezone.now()
-    moved = Operation.objects.filter(pk=op.pk, fence=fence).update(
-        fence=fence + 1,
-        sequence=F("sequence") + 1,
-        next_poll_at=until,
-        delay_source=source,
-        lease_owner="",
-        lease_expires_at=None,
-        claimed_at=None,
-        updated_at=now,
-    )
-    if moved:
-        audit.append(
-            entry_type="controller.decision",
-            actor=audit.SYSTEM_CONTROLLER,
-            operation_id=op.pk,
-            data=_decision_data(
-                op,
-                state=op.status,
-                decision="defer",
-                reason=why,
-                next_poll_at=until,
-                delay_source=source,
-                delay_ms=round((until - now).total_seconds() * 1000),
-            ),
-        )
-
-
-def release(*, operation_id: str, fence: int) -> bool:
-    """Give up a claim without polling: the fence moves so a duplicate task is a no-op."""
-    return bool(
-        Operation.objects.filter(pk=operation_id, fence=fence).update(
-            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None
-        )
-    )
-
-
-def escalate_without_request(*, operation_id: str, fence: int | None, reason: Reason, explanation: str) -> bool:
-    """Hand the operation to a human without spending a request (deadline, budget, approval)."""
-    from escalations.services import escalation_open
-
-    with transaction.atomic():
-        query = Operation.objects.select_for_update().select_related("provider").filter(pk=operation_id)
-        if fence is not None:
-            query = query.filter(fence=fence)
-        op = query.filter(status__in=sorted(POLLABLE_STATUSES)).first()
-        if op is None:
-            return False
-        now = timezone.now()
-        op.status = Status.NEEDS_ATTENTION
-        op.next_poll_at = None
-        op.fence += 1
-        op.lease_owner, op.lease_expires_at, op.claimed_at = "", None, None
-        op.sequence += 1
-        op.updated_at = now
-        op.save()
-        audit.append(
-            entry_type="controller.decision",
-            actor=audit.SYSTEM_CONTROLLER,
-            operation_id=op.pk,
-            data=_decision_data(op, state=op.status, decision="escalate", reason=f"{reason}: {explanation}"),
-        )
-        escalation_open(operation=op, reason=reason, detail=explanation, context={"http_status": None})
-    return True
+    defer(op=op, fence=fence, until=until, why=why, now=timezone.now(), source=source)
 
 
 def _record(
     *, op: Operation, check: StatusCheck, raw: http.RawResponse, received_at: datetime, rng: random.Random
 ) -> PollResult:
-    """Interpret the response and write everything in one short, fenced transaction."""
-    from escalations.services import escalation_open
+    """Interpret the response (pure) and hand the outcome to the lifecycle's one fenced transaction.
 
-    # A provider may echo the credential (say, the Authorization header in an error body): every
-    # registered secret is scrubbed from the body before anything is taken from it, and from every
-    # value the decision keeps, before anything is stored.
+    A provider may echo the credential (say, the Authorization header in an error body): every
+    registered secret is scrubbed from the body before anything is taken from it, and from every
+    value the decision keeps, before anything is stored.
+    """
     headers = scrub(raw.headers)
     observation = Observation(
         received_at=received_at,
@@ -462,276 +326,14 @@ def _record(
     request_id = ""
     if profile.request_id_header:
         request_id = (headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
-    retry_after = ", ".join(headers.get("retry-after", ()))[:200]
-    with transaction.atomic():
-        # The account lock first (lock order: account, operation, audit head); its audit entry
-        # comes with the others, last.
-        paused = decision.account_pause_until is not None and _pause_account(
-            op=op, until=decision.account_pause_until, http_status=raw.http_status
-        )
-        fields = _decision_fields(op, decision, received_at=received_at, http_status=raw.http_status)
-        # One fenced UPDATE: under the fence nobody else changes what the decision was computed from.
-        sets, params = fastsql.assignments(Operation, fields)
-        updated = fastsql.execute(
-            f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE id = %s AND {fastsql.column(Operation, 'fence')} = %s "
-            f"AND {fastsql.column(Operation, 'status')} IN (%s, %s)",
-            [*params, op.pk, check.fence, Status.PENDING.value, Status.RUNNING.value],
-        )
-        if not updated:
-            current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
-            if current is None:
-                # A newer claim owns the operation; this late answer writes nothing about it (the
-                # provider's request to pause the whole account still stands).
-                logger.info("late result for %s (fence %s) discarded", op.pk, check.fence)
-                if paused:
-                    _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
-                return PollResult.STALE
-            _fill_check(
-                check,
-                raw=raw,
-                decision=decision,
-                received_at=received_at,
-                request_id=request_id,
-                retry_after=retry_after,
-            )
-            result = _record_after_terminal(current, check, decision, raw, request_id, retry_after)
-            if paused:
-                _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
-            return result
-        for name, value in fields.items():
-            setattr(op, name, value)
-        current = op
-        _fill_check(
-            check, raw=raw, decision=decision, received_at=received_at, request_id=request_id, retry_after=retry_after
-        )
-        sets, params = fastsql.assignments(StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS})
-        fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*params, check.pk])
-        audit.append(
-            entry_type="controller.decision",
-            actor=audit.SYSTEM_CONTROLLER,
-            operation_id=current.pk,
-            data=_decision_data(
-                current,
-                state=current.status,
-                decision=decision.code,
-                reason=decision.explanation
-                if decision.reason is None
-                else f"{decision.reason}: {decision.explanation}",
-                next_poll_at=current.next_poll_at,
-                delay_source=decision.delay_source,
-                delay_ms=decision.delay_ms,
-                http_status=observation.http_status,
-                provider_state=decision.provider_state,
-                interpreted_state=decision.interpreted_state,
-                provider_request_id=request_id or None,
-                retry_after=retry_after or None,
-            ),
-            at=received_at,
-        )
-        if paused:
-            _append_pause(op=op, until=decision.account_pause_until, http_status=raw.http_status)
-        if decision.action is Action.ESCALATE:
-            assert decision.reason is not None
-            escalation_open(
-                operation=current,
-                reason=decision.reason,
-                detail=decision.explanation,
-                context={
-                    "http_status": observation.http_status,
-                    "provider_state": decision.provider_state,
-                    "interpreted_state": decision.interpreted_state,
-                    "transport_error": raw.transport_error,
-                },
-            )
-        elif decision.action is Action.COMPLETE:
-            record_event(operation=current, event_type="operation.completed")
-    return PollResult.POLLED
-
-
-def _fill_check(
-    check: StatusCheck,
-    *,
-    raw: http.RawResponse,
-    decision: Decision,
-    received_at: datetime,
-    request_id: str,
-    retry_after: str,
-) -> None:
-    check.received_at = received_at
-    check.http_status = raw.http_status
-    check.provider_request_id = request_id
-    check.retry_after = retry_after
-    check.body_digest = raw.body_digest
-    check.body_bytes = raw.body_bytes or None
-    check.transport_error = raw.transport_error or ""
-    check.provider_state = decision.provider_state or ""
-    check.interpreted_state = decision.interpreted_state
-    check.decision = decision.code
-    check.reason = decision.explanation if decision.reason is None else f"{decision.reason}: {decision.explanation}"
-    check.delay_source = decision.delay_source or ""
-    check.delay_ms = decision.delay_ms
-    check.next_poll_at = decision.next_poll_at
-    check.charged_transport = decision.charge_transport
-    check.warnings = list(decision.warnings)
-
-
-_CHECK_RESPONSE_FIELDS = [
-    "received_at",
-    "http_status",
-    "provider_request_id",
-    "retry_after",
-    "body_digest",
-    "body_bytes",
-    "transport_error",
-    "provider_state",
-    "interpreted_state",
-    "decision",
-    "reason",
-    "delay_source",
-    "delay_ms",
-    "next_poll_at",
-    "charged_transport",
-    "warnings",
-]
-
-
-def _decision_fields(
-    op: Operation, decision: Decision, *, received_at: datetime, http_status: int | None
-) -> dict[str, object]:
-    """The operation's new values after a decision, computed from the fenced snapshot."""
-    fields: dict[str, object] = {
-        "last_http_status": http_status,
-        "last_polled_at": received_at,
-        "backoff_attempt": decision.backoff_attempt,
-        "status": decision.status,
-        "next_poll_at": decision.next_poll_at if decision.action is Action.WAIT else None,
-        "fence": op.fence + 1,
-        "lease_owner": "",
-        "lease_expires_at": None,
-        "claimed_at": None,
-        "sequence": op.sequence + 1,
-        "updated_at": received_at,
-    }
-    if decision.provider_state is not None:
-        fields["last_provider_state"] = decision.provider_state[:200]
-    if decision.progress_percent is not None:
-        fields["progress_percent"] = max(op.progress_percent or 0, decision.progress_percent)
-    if decision.progress_counts is not None:
-        fields["progress_counts"] = decision.progress_counts
-    if decision.charge_transport:
-        fields["transport_failures_used"] = op.transport_failures_used + 1
-    if decision.warnings:
-        fields["warnings"] = op.warnings_with(*decision.warnings)
-    if decision.action is Action.WAIT:
-        fields["delay_source"] = decision.delay_source or ""
-    if decision.action is Action.COMPLETE:
-        fields.update(result=decision.result, error=decision.error, completed_at=received_at)
-    return fields
-
-
-def _record_after_terminal(
-    op: Operation, check: StatusCheck, decision: Decision, raw: http.RawResponse, request_id: str, retry_after: str
-) -> PollResult:
-    """The operation ended (closed, cancelled) while this request was in flight: keep the
-    provider's answer as evidence and a warning, never as a second completion."""
-    warning = (
-        f"provider reported {decision.provider_state or decision.interpreted_state!r} "
-        f"after the operation was already {op.status}; status unchanged"
+    answer = polls.Answer(
+        received_at=received_at,
+        http_status=raw.http_status,
+        retry_after=", ".join(headers.get("retry-after", ()))[:200],
+        request_id=request_id,
+        body_digest=raw.body_digest,
+        body_bytes=raw.body_bytes,
+        transport_error=raw.transport_error or "",
     )
-    check.decision = "ignored_after_terminal"
-    check.warnings = [*check.warnings, warning]
-    check.save()
-    op.warnings = op.warnings_with(warning)
-    op.last_http_status = raw.http_status
-    op.last_polled_at = check.received_at
-    op.fence += 1
-    op.sequence += 1
-    op.lease_owner, op.lease_expires_at = "", None
-    op.save(
-        update_fields=[
-            "warnings",
-            "last_http_status",
-            "last_polled_at",
-            "fence",
-            "sequence",
-            "lease_owner",
-            "lease_expires_at",
-        ]
-    )
-    audit.append(
-        entry_type="controller.decision",
-        actor=audit.SYSTEM_CONTROLLER,
-        operation_id=op.pk,
-        data=_decision_data(
-            op,
-            state=op.status,
-            decision="ignored_after_terminal",
-            reason=warning,
-            http_status=raw.http_status,
-            provider_state=decision.provider_state,
-            interpreted_state=decision.interpreted_state,
-            provider_request_id=request_id or None,
-            retry_after=retry_after or None,
-        ),
-        at=check.received_at,
-    )
-    return PollResult.POLLED
-
-
-def _pause_account(*, op: Operation, until: datetime, http_status: int | None) -> bool:
-    """A 429/503 with Retry-After pauses every operation of the provider account until then.
-
-    Returns whether the pause was extended; the caller appends its audit entry (`_append_pause`)
-    with its other entries, last in the transaction.
-    """
-    account = pacing.lock_account(name=op.account)
-    if account.paused_until and account.paused_until >= until:
-        return False
-    ProviderAccount.objects.filter(pk=account.pk).update(
-        paused_until=until, pause_reason=_pause_reason(op, http_status)
-    )
-    Operation.objects.filter(account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until).exclude(
-        pk=op.pk
-    ).update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER, sequence=F("sequence") + 1)
-    return True
-
-
-def _pause_reason(op: Operation, http_status: int | None) -> str:
-    return f"{http_status} with Retry-After on {op.pk}"[:300]
-
-
-def _append_pause(*, op: Operation, until: datetime | None, http_status: int | None) -> None:
-    audit.append(
-        entry_type="provider.paused",
-        actor=audit.SYSTEM_CONTROLLER,
-        operation_id=op.pk,
-        data={
-            "account": op.account,
-            "paused_until": audit.iso(until),
-            "http_status": http_status,
-            "reason": _pause_reason(op, http_status),
-        },
-    )
-
-
-def _decision_data(op: Operation, *, state: str, decision: str, reason: str, **fields: object) -> dict:
-    data: dict[str, object] = {
-        "state": str(state),
-        "next_poll_at": None,
-        "delay_source": None,
-        "delay_ms": None,
-        "request_count": op.status_requests_used,
-        "max_requests": op.max_status_requests,
-        "transport_failures": op.transport_failures_used,
-        "max_transport_failures": op.max_transport_failures,
-        "deadline": audit.iso(op.deadline_at),
-        "decision": decision,
-        "reason": reason,
-    }
-    for key, value in fields.items():
-        if isinstance(value, datetime):
-            value = audit.iso(value)
-        elif isinstance(value, StrEnum):
-            value = str(value)
-        data[key] = value
-    return data
+    written = polls.record_outcome(op=op, check=check, decision=decision, answer=answer)
+    return PollResult.POLLED if written else PollResult.STALE

@@ -33,14 +33,16 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Min, Q, QuerySet
+from django.db.models import Min
 from django.utils import timezone
 from django_q.brokers import Broker, get_broker
 from django_q.models import Failure, OrmQ
 from django_q.tasks import async_task
 
 from operations import pacing
-from operations.controller import escalate_without_request
+from operations.callbacks.delivery import dispatch_due_callbacks
+from operations.lifecycle.cards import escalate
+from operations.lifecycle.claims import Claim, ExpiredLease, claim_due_rows, due_unclaimed, take_expired_lease, unleased
 from operations.models import Operation, ProcessHeartbeat, ProviderAccount, ProviderProfile
 from operations.vocabulary import POLLABLE_STATUSES, Reason
 
@@ -58,15 +60,6 @@ def dispatcher_name() -> str:
     return f"{HEARTBEAT_KIND}@{socket.gethostname()}:{os.getpid()}"
 
 
-def _unleased(now: datetime) -> Q:
-    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
-
-
-def due_unclaimed(*, now: datetime) -> QuerySet[Operation]:
-    """Pollable operations whose next poll is due and that no live lease holds."""
-    return Operation.objects.filter(status__in=_POLLABLE, next_poll_at__lte=now).filter(_unleased(now)).order_by()
-
-
 # --- 1. deadline sweep ----------------------------------------------------------------------------------
 
 
@@ -79,7 +72,7 @@ def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
     now = now or timezone.now()
     rows = list(
         Operation.objects.filter(status__in=_POLLABLE, deadline_at__lte=now)
-        .filter(_unleased(now))
+        .filter(unleased(now))
         .order_by("deadline_at")
         .values_list("pk", "fence", "deadline_at", "next_poll_at")[:limit]
     )
@@ -88,9 +81,7 @@ def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
         waiting = f"; the next poll was due at {next_poll_at:%Y-%m-%d %H:%M:%S} UTC" if next_poll_at else ""
         explanation = f"the deadline {deadline_at:%Y-%m-%d %H:%M:%S} UTC passed{waiting}; no request was sent"
         # Fenced: a claim or a poll that moved the fence since we read it wins, and we skip.
-        if escalate_without_request(
-            operation_id=pk, fence=fence, reason=Reason.DEADLINE_EXCEEDED, explanation=explanation
-        ):
+        if escalate(operation_id=pk, fence=fence, reason=Reason.DEADLINE_EXCEEDED, explanation=explanation):
             escalated += 1
     return escalated
 
@@ -112,10 +103,7 @@ def requeue_expired_leases(*, now: datetime | None = None, limit: int = 500) -> 
     )
     requeued = 0
     for pk, fence, owner, expired_at in rows:
-        moved = Operation.objects.filter(pk=pk, fence=fence, lease_expires_at=expired_at).update(
-            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None
-        )
-        if moved:
+        if take_expired_lease(lease=ExpiredLease(operation_id=pk, owner=owner, fence=fence, expired_at=expired_at)):
             requeued += 1
             logger.warning(
                 "lease of %s on %s (fence %s) expired at %s; poll re-queued with fence %s",
@@ -129,13 +117,6 @@ def requeue_expired_leases(*, now: datetime | None = None, limit: int = 500) -> 
 
 
 # --- 3. claim and enqueue -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Claim:
-    operation_id: str
-    fence: int  # the fence the task carries (the claim's own)
-    due_at: datetime
 
 
 def queue_room() -> int:
@@ -162,41 +143,6 @@ def _lock_accounts(accounts: list[str]) -> list[ProviderAccount]:
         # Sorted by name: two dispatchers never wait on each other in opposite orders.
         query = query.select_for_update()
     return list(query)
-
-
-def _claim_rows(*, account: str, now: datetime, take: int, owner: str) -> list[Claim]:
-    lease_until = now + timedelta(seconds=settings.POLL_LEASE_S)
-    query = due_unclaimed(now=now).filter(account=account).order_by("next_poll_at")
-    claims: list[Claim] = []
-    if connection.vendor == "postgresql":
-        rows = list(query.select_for_update(skip_locked=True).values_list("pk", "fence", "next_poll_at")[:take])
-        if not rows:
-            return []
-        # The rows are ours until commit: one UPDATE claims them all, each keeping its own due time.
-        Operation.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(
-            fence=F("fence") + 1,
-            lease_owner=owner,
-            lease_expires_at=lease_until,
-            claimed_at=now,
-            claim_due_at=F("next_poll_at"),
-        )
-        return [Claim(pk, fence + 1, due_at) for pk, fence, due_at in rows]
-    # SQLite has no row locks: claim each row by compare-and-set on its fence.
-    for pk, fence, due_at in query.values_list("pk", "fence", "next_poll_at")[:take]:
-        won = (
-            Operation.objects.filter(pk=pk, fence=fence)
-            .filter(_unleased(now))
-            .update(
-                fence=fence + 1,
-                lease_owner=owner,
-                lease_expires_at=lease_until,
-                claimed_at=now,
-                claim_due_at=due_at,
-            )
-        )
-        if won:
-            claims.append(Claim(pk, fence + 1, due_at))
-    return claims
 
 
 def claim_due(
@@ -228,7 +174,7 @@ def claim_due(
             take = min(limit - len(claims), room)
             if take <= 0:
                 continue
-            claims.extend(_claim_rows(account=account.name, now=now, take=take, owner=owner))
+            claims.extend(claim_due_rows(account=account.name, now=now, take=take, owner=owner))
             if len(claims) >= limit:
                 break
         # In the claims' transaction: the ORM broker's rows commit with them or not at all.
@@ -272,8 +218,6 @@ def task_batches(claims: list[Claim]) -> list[list[Claim]]:
 
 
 def dispatch_callbacks(*, limit: int = 100) -> int:
-    from operations.callbacks import dispatch_due_callbacks
-
     return dispatch_due_callbacks(limit=limit)
 
 

@@ -1,7 +1,7 @@
 """The one HTTP client pollerdash uses to talk to providers.
 
 One keep-alive httpx.Client per process (created after fork, so django-q2 workers never share a
-socket), with the bounds of DESIGN.md section 4: connect 5 s, read 10 s, the whole request 30 s,
+socket), with the bounds of docs/DESIGN.md section 4: connect 5 s, read 10 s, the whole request 30 s,
 a 1 MiB body cap read as a stream, and no redirects. Credentials are read from the environment at
 request time and never stored; one that is not a legal header value is never sent.
 

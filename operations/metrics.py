@@ -23,8 +23,9 @@ from django_q.models import OrmQ
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from operations.dispatch import due_unclaimed
-from operations.models import Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
+from operations.audit.health import audit_protection_checks
+from operations.lifecycle.claims import due_unclaimed
+from operations.models import Escalation, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
 from operations.vocabulary import NOT_DONE_STATUSES, Reason
 
 LAG_WINDOW = timedelta(minutes=5)
@@ -179,8 +180,6 @@ def _processes(now: datetime) -> list[Process]:
 
 
 def _open_escalations() -> dict[str, int]:
-    from escalations.models import Escalation
-
     counts = dict.fromkeys((str(reason) for reason in Reason), 0)
     for row in (
         Escalation.objects.filter(state=Escalation.State.OPEN).order_by().values("reason").annotate(n=Count("pk"))
@@ -201,8 +200,6 @@ class PollerdashCollector(Collector):
     """Prometheus collector: one database snapshot per scrape."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from operations.audit_health import audit_protection_checks
-
         snap = snapshot()
         lag = GaugeMetricFamily(
             "pollerdash_dispatch_lag_seconds",

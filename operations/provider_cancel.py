@@ -11,14 +11,14 @@ from operations.models import Operation
 from operations.polling.states import MISSING, describe_state, extract
 from operations.redaction import redact_bytes, scrub
 from operations.selectors import job_watched_elsewhere
+from operations.vocabulary import CancelState
 
 WATCHED_ELSEWHERE = "not sent: another live operation watches this job"
 
 
 @dataclass(frozen=True)
 class CancelResult:
-    # confirmed | forwarded | not_supported | failed_to_forward | not_documented | not_forwarded
-    state: str
+    state: CancelState
     http_status: int | None = None
     provider_state: str | None = None
     provider_request_id: str = ""
@@ -26,11 +26,11 @@ class CancelResult:
 
     @property
     def confirmed(self) -> bool:
-        return self.state == "confirmed"
+        return self.state is CancelState.CONFIRMED
 
     def as_record(self) -> dict[str, object]:
         return {
-            "state": self.state,
+            "state": str(self.state),
             "http_status": self.http_status,
             "provider_state": self.provider_state,
             "provider_request_id": self.provider_request_id,
@@ -48,9 +48,9 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
     """
     profile = operation.provider
     if not profile.has_cancel:
-        return CancelResult(state="not_documented", detail=f"{profile.slug} documents no cancel request")
+        return CancelResult(state=CancelState.NOT_DOCUMENTED, detail=f"{profile.slug} documents no cancel request")
     if job_watched_elsewhere(operation=operation):
-        return CancelResult(state="not_forwarded", detail=WATCHED_ELSEWHERE)
+        return CancelResult(state=CancelState.NOT_FORWARDED, detail=WATCHED_ELSEWHERE)
     url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
     raw = http.send_to_provider(
         method=profile.cancel_method,
@@ -65,15 +65,15 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
         request_id = (headers.get(profile.request_id_header.lower()) or ("",))[0][:200]
     if raw.transport_error is not None:
         return CancelResult(
-            state="failed_to_forward",
+            state=CancelState.FAILED_TO_FORWARD,
             provider_request_id=request_id,
             detail=scrub(raw.transport_detail or raw.transport_error),
         )
     status = raw.http_status
     if status in (405, 501):
-        return CancelResult(state="not_supported", http_status=status, provider_request_id=request_id)
+        return CancelResult(state=CancelState.NOT_SUPPORTED, http_status=status, provider_request_id=request_id)
     if status is None or not 200 <= status < 300:
-        return CancelResult(state="failed_to_forward", http_status=status, provider_request_id=request_id)
+        return CancelResult(state=CancelState.FAILED_TO_FORWARD, http_status=status, provider_request_id=request_id)
     provider_state = None
     try:
         body = json.loads(redact_bytes(raw.body or b"null"))
@@ -83,7 +83,7 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
         body = None
     confirmed = provider_state is not None and provider_state in set(profile.cancelled_states)
     return CancelResult(
-        state="confirmed" if confirmed else "forwarded",
+        state=CancelState.CONFIRMED if confirmed else CancelState.FORWARDED,
         http_status=status,
         provider_state=provider_state,
         provider_request_id=request_id,

@@ -1,4 +1,4 @@
-"""The Operation object of DESIGN.md section 9, shared by the API, MCP and `operation_status --json`.
+"""The Operation object of docs/DESIGN.md section 9, shared by the API, MCP and `operation_status --json`.
 
 Every answer an agent gets says in words whether the job is done and what to do next, so an
 agent cannot mistake "accepted" or "still running" for "finished".

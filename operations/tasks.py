@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
+from operations.callbacks.delivery import deliver
+from operations.controller import poll_claims, poll_once
+from operations.credentials import credentials_publish_all
+from operations.services import provider_cancel_forward
+
 
 def run_poll(operation_id: str, fence: int) -> str:
-    from operations.controller import poll_once
-
     return str(poll_once(operation_id=operation_id, fence=fence))
 
 
 def run_polls(claims: list[tuple[str, int]]) -> str:
-    from operations.controller import poll_claims
-
     return ",".join(str(result) for result in poll_claims(claims=[(op, fence) for op, fence in claims]))
 
 
 def deliver_callback(delivery_id: str, attempt: int) -> str:
-    from operations.callbacks import deliver
-
     return deliver(delivery_id=delivery_id, attempt=attempt)
 
 
 def forward_provider_cancel(operation_id: str) -> str:
-    from operations.services import provider_cancel_forward
-
     return provider_cancel_forward(operation_id=operation_id)
 
 
 def publish_credential_fingerprints() -> int:
-    from operations.credentials import credentials_publish_all
-
     return credentials_publish_all()

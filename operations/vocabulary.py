@@ -1,4 +1,4 @@
-"""The fixed words of DESIGN.md: statuses, escalation reasons, delay sources.
+"""The fixed words of docs/DESIGN.md: statuses, escalation reasons, delay sources, cancel states.
 
 Plain string enums with no Django import, so pure decision code and the standalone client can
 share them; model fields use `choices_of(...)`.
@@ -45,7 +45,7 @@ NOT_DONE_STATUSES = frozenset({Status.PENDING, Status.RUNNING, Status.NEEDS_ATTE
 
 
 class Reason(StrEnum):
-    """Why pollerdash stopped and handed an operation to a human (DESIGN.md section 7)."""
+    """Why pollerdash stopped and handed an operation to a human (docs/DESIGN.md section 7)."""
 
     DEADLINE_EXCEEDED = "deadline_exceeded"
     REQUEST_BUDGET_EXHAUSTED = "request_budget_exhausted"
@@ -74,6 +74,19 @@ class DelaySource(StrEnum):
     PROVIDER_POLL_HINT = "provider_poll_hint"
     LOCAL_BACKOFF = "local_backoff"
     MANUAL_EXTENSION = "manual_extension"
+
+
+class CancelState(StrEnum):
+    """How far a cancel at the provider got (Operation.cancel_state, the card's cancel answer)."""
+
+    REQUESTED = "requested"  # decided (agent cancel or a card), not sent yet
+    FORWARDING = "forwarding"  # a worker claimed it and is sending it
+    CONFIRMED = "confirmed"  # 2xx with a state from the profile's cancelled set
+    FORWARDED = "forwarded"  # 2xx, but the job is not (yet) cancelled there
+    NOT_SUPPORTED = "not_supported"  # the provider answered 405 or 501
+    FAILED_TO_FORWARD = "failed_to_forward"  # no answer, or an error status
+    NOT_DOCUMENTED = "not_documented"  # the profile documents no cancel request
+    NOT_FORWARDED = "not_forwarded"  # another live operation watches the job: nothing sent
 
 
 def choices_of(enum: type[StrEnum]) -> list[tuple[str, str]]:

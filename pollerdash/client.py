@@ -1,4 +1,4 @@
-"""pollerdash agent client: the JSON API of DESIGN.md section 9, with httpx and nothing else.
+"""pollerdash agent client: the JSON API of docs/DESIGN.md section 9, with httpx and nothing else.
 
 Copy this one file into an agent's code base; it imports no Django and no pollerdash module.
 

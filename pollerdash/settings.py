@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "ninja",
     "operations",
     "escalations",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -53,7 +54,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "pollerdash.no_store.NoStoreMiddleware",
+    "operations.no_store.NoStoreMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -94,7 +95,7 @@ if IS_POSTGRES and env_bool("DATABASE_POOL", False):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
     # Persistent connections: measured here, CONN_MAX_AGE=0 reconnects on every django-q2 queue
-    # operation and cuts throughput 4-8x (research/perf-anchors.md section 2).
+    # operation and cuts throughput 4-8x (measured on a 2-core machine; bench/controller.py shows it).
     DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -153,7 +154,7 @@ LOGGING = {
     },
 }
 
-# --- Polling bounds (DESIGN.md section 4) ------------------------------------------------------------
+# --- Polling bounds (docs/DESIGN.md section 4) ------------------------------------------------------------
 POLL_HTTP_CONNECT_TIMEOUT_S = env_float("POLL_HTTP_CONNECT_TIMEOUT_S", 5.0)
 POLL_HTTP_READ_TIMEOUT_S = env_float("POLL_HTTP_READ_TIMEOUT_S", 10.0)
 POLL_HTTP_TOTAL_TIMEOUT_S = env_float("POLL_HTTP_TOTAL_TIMEOUT_S", 30.0)
@@ -182,7 +183,7 @@ PROVIDER_CREDENTIAL_ENV_ALLOWED = env_list("PROVIDER_CREDENTIAL_ENV_ALLOWED")
 # worker's charge also needs) are held for milliseconds, not for hundreds of enqueues.
 DISPATCH_BATCH = env_int("DISPATCH_BATCH", 100)
 # An idle dispatcher wakes at least this often (less when the next due time is nearer): the
-# dispatch lag floor. Measured: p95 due->start 0.32 s with 0.25 s (research/djangoq2 P3).
+# dispatch lag floor. Measured: p95 due->start 0.32 s with 0.25 s.
 DISPATCH_IDLE_SLEEP_S = env_float("DISPATCH_IDLE_SLEEP_S", 0.25)
 # ...but never less than this: with a poll due every few milliseconds, claiming them in small
 # batches costs at most this much lag and keeps the dispatcher from spinning one claim per pass.
@@ -237,7 +238,7 @@ Q_CLUSTER = {
 # next to StatusCheck and the audit chain. Failures (ERROR) and reincarnations (CRITICAL) remain.
 LOGGING["loggers"]["django-q"] = {"level": env_str("Q_LOG_LEVEL", "WARNING")}
 
-# --- Audit log (DESIGN.md section 8) ----------------------------------------------------------------
+# --- Audit log (docs/DESIGN.md section 8) ----------------------------------------------------------------
 AUDIT_LOG_NAME = env_str("AUDIT_LOG_NAME", "pollerdash/audit")
 AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
 AUDIT_CHECKPOINT_INTERVAL_S = env_int("AUDIT_CHECKPOINT_INTERVAL_S", 60)

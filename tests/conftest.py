@@ -147,7 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def fake_provider() -> Iterator[object]:
-    from operations.fakeprovider import FakeProvider
+    from demo.fakeprovider import FakeProvider
 
     provider = FakeProvider().start()
     try:
@@ -230,7 +230,7 @@ def rng() -> random.Random:
 
 @pytest.fixture
 def make_operation(profile: object) -> Callable[..., object]:
-    from operations.services import operation_register
+    from operations.registration import operation_register
 
     def make(job: str, *, provider: object | None = None, **kwargs: object) -> object:
         kwargs.setdefault("registered_by", "operator:test")

@@ -64,8 +64,7 @@ canary_log_handler = _CanaryLogHandler()
 
 
 def canary_rows() -> list[str]:
-    from escalations.models import Decision, Escalation
-    from operations.models import AuditEntry, CallbackDelivery, Operation, StatusCheck
+    from operations.models import AuditEntry, CallbackDelivery, Decision, Escalation, Operation, StatusCheck
 
     found = []
     try:

@@ -19,11 +19,10 @@ from django.core.management import call_command
 from django.test import Client
 
 from escalations import tasks as escalation_tasks
-from escalations.models import Escalation
 from operations import http, tasks
 from operations.agents import agent_token_issue
 from operations.controller import poll_once
-from operations.models import AuditEntry, Operation, StatusCheck
+from operations.models import AuditEntry, Escalation, Operation, StatusCheck
 from operations.redaction import redact
 from tests.support import CANARY, canary_emails, canary_log_handler, canary_rows, has_canary, job_id
 

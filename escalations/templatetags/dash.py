@@ -13,8 +13,8 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from escalations.cards import reason_label
-from escalations.options import human_duration
+from operations.decisions.cards import reason_label
+from operations.decisions.options import human_duration
 
 register = template.Library()
 

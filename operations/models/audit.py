@@ -6,7 +6,7 @@ from django.db import models
 class AuditEntry(models.Model):
     """One link of the hash chain. `body` holds the exact RFC 8785 bytes that were hashed.
 
-    Written only by operations.audit.append; on PostgreSQL, triggers refuse UPDATE, DELETE and
+    Written only by operations.audit.entries.append; on PostgreSQL, triggers refuse UPDATE, DELETE and
     TRUNCATE. The typed columns are copies for lookups; the verifier trusts only `body`.
     """
 

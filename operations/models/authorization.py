@@ -26,7 +26,7 @@ class Authorization(models.Model):
     granted_by_label = models.CharField(max_length=200)
     granted_at = models.DateTimeField()
     escalation = models.ForeignKey(
-        "escalations.Escalation", on_delete=models.PROTECT, null=True, blank=True, related_name="authorizations"
+        "operations.Escalation", on_delete=models.PROTECT, null=True, blank=True, related_name="authorizations"
     )
     deadline_at = models.DateTimeField()
     max_status_requests = models.PositiveIntegerField()

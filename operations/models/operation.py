@@ -17,7 +17,7 @@ WARNINGS_KEPT = 20
 
 
 class Operation(models.Model):
-    """One watched provider job and the bounds pollerdash may spend on it (DESIGN.md section 3).
+    """One watched provider job and the bounds pollerdash may spend on it (docs/DESIGN.md section 3).
 
     The row is committed, with its first Authorization, before the first poll. The counters
     `status_requests_used` and `transport_failures_used` only ever grow: every request sent is
@@ -76,8 +76,7 @@ class Operation(models.Model):
 
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.CharField(max_length=280, blank=True)
-    # requested | forwarding | forwarded | not_supported | failed_to_forward | confirmed | not_documented
-    # | not_forwarded (another live operation watches the job)
+    # a CancelState (operations.vocabulary), or empty when no cancel was asked for
     cancel_state = models.CharField(max_length=24, blank=True)
 
     created_at = models.DateTimeField()

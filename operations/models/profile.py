@@ -4,7 +4,7 @@ from django.db import models
 
 
 class ProviderProfile(models.Model):
-    """One integration's state table and polling policy (DESIGN.md section 2).
+    """One integration's state table and polling policy (docs/DESIGN.md section 2).
 
     Validation of a whole profile lives in operations/profiles.py, shared by `loadprofiles` and
     the admin form, so a profile can never be saved half-valid from either side.

@@ -1,4 +1,4 @@
-"""Turn one observed provider response into one decision (DESIGN.md section 5).
+"""Turn one observed provider response into one decision (docs/DESIGN.md section 5).
 
 `decide` is pure: the operation's facts, the observation, and an RNG in; a Decision out. The
 service in operations/controller.py does the I/O around it in the order of section 4.
@@ -8,128 +8,18 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import StrEnum
-from typing import TypeVar
 
+from operations.polling import fields
+from operations.polling.model import Action, Bounds, Decision, Observation, Policy
 from operations.polling.schedule import Wait, plan_wait
 from operations.polling.signals import (
     Hint,
-    parse_poll_hint_seconds,
-    parse_poll_hint_time,
     parse_retry_after,
-    parse_rfc3339,
     seconds,
 )
-from operations.polling.states import MISSING, StateClass, StateTable, describe_state, extract
-from operations.vocabulary import DelaySource, Reason, Status
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The parts of a provider profile that decisions read (copied, so decide() touches no model)."""
-
-    profile_slug: str
-    state_field: str
-    table: StateTable
-    required_result_fields: tuple[str, ...] = ()
-    expiry_field: str = ""
-    progress_field: str = ""
-    counts_fields: Mapping[str, str] = field(default_factory=dict)
-    poll_hint_seconds_field: str = ""
-    poll_hint_time_field: str = ""
-    base_delay_s: float = 5.0
-    max_delay_s: float = 120.0
-    jitter_floor: float = 0.5
-    not_found_grace_s: float = 60.0
-    rate_limited_delay_s: float = 30.0
-    hint_floor_s: float = 1.0
-    hint_cap_s: float = 900.0
-    hint_absurd_s: float = 7 * 24 * 3600.0
-    error_cap_bytes: int = 8192
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The operation's facts at decision time. `requests_used` already counts this request."""
-
-    registered_at: datetime
-    deadline_at: datetime
-    requests_used: int
-    max_requests: int
-    transport_failures_used: int
-    max_transport_failures: int
-    backoff_attempt: int = 0
-    extra_pending: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What came back from one status request. Header names are lower-case."""
-
-    received_at: datetime
-    http_status: int | None = None
-    headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    body: bytes | None = None
-    # A word of operations.http.TRANSPORT_ERRORS (timeout, connect_error, body_too_large,
-    # invalid_credential, ...); None when a response came.
-    transport_error: str | None = None
-    transport_detail: str = ""
-
-    def header(self, name: str) -> tuple[str, ...]:
-        return tuple(self.headers.get(name, ()))
-
-
-class Action(StrEnum):
-    WAIT = "wait"
-    COMPLETE = "complete"
-    ESCALATE = "escalate"
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: Action
-    status: Status
-    interpreted_state: str
-    explanation: str
-    provider_state: str | None = None
-    reason: Reason | None = None
-    next_poll_at: datetime | None = None
-    delay_source: DelaySource | None = None
-    delay_ms: int | None = None
-    charge_transport: bool = False
-    backoff_attempt: int = 0
-    account_pause_until: datetime | None = None
-    result: dict | None = None
-    error: dict | None = None
-    progress_percent: int | None = None
-    progress_counts: dict | None = None
-    warnings: tuple[str, ...] = ()
-
-    def redacted(self, *, redact: Callable[[T], T]) -> Decision:
-        """This decision with `redact` applied to every value that came from the provider."""
-        return replace(
-            self,
-            explanation=redact(self.explanation),
-            provider_state=redact(self.provider_state),
-            result=redact(self.result),
-            error=redact(self.error),
-            warnings=redact(self.warnings),
-        )
-
-    @property
-    def code(self) -> str:
-        """The decision word recorded on the StatusCheck and in the audit entry."""
-        if self.action is Action.WAIT:
-            return "wait"
-        if self.action is Action.ESCALATE:
-            return "escalate"
-        return str(self.status)
-
+from operations.polling.states import MISSING, StateClass, describe_state, extract
+from operations.vocabulary import Reason, Status
 
 BODY_TOO_LARGE = "body_too_large"
 INVALID_CREDENTIAL = "invalid_credential"
@@ -168,7 +58,7 @@ def _no_constants(name: str) -> object:
 
 
 def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: random.Random) -> Decision:
-    """The decision for one response, following DESIGN.md section 5 row by row."""
+    """The decision for one response, following docs/DESIGN.md section 5 row by row."""
     obs = observation
     if obs.transport_error == INVALID_CREDENTIAL:
         # Nothing was sent, and sending again would not help until someone fixes the credential:
@@ -399,14 +289,14 @@ def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: obje
     raw_state = extract(body, policy.state_field)
     shown_state = describe_state(raw_state)
     state_class = policy.table.classify(None if raw_state is MISSING else raw_state, extra_pending=bounds.extra_pending)
-    progress, counts, warnings = _progress(policy, body)
+    progress, counts, warnings = fields.progress(policy, body)
     common = {"provider_state": shown_state, "progress_percent": progress, "progress_counts": counts}
 
     if state_class is StateClass.PENDING:
-        expiry_problem = _past_own_expiry(policy, body, obs.received_at)
+        expiry_problem = fields.past_own_expiry(policy, body, obs.received_at)
         if expiry_problem is not None:
             return _escalate(Reason.INTEGRATION_FAILURE, "contradiction", expiry_problem, warnings=warnings, **common)
-        hint, hint_warnings = _poll_hint(policy, body, obs.received_at)
+        hint, hint_warnings = fields.poll_hint(policy, body, obs.received_at)
         return _wait_decision(
             policy,
             bounds,
@@ -419,7 +309,7 @@ def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: obje
             **common,
         )
     if state_class is StateClass.SUCCESS:
-        values, missing = _required_fields(policy, body)
+        values, missing = fields.required_fields(policy, body)
         if missing:
             return _escalate(
                 Reason.INTEGRATION_FAILURE,
@@ -455,7 +345,7 @@ def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: obje
             status,
             interpreted,
             f"provider state {shown_state!r}: {meaning}",
-            error=_error(policy, body, code=code, state=shown_state),
+            error=fields.provider_error(policy, body, code=code, state=shown_state),
             warnings=warnings,
             **common,
         )
@@ -478,88 +368,3 @@ def _complete(status: Status, interpreted: str, explanation: str, **extra: objec
         explanation=explanation,
         **extra,  # type: ignore[arg-type]
     )
-
-
-def _required_fields(policy: Policy, body: object) -> tuple[dict[str, object], list[str]]:
-    values: dict[str, object] = {}
-    missing: list[str] = []
-    for path in policy.required_result_fields:
-        value = extract(body, path)
-        if value is MISSING or value is None or value == "" or value == [] or value == {}:
-            missing.append(path)
-        else:
-            values[path] = value
-    return values, missing
-
-
-def _past_own_expiry(policy: Policy, body: object, now: datetime) -> str | None:
-    if not policy.expiry_field:
-        return None
-    raw = extract(body, policy.expiry_field)
-    if raw is MISSING or raw is None or not isinstance(raw, str):
-        return None
-    expires_at = parse_rfc3339(raw)
-    if expires_at is None or expires_at > now:
-        return None
-    return f"provider still reports the job pending, but its own expiry {raw} has passed"
-
-
-def _poll_hint(policy: Policy, body: object, now: datetime) -> tuple[Hint | None, tuple[str, ...]]:
-    """The body's own hint: seconds first, then a time; an invalid one is noted and ignored."""
-    notes: list[str] = []
-    candidates: list[Hint | None] = []
-    if policy.poll_hint_seconds_field:
-        raw = extract(body, policy.poll_hint_seconds_field)
-        if raw is not MISSING:
-            candidates.append(parse_poll_hint_seconds(raw, absurd_s=policy.hint_absurd_s))
-    if policy.poll_hint_time_field:
-        raw = extract(body, policy.poll_hint_time_field)
-        if raw is not MISSING:
-            candidates.append(parse_poll_hint_time(raw, now=now, absurd_s=policy.hint_absurd_s))
-    for hint in candidates:
-        if hint is None:
-            continue
-        if hint.delay_s is not None:
-            return hint, tuple(notes)
-        if hint.note:
-            notes.append(hint.note)
-    return None, tuple(notes)
-
-
-def _progress(policy: Policy, body: object) -> tuple[int | None, dict | None, tuple[str, ...]]:
-    warnings: list[str] = []
-    percent: int | None = None
-    if policy.progress_field:
-        raw = extract(body, policy.progress_field)
-        if isinstance(raw, int | float) and not isinstance(raw, bool) and raw == raw:  # NaN != NaN
-            percent = int(min(100, max(0, raw)))
-        elif raw is not MISSING and raw is not None:
-            warnings.append(f"ignored progress value {str(raw)[:40]!r}")
-    counts: dict | None = None
-    if policy.counts_fields:
-        found: dict[str, int] = {}
-        for name, path in policy.counts_fields.items():
-            raw = extract(body, path)
-            if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
-                found[name] = raw
-        counts = found or None
-    return percent, counts, tuple(warnings)
-
-
-def _error(policy: Policy, body: object, *, code: str, state: str) -> dict:
-    """The provider's own error, preserved verbatim as JSON when it fits the cap."""
-    provider_error = body.get("error", body) if isinstance(body, dict) else body
-    encoded = json.dumps(provider_error, ensure_ascii=False)
-    if len(encoded.encode()) > policy.error_cap_bytes:
-        provider_error = {
-            "truncated": True,
-            "excerpt": encoded.encode()[: policy.error_cap_bytes].decode(errors="ignore"),
-        }
-    message = None
-    if isinstance(provider_error, dict):
-        message = provider_error.get("message") if isinstance(provider_error.get("message"), str) else None
-    return {
-        "code": code,
-        "message": message or f"The provider reported state {state!r}.",
-        "provider_error": provider_error,
-    }

@@ -1,4 +1,4 @@
-"""The checks made before any status request is sent (DESIGN.md section 4, steps 1-4)."""
+"""The checks made before any status request is sent (docs/DESIGN.md section 4, steps 1-4)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def before_send(
     per_call_approval: bool = False,
     approved_checks: int = 0,
 ) -> GateResult:
-    """Whether one status request may be sent now, in DESIGN.md's order.
+    """Whether one status request may be sent now, in docs/DESIGN.md's order.
 
     The deadline and the budget are checked before "not due", so an operation past its bounds is
     escalated at its next wake-up without spending a request. Missed polls are never caught up:

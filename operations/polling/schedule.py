@@ -43,7 +43,7 @@ def plan_wait(
     hint_cap_s: float,
     rng: random.Random,
 ) -> Wait:
-    """The next wake-up, by DESIGN.md section 4's precedence, capped at the deadline.
+    """The next wake-up, by docs/DESIGN.md section 4's precedence, capped at the deadline.
 
     1. Retry-After is a minimum: pollerdash never looks sooner than the provider asked.
     2. A valid body poll hint, clamped to [floor, cap].

@@ -102,7 +102,7 @@ def register(api: ApiClient, profile: object) -> Callable[..., dict]:
 def _close_api_db_threads(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
     """The API's database threads hold connections: close them before the test database goes."""
     yield
-    from operations.api_wait import shutdown_db_threads
+    from operations.api.wait import shutdown_db_threads
 
     shutdown_db_threads()
 

@@ -1,4 +1,4 @@
-"""Bad inputs from research/anchors-agent-api.md section 6, items 1-24.
+"""Bad inputs an agent (or a hostile client) sends, items 1-24 of the agent API's bad-input list.
 
 Each gets its documented problem code in an application/problem+json body, never a 500, and
 writes nothing (row counts of every table a request could touch are unchanged).

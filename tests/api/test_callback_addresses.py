@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from operations import callbacks
-from operations.callbacks import callback_url_problem
+from operations.callbacks import targets as callbacks
+from operations.callbacks.targets import callback_url_problem
 from operations.models import CallbackDelivery, Operation
 from tests.api.test_callbacks import deliver_due
 from tests.support import job_id

@@ -19,9 +19,12 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from standardwebhooks import Webhook
 
-from operations import callbacks
 from operations.addresses import allowed_endpoints
-from operations.callbacks import callback_url_problem, dispatch_due_callbacks, record_event
+from operations.callbacks import delivery as callbacks_delivery
+from operations.callbacks import outbox, targets
+from operations.callbacks.delivery import dispatch_due_callbacks
+from operations.callbacks.outbox import record_event
+from operations.callbacks.targets import callback_url_problem
 from operations.controller import poll_once
 from operations.models import AuditEntry, CallbackDelivery, CallbackEndpoint, Operation
 from tests.api.support import Receiver
@@ -164,7 +167,7 @@ def test_a_bare_allowed_host_is_https_on_443(settings):
     assert callback_url_problem("https://hooks.internal:443/cb") is None
     assert callback_url_problem("https://127.0.0.1/cb") is None
     # Exempt names are sent as they are (no public-address check), on that port only.
-    assert callbacks.resolve_target("https://hooks.internal/cb").url == "https://hooks.internal/cb"
+    assert targets.resolve_target("https://hooks.internal/cb").url == "https://hooks.internal/cb"
 
 
 def test_a_public_host_that_is_also_listed_keeps_the_public_rules(settings):
@@ -200,7 +203,7 @@ def test_a_name_that_resolves_to_a_private_address_is_refused_at_send_time(regis
         looked_up.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", 443))]
 
-    monkeypatch.setattr(callbacks.socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(targets.socket, "getaddrinfo", resolve)
     assert deliver_due() == ["retry"]
     delivery = CallbackDelivery.objects.get(operation_id=created["id"])
     assert looked_up == ["hooks.example.com"]
@@ -210,11 +213,11 @@ def test_a_name_that_resolves_to_a_private_address_is_refused_at_send_time(regis
 
 def test_a_public_resolution_is_pinned_to_the_checked_address(monkeypatch):
     monkeypatch.setattr(
-        callbacks.socket,
+        targets.socket,
         "getaddrinfo",
         lambda *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443))],
     )
-    target = callbacks.resolve_target("https://hooks.example.com/cb?x=1")
+    target = targets.resolve_target("https://hooks.example.com/cb?x=1")
     assert target.url == "https://93.184.216.34/cb?x=1"
     assert target.headers == {"Host": "hooks.example.com"} and target.extensions == {
         "sni_hostname": "hooks.example.com"
@@ -268,8 +271,8 @@ def test_a_claimed_attempt_is_enqueued_once_and_sent_once(completed_with_callbac
     assert dispatch_due_callbacks(limit=10) == 0
     (task,) = [SignedPackage.loads(p) for p in OrmQ.objects.values_list("payload", flat=True)]
     delivery_id, attempt = task["args"]
-    assert callbacks.deliver(delivery_id=delivery_id, attempt=attempt) == "delivered"
-    assert callbacks.deliver(delivery_id=delivery_id, attempt=attempt) == "stale"  # a redelivered task
+    assert callbacks_delivery.deliver(delivery_id=delivery_id, attempt=attempt) == "delivered"
+    assert callbacks_delivery.deliver(delivery_id=delivery_id, attempt=attempt) == "stale"  # a redelivered task
     assert len(receiver.requests) == 1 and CallbackDelivery.objects.get(operation=op).attempts == 1
 
 
@@ -288,9 +291,11 @@ def test_410_disables_the_endpoint_and_puts_it_in_front_of_people(completed_with
     receiver.statuses = [410]
     op = completed_with_callback()
     assert deliver_due() == ["disabled"]
+    assert run_queued_tasks() == ["sent: email"]  # on-call is told by a worker, after the commit
     assert CallbackEndpoint.objects.get(url=receiver.url).disabled_at is not None
     second = completed_with_callback()
     assert deliver_due() == ["disabled"]
+    assert run_queued_tasks() == ["sent: email"]
     assert len(receiver.requests) == 1  # the disabled endpoint is not called again
     for operation in (op, second):
         obj = api.get(f"/api/v1/operations/{operation.pk}").json()
@@ -312,7 +317,7 @@ def test_exhausted_retries_escalate_and_the_operation_stays_open(completed_with_
         clock.move_to(max(due.next_attempt_at, timezone.now()), tick=False)
         outcomes += deliver_due()
     assert outcomes == ["retry"] * 9 + ["failed"]
-    assert len(receiver.requests) == len(callbacks.SCHEDULE_S) == 10
+    assert len(receiver.requests) == len(callbacks_delivery.SCHEDULE_S) == 10
     delivery = CallbackDelivery.objects.get(operation=op)
     assert delivery.state == "failed" and delivery.last_http_status == 500
     entry = json.loads(bytes(AuditEntry.objects.get(operation_id=op.pk, type="callback.failed").body))
@@ -352,7 +357,7 @@ def test_poll_and_duplicate_completion_produce_one_event(register, receiver, dri
     assert CallbackDelivery.objects.filter(operation=op).count() == 1
     with pytest.raises(IntegrityError), transaction.atomic():
         CallbackDelivery.objects.create(
-            id=callbacks.event_id(),
+            id=outbox.event_id(),
             operation=op,
             event_type="operation.completed",
             sequence=op.sequence + 5,
@@ -395,7 +400,7 @@ def test_the_failed_callback_email_quotes_the_agents_address_after_the_link_and_
     created = register("slow_success", params={"polls": 1}, callback={"url": "https://login.evil.example/cb"})
     drive(Operation.objects.get(pk=created["id"]))
     monkeypatch.setattr(
-        callbacks.socket,
+        targets.socket,
         "getaddrinfo",
         lambda *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", 443))],
     )
@@ -405,6 +410,7 @@ def test_the_failed_callback_email_quotes_the_agents_address_after_the_link_and_
             break
         clock.move_to(max(due.next_attempt_at, timezone.now()), tick=False)
         deliver_due()
+    run_queued_tasks()  # on-call is told by a worker, after the commit
     [mail] = mailoutbox
     lines = mail.body.splitlines()
     [why] = [n for n, line in enumerate(lines) if line.startswith("Why (may quote the agent's callback address")]

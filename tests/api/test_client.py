@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from operations import api_wait, callbacks
+from operations.api import wait as api_wait
+from operations.callbacks.delivery import sign
 from operations.controller import poll_once
 from operations.models import Operation
 from pollerdash.client import PollerdashClient, PollerdashError, WebhookVerificationFailed, WebhookVerifier
@@ -141,7 +142,7 @@ def signed(body: bytes, *, at: datetime, msg_id: str = "evt_01JDX7F3YB0K6S8H2T4V
     return {
         "webhook-id": msg_id,
         "webhook-timestamp": str(int(at.timestamp())),
-        "webhook-signature": callbacks.sign(secret=SECRET, event_id_=msg_id, at=at, payload=body),
+        "webhook-signature": sign(secret=SECRET, event_id_=msg_id, at=at, payload=body),
     }
 
 

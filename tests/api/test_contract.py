@@ -1,4 +1,4 @@
-"""Contract tests for DESIGN.md section 9: every endpoint and every field of the Operation object."""
+"""Contract tests for docs/DESIGN.md section 9: every endpoint and every field of the Operation object."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from operations.api_schemas import ListOut, OperationOut
+from operations.api.schemas import ListOut, OperationOut
 from operations.models import AuditEntry, IdempotencyKey, Operation
 from operations.vocabulary import TERMINAL_STATUSES
 from tests.support import T0, job_id
@@ -374,7 +374,7 @@ def test_openapi_document_lists_every_endpoint(api):
 
 
 def test_cancel_while_a_human_is_deciding_supersedes_the_card(api, register, drive):
-    from escalations.models import Escalation
+    from operations.models import Escalation
 
     created = register("unknown_state")
     drive(Operation.objects.get(pk=created["id"]))
@@ -391,7 +391,7 @@ def test_cancel_while_a_human_is_deciding_supersedes_the_card(api, register, dri
 def test_a_database_outage_is_a_503_problem_with_retry_after(rf):
     from django.db import OperationalError
 
-    from operations.api_errors import unexpected
+    from operations.api.errors import unexpected
 
     response = unexpected(rf.get("/api/v1/operations"), OperationalError("server closed the connection"))
     assert response.status_code == 503 and response["Retry-After"] == "5"

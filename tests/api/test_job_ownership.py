@@ -16,7 +16,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from operations.models import Operation
-from operations.services import operation_register
+from operations.registration import operation_register
 from operations.tasks import forward_provider_cancel
 from tests.support import job_id
 

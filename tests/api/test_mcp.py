@@ -114,7 +114,7 @@ def test_the_mcp_server_refuses_to_start_without_a_secret_key(settings, monkeypa
 
 @pytest.mark.django_db(transaction=True)
 def test_mcp_refuses_over_quota_and_jobs_another_client_watches_like_the_api(agent, other_agent, profile):
-    from operations.services import operation_register
+    from operations.registration import operation_register
 
     taken = job_id("cancel_ok")
     operation_register(

@@ -6,8 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from escalations.models import Escalation
-from operations.models import Operation
+from operations.models import Escalation, Operation
 from tests.support import T0, job_id
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from operations import api_wait
+from operations.api import wait as api_wait
 from operations.controller import poll_once
 from operations.models import Operation
 from tests.api.conftest import run_async, wait_until

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from operations import audit_verify as av
-from operations import checkpoints
-from operations.audit_export import stream_export
+from operations.audit import checkpoints
+from operations.audit import verify as av
+from operations.audit.export import stream_export
 from tests.audit.helpers import OP_A, OP_B, Sample, append_entries
 from tests.support import T0
 

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from operations import audit
-from operations import audit_verify as av
+from operations.audit import entries as audit
+from operations.audit import verify as av
 from operations.models import AuditEntry
 from tests.support import T0
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import pytest
 from django.db import transaction
 
-from operations import audit
+from operations.audit import entries as audit
 from operations.controller import poll_once
 from operations.models import AuditEntry, AuditHead, Operation, StatusCheck
-from operations.services import operation_register
+from operations.registration import operation_register
 from tests.audit.helpers import OP_A, append_entries, decision_data, entry_hash
 from tests.support import job_id
 

@@ -18,8 +18,8 @@ from django.db import transaction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operations import audit
-from operations import audit_verify as av
+from operations.audit import entries as audit
+from operations.audit import verify as av
 from operations.models import AuditEntry
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -14,8 +14,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from operations import audit_verify as av
-from operations import checkpoints
+from operations.audit import checkpoints
+from operations.audit import verify as av
 from operations.models import AuditCheckpoint, AuditEntry, AuditHead, ProcessHeartbeat
 from tests.audit.helpers import append_entries, entry_hash
 from tests.support import T0

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from operations import audit_verify as av
+from operations.audit import verify as av
 from tests.audit.helpers import OP_A, OP_B, append_entries
 
 pytestmark = pytest.mark.django_db
@@ -146,7 +146,7 @@ def test_audit_verify_without_any_key_is_a_usage_error(settings):
 def test_as_async_lines_streams_in_order_and_in_batches():
     import asyncio
 
-    from operations.audit_export import as_async_lines
+    from operations.audit.export import as_async_lines
 
     pulled: list[int] = []
 

@@ -9,8 +9,8 @@ import pytest
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
-from operations import audit
-from operations.checkpoints import verify_segment
+from operations.audit import entries as audit
+from operations.audit.checkpoints import verify_segment
 from operations.models import AuditEntry
 from tests.audit.helpers import OP_A, append_entries, decision_data
 

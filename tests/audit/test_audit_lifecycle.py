@@ -10,12 +10,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from escalations.models import Escalation
-from escalations.services import escalation_decide
-from operations.audit_export import stream_export
-from operations.checkpoints import sign_checkpoint, verify_chain
-from operations.models import AuditEntry, Operation
-from operations.story import operation_story, story_line
+from operations.audit.checkpoints import sign_checkpoint, verify_chain
+from operations.audit.export import stream_export
+from operations.audit.story import operation_story, story_line
+from operations.decisions.services import escalation_decide
+from operations.models import AuditEntry, Escalation, Operation
 from operations.vocabulary import Status
 from tests.audit.helpers import verify_bytes
 from tests.support import T0, job_id
@@ -155,7 +154,7 @@ def test_every_entry_type_reads_as_a_sentence(entry_type, data, expected):
 
 
 def test_every_known_entry_type_has_its_own_sentence():
-    from operations import story
-    from operations.audit_types import DATA_KEYS
+    from operations.audit import story
+    from operations.audit.types import DATA_KEYS
 
     assert set(DATA_KEYS) <= set(story._RENDERERS)

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from operations import checkpoints
-from operations.audit_health import audit_protection_checks
+from operations.audit import checkpoints
+from operations.audit.health import audit_protection_checks
 from tests.audit.helpers import append_entries
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import operations.audit_verify
+import operations.audit.verify
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +36,7 @@ def test_the_verifier_runs_in_a_fresh_venv_with_only_cryptography(tmp_path, samp
 
     alone = tmp_path / "reviewer"
     alone.mkdir()
-    shutil.copy(Path(operations.audit_verify.__file__), alone / "audit_verify.py")
+    shutil.copy(Path(operations.audit.verify.__file__), alone / "audit_verify.py")
     export = alone / "incident.jsonl"
     export.write_bytes(sample_export.data)
     keys = alone / "pollerdash-audit.keys"

@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from operations import audit_verify as av
+from operations.audit import verify as av
 from tests.audit.helpers import OP_A, OP_B, edit, entry_hash, join, relink, verify_bytes
 from tests.support import T0
 
@@ -228,7 +228,7 @@ def test_a_checkpoint_line_must_be_canonical(sample_export, verify):
 
 
 def test_an_operation_export_verifies_and_holds_every_entry_of_the_operation(sample_export, verify):
-    from operations.audit_export import stream_export
+    from operations.audit.export import stream_export
 
     data = b"".join(stream_export(operation_id=OP_B))
     status, result = verify(data)
@@ -242,7 +242,7 @@ def test_an_operation_export_verifies_and_holds_every_entry_of_the_operation(sam
 
 
 def test_an_operation_export_cannot_be_relabelled(sample_export, verify):
-    from operations.audit_export import stream_export
+    from operations.audit.export import stream_export
 
     lines = b"".join(stream_export(operation_id=OP_B)).split(b"\n")[:-1]
     lines[HEADER] = lines[HEADER].replace(OP_B.encode(), OP_A.encode())
@@ -250,7 +250,7 @@ def test_an_operation_export_cannot_be_relabelled(sample_export, verify):
 
 
 def test_a_time_window_export_is_one_segment(sample_export, verify, clock):
-    from operations.audit_export import stream_export
+    from operations.audit.export import stream_export
 
     data = b"".join(stream_export(since=T0 + timedelta(seconds=61), until=T0 + timedelta(seconds=62)))
     status, result = verify(data)
@@ -283,7 +283,7 @@ def test_fuzz_one_flipped_byte_never_verifies(sample_export):
 def test_the_console_script_runs(sample_export, keys_file, tmp_path):
     path = tmp_path / "export.jsonl"
     path.write_bytes(sample_export.data)
-    script = [sys.executable, "-c", "import sys; from operations.audit_verify import main; sys.exit(main())"]
+    script = [sys.executable, "-c", "import sys; from operations.audit.verify import main; sys.exit(main())"]
     ok = subprocess.run([*script, str(path), "--keys", str(keys_file)], capture_output=True, timeout=60)
     assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True
     path.write_bytes(sample_export.data.replace(b'"decision":"wait"', b'"decision":"done"', 1))

@@ -107,9 +107,8 @@ def make_user(transactional_db: None) -> Callable[..., object]:
 @pytest.fixture
 def budget_card(make_operation: Callable[..., object]) -> Callable[..., object]:
     """A real card: one status request to the fake provider, then the budget stops it (no request)."""
-    from escalations.models import Escalation
     from operations.controller import poll_once
-    from operations.models import Operation
+    from operations.models import Escalation, Operation
 
     def make(purpose: str = "Quarterly export for the finance team", **kwargs: object) -> Escalation:
         op = make_operation(job_id("never_finishes"), max_status_requests=1, purpose=purpose, **kwargs)

@@ -7,8 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from escalations.models import Decision, Escalation
-from operations.models import Authorization, Operation
+from operations.models import Authorization, Decision, Escalation, Operation
 from tests.browser.pages import PHONE, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -101,7 +100,7 @@ def test_keyboard_1_picks_the_first_option(open_page, make_user, budget_card):  
 
 
 def test_an_open_inline_card_shows_what_another_responder_decided(open_page, make_user, budget_card):  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     alice, bob = make_user("alice"), make_user("bob")
     esc = budget_card()

@@ -8,8 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from escalations.models import Escalation
-from operations.models import Operation
+from operations.models import Escalation, Operation
 from tests.support import job_id
 
 
@@ -64,7 +63,7 @@ def stopped(
 @pytest.fixture
 def signing_key(tmp_path: object, settings: object) -> object:
     """A real Ed25519 audit signing key, so exports can close with a signed checkpoint."""
-    from operations import checkpoints
+    from operations.audit import checkpoints
 
     path = tmp_path / "audit-signing-key.pem"  # type: ignore[operator]
     key = checkpoints.generate_key_file(path)

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from escalations.models import Decision, Escalation
+from operations.models import Decision, Escalation
 
 pytestmark = pytest.mark.django_db
 

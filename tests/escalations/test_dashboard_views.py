@@ -10,8 +10,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Decision, Escalation
-from operations.models import Operation
+from operations.models import Decision, Escalation, Operation
 from tests.support import T0
 
 pytestmark = pytest.mark.django_db
@@ -103,7 +102,7 @@ def test_the_operations_live_refresh_brings_the_tab_counts(stopped, make_operati
 
 
 def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_client, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped()
     url = reverse("escalation_card", args=[esc.pk])
@@ -167,7 +166,7 @@ def test_operations_list_tabs_filters_and_search(stopped, make_operation, respon
 
 
 def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped()
     escalation_decide(escalation_id=esc.pk, user=alice, option_id="extend:15m:4", card_version=esc.version)
@@ -182,7 +181,7 @@ def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa
 
 
 def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped("succeeded_no_result")
     escalation_decide(
@@ -198,7 +197,7 @@ def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, clie
 
 
 def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped("succeeded_no_result")
     escalation_decide(
@@ -217,7 +216,7 @@ def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice,
 
 
 def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, responder_client, alice) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     esc = stopped("cancel_unsupported")
     result = escalation_decide(
@@ -260,7 +259,7 @@ def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused
 
 
 def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, bob, clock, settings) -> None:  # noqa: ANN001
-    from escalations.services import escalation_decide
+    from operations.decisions.services import escalation_decide
 
     settings.DECISIONS_PER_MINUTE = 0
     settings.DECISION_REPEAT_WINDOW_S = 600

@@ -11,18 +11,21 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from escalations.models import Decision, Escalation
-from escalations.services import (
-    COMMENT_REQUIRED,
-    NOT_OFFERED,
-    SAME_RESPONDER,
-    STALE,
-    escalation_decide,
-    escalation_supersede,
-)
 from operations.controller import PollResult, poll_once
 from operations.credentials import credentials_publish_all
-from operations.models import AuditEntry, Authorization, CallbackDelivery, Operation, ProviderAccount, StatusCheck
+from operations.decisions.check import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
+from operations.decisions.services import escalation_decide
+from operations.lifecycle.cards import supersede_card
+from operations.models import (
+    AuditEntry,
+    Authorization,
+    CallbackDelivery,
+    Decision,
+    Escalation,
+    Operation,
+    ProviderAccount,
+    StatusCheck,
+)
 from operations.vocabulary import DelaySource, Reason, Status
 from tests.support import T0
 
@@ -291,8 +294,8 @@ def test_approve_one_check_allows_exactly_one_status_request(make_profile, stopp
 def test_an_approval_after_the_deadline_gets_a_short_window_so_its_one_request_is_sent(
     make_profile, stopped, alice, rng, clock, fake_provider
 ):
-    from escalations.options import ONE_REQUEST_WINDOW
-    from escalations.selectors import card_by_id
+    from escalations.selectors.cards import card_by_id
+    from operations.decisions.options import ONE_REQUEST_WINDOW
 
     gated = make_profile(approval_mode="per_call", cancel_method="", cancel_url="")
     esc = stopped("slow_success", provider=gated, params={"polls": 5})
@@ -343,7 +346,7 @@ def test_a_superseded_card_refuses_decisions(stopped, alice):
 
     with transaction.atomic():
         op = Operation.objects.select_for_update().get(pk=esc.operation_id)
-        superseded = escalation_supersede(operation=op, reason="agent cancelled the watch")
+        superseded = supersede_card(operation=op, reason="agent cancelled the watch")
     assert superseded.state == Escalation.State.SUPERSEDED and superseded.version == esc.version + 1
     assert decide(esc, alice, "close", version=esc.version).message == STALE
 

@@ -12,10 +12,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from escalations.models import Escalation
-from operations import demo
+from demo import seed as demo
 from operations.controller import poll_once
-from operations.models import Operation, ProviderProfile
+from operations.models import Escalation, Operation, ProviderProfile
 from operations.vocabulary import POLLABLE_STATUSES, Reason
 from tests.support import T0
 

@@ -10,8 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from escalations.exports import cell
-from escalations.services import escalation_decide
-from operations import audit_verify
+from operations.audit import verify as audit_verify
+from operations.decisions.services import escalation_decide
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from escalations.services import escalation_decide
+from operations.decisions.services import escalation_decide
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from escalations import notifications, tasks
-from escalations.models import Escalation
-from escalations.services import escalation_decide
+from operations.decisions.services import escalation_decide
+from operations.models import Escalation
 from tests.support import CANARY, T0
 
 pytestmark = pytest.mark.django_db
@@ -84,12 +84,12 @@ def test_nothing_is_queued_when_no_channel_is_configured(stopped, settings) -> N
 
 
 def test_a_rolled_back_card_notifies_nobody(make_operation, notify) -> None:  # noqa: ANN001
-    from escalations.services import escalation_open
+    from operations.lifecycle.cards import open_card
     from operations.vocabulary import Reason
 
     op = make_operation("slow_success__id=rollback")
     with pytest.raises(RuntimeError), transaction.atomic():
-        escalation_open(operation=op, reason=Reason.DEADLINE_EXCEEDED, detail="test", context={})
+        open_card(operation=op, reason=Reason.DEADLINE_EXCEEDED, detail="test", context={})
         raise RuntimeError("the controller's transaction failed")
     assert queued() == [] and not Escalation.objects.exists()
 

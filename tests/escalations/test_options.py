@@ -1,4 +1,4 @@
-"""The reason -> bounded options table of DESIGN.md section 7, over every profile capability."""
+"""The reason -> bounded options table of docs/DESIGN.md section 7, over every profile capability."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from escalations.options import (
+from operations.decisions.options import (
     Capabilities,
     Confirm,
     Facts,
     Kind,
+    ParsedOption,
     Preset,
     bounded_options,
     capabilities_of,
@@ -54,7 +55,7 @@ def caps(**overrides: object) -> Capabilities:
 
 
 def expected(reason: Reason, *, cancel: bool, extensions_left: bool, rotated: bool, text_state: bool) -> list[str]:
-    """DESIGN.md section 7, written out independently of the implementation."""
+    """docs/DESIGN.md section 7, written out independently of the implementation."""
     extend = EXTENDS if extensions_left else []
     cancel_ = ["cancel_at_provider"] if cancel else []
     if reason in (
@@ -185,7 +186,7 @@ def test_irreversible_options_need_explicit_confirmation_and_accept_output_a_com
 
 def test_option_ids_parse_strictly() -> None:
     assert parse_option_id("extend:15m:4").kind is Kind.EXTEND
-    assert parse_option_id("treat_as_pending:60m:8").preset == Preset(60, 8)
+    assert parse_option_id("treat_as_pending:60m:8") == ParsedOption(Kind.TREAT_AS_PENDING)
     assert parse_option_id("close").kind is Kind.CLOSE
     for forged in ("extend", "extend:0m:4", "extend:15m:-1", "extend:15m:4 ", "continue", "", None, 7, "x" * 200):
         assert parse_option_id(forged) is None

@@ -8,17 +8,15 @@ import io
 import json
 
 import pytest
-from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
-from escalations.models import Decision
-from escalations.services import escalation_decide
-from escalations.user_audit import acting_as, user_change_record, user_facts
-from operations.models import AuditEntry
-from operations.story import story_line
+from operations.audit.story import story_line
+from operations.decisions.services import escalation_decide
+from operations.models import AuditEntry, Decision
+from operations.people import acting_as, user_change_record, user_facts
 
 pytestmark = pytest.mark.django_db
 
@@ -192,15 +190,21 @@ def test_a_login_writes_no_entry(make_user, client) -> None:  # noqa: ANN001
 def test_existing_decisions_are_backfilled_with_their_users_name(stopped, alice) -> None:  # noqa: ANN001
     from importlib import import_module
 
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
     esc = stopped()
     decision = escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version).decision
     Decision.objects.filter(pk=decision.pk).update(username="")
-    import_module("escalations.migrations.0005_decision_username").backfill(apps, None)
+    # The migration runs on the state of its time, when Decision still lived in the escalations app.
+    executor = MigrationExecutor(connection)
+    state = executor.loader.project_state(("escalations", "0005_decision_username"))
+    import_module("escalations.migrations.0005_decision_username").backfill(state.apps, None)
     assert Decision.objects.get(pk=decision.pk).username == "alice"
 
 
 def test_a_demo_login_is_one_entry_with_its_role_attributed_to_the_demo() -> None:
-    from operations import demo
+    from demo import seed as demo
 
     roles = demo.ensure_roles()
     assert demo.ensure_user(username="responder", group=roles["responder"])

@@ -35,7 +35,7 @@ class ProviderProcess:
 
     def __init__(self) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "operations.fakeprovider", "--port", "0"],
+            [sys.executable, "-m", "demo.fakeprovider", "--port", "0"],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from operations.models import Operation, StatusCheck
-from operations.services import operation_register
+from operations.registration import operation_register
 from operations.vocabulary import Status
 from tests.integration.support import wait_until
 from tests.support import job_id

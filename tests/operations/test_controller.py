@@ -11,10 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from escalations.models import Escalation
 from operations import http
 from operations.controller import PollResult, poll_once
-from operations.models import AuditEntry, Operation, ProviderAccount, StatusCheck
+from operations.models import AuditEntry, Escalation, Operation, ProviderAccount, StatusCheck
 from operations.vocabulary import DelaySource, Reason, Status
 from tests.support import T0, job_id
 

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from escalations.models import Escalation
 from operations import http
 from operations.controller import poll_once
-from operations.models import Operation
+from operations.models import Escalation, Operation
 from operations.profiles import validate_profile
 from operations.provider_cancel import send_provider_cancel
 from operations.vocabulary import Reason, Status

@@ -1,4 +1,4 @@
-"""Every row of DESIGN.md section 5, as pure decisions (no I/O, clock or randomness of their own)."""
+"""Every row of docs/DESIGN.md section 5, as pure decisions (no I/O, clock or randomness of their own)."""
 
 from __future__ import annotations
 

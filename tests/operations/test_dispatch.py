@@ -19,10 +19,9 @@ from django.db import connection, connections
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from escalations.models import Escalation
 from operations import dispatch, http, pacing
 from operations.controller import PollResult
-from operations.models import AuditEntry, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
+from operations.models import AuditEntry, Escalation, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
 from operations.vocabulary import Reason, Status
 from tests.support import T0, job_id
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from operations.fakeprovider import FakeProvider, http_date, parse_job_id
+from demo.fakeprovider import FakeProvider
+from demo.scenarios import http_date, parse_job_id
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "canary-5f1d2c-DO-NOT-LEAK"
@@ -551,7 +552,7 @@ def _wait_for_line(process: subprocess.Popen[str]) -> str:
 @pytest.mark.parametrize(
     "command",
     [
-        [sys.executable, "-m", "operations.fakeprovider", "--port", "0"],
+        [sys.executable, "-m", "demo.fakeprovider", "--port", "0"],
         [sys.executable, "manage.py", "fakeprovider", "--port", "0"],
     ],
     ids=["python-m", "manage.py"],

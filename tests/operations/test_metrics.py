@@ -13,7 +13,7 @@ from django.urls import reverse
 from django_q.models import OrmQ
 
 from operations import dispatch, metrics
-from operations.controller import escalate_without_request
+from operations.lifecycle.cards import escalate
 from operations.models import Operation, ProviderAccount, StatusCheck
 from operations.vocabulary import Reason
 from tests.support import T0, job_id
@@ -68,7 +68,7 @@ def busy_system(make_profile, make_operation):  # noqa: ANN001, ANN201
     OrmQ.objects.create(key="pollerdash", payload="x", lock=T0 - timedelta(seconds=4))
     OrmQ.objects.create(key="pollerdash", payload="y", lock=T0 + timedelta(seconds=100))
     gone = make_operation(job_id("never_finishes"))
-    escalate_without_request(operation_id=gone.pk, fence=0, reason=Reason.DEADLINE_EXCEEDED, explanation="test")
+    escalate(operation_id=gone.pk, fence=0, reason=Reason.DEADLINE_EXCEEDED, explanation="test")
     return {"late": late, "paused": paused}
 
 

@@ -1,4 +1,4 @@
-"""Provider profile validation (DESIGN.md section 2) and the idempotent apply service."""
+"""Provider profile validation (docs/DESIGN.md section 2) and the idempotent apply service."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ OPERATOR = {"kind": "operator", "id": "test"}
 
 
 def valid_raw(**overrides: object) -> dict[str, object]:
-    """The DESIGN.md section 2 example, in file key names."""
+    """The docs/DESIGN.md section 2 example, in file key names."""
     raw: dict[str, object] = {
         "slug": "acme-export",
         "name": "ACME report export",

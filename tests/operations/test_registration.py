@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from operations.models import AuditEntry, Authorization, Operation
-from operations.services import RegistrationError, operation_register
+from operations.registration import RegistrationError, operation_register
 from operations.vocabulary import Status
 from tests.support import T0, job_id
 

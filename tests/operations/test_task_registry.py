@@ -167,5 +167,6 @@ def test_the_task_functions_are_exactly_the_entry_points_of_the_tasks_modules():
         "operations.tasks.forward_provider_cancel",
         "operations.tasks.publish_credential_fingerprints",
         "escalations.tasks.notify_escalation",
+        "escalations.tasks.notify_callback_failed",
         "escalations.tasks.send_due_reminders",
     }

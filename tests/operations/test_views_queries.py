@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Decision
-from escalations.services import escalation_decide, escalation_open
-from operations.models import Operation, StatusCheck
+from operations.decisions.services import escalation_decide
+from operations.lifecycle.cards import open_card
+from operations.models import Decision, Operation, StatusCheck
 from operations.vocabulary import Reason, Status
 
 pytestmark = pytest.mark.django_db
@@ -53,9 +53,7 @@ def seed(make_operation, user, count: int, start: int = 0) -> Operation:  # noqa
         with transaction.atomic():
             Operation.objects.filter(pk=op.pk).update(status=Status.NEEDS_ATTENTION, status_requests_used=3)
             op.refresh_from_db()
-            esc = escalation_open(
-                operation=op, reason=Reason.DEADLINE_EXCEEDED, detail="the deadline passed", context={}
-            )
+            esc = open_card(operation=op, reason=Reason.DEADLINE_EXCEEDED, detail="the deadline passed", context={})
         escalation_decide(escalation_id=esc.pk, user=user, option_id="inspect", card_version=esc.version)
         escalation_decide(escalation_id=esc.pk, user=user, option_id="extend:600m:1", card_version=esc.version)
         last = op

@@ -17,8 +17,8 @@ from types import FrameType
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from operations import audit_verify as av
-from operations import checkpoints
+from operations.audit import checkpoints
+from operations.audit import verify as av
 
 
 def _seconds(text: str) -> int:

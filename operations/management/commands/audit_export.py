@@ -19,9 +19,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from operations import audit_verify as av
-from operations import checkpoints
-from operations.audit_export import ExportError, stream_export
+from operations.audit import checkpoints
+from operations.audit import verify as av
+from operations.audit.export import ExportError, stream_export
 
 
 def _time(text: str) -> object:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations import checkpoints
+from operations.audit import checkpoints
 
 
 class Command(BaseCommand):

@@ -14,8 +14,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from operations import audit_verify as av
-from operations import checkpoints
+from operations.audit import checkpoints
+from operations.audit import verify as av
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.mcp_server import Identity, build_server
+from operations.api.mcp import Identity, build_server
 
 TOKEN_ENV = "POLLERDASH_TOKEN"
 

@@ -1,0 +1,205 @@
+"""Demo data: logins, provider profiles pointing at the local fake provider, and live scenarios.
+
+Every scenario is a real operation against the fake provider (the job id picks its behaviour), so
+within about two minutes of `make demo` the dashboard shows jobs finishing and jobs stopping for
+each escalation reason, all driven by the real dispatcher and workers.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.utils import timezone
+
+from operations.agents import agent_token_issue
+from operations.models import Agent, Operation
+from operations.people import one_change
+from operations.profiles import ProfileSpec, load_profiles_file, profiles_apply
+from operations.registration import operation_register
+
+DEMO_PROFILES = Path(__file__).resolve().parent.parent / "demo" / "profiles.toml"
+FAKE_DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    provider: str
+    job: str
+    purpose: str
+    deadline_s: int | None = None
+    max_requests: int | None = None
+    business_deadline_s: int | None = None
+    # What a newcomer should see: the status it ends in, or the escalation reason of its card.
+    expect: str = ""
+    metadata: dict[str, str] | None = None
+
+
+# Every escalation reason is reached within about two minutes of `make demo` (the slowest,
+# rate_limited, spends its three transport failures on 429s 30 s apart), so a new user finds real
+# cards to decide; a few jobs simply finish, to show what "done" looks like.
+SCENARIOS = (
+    Scenario(
+        "fake-export",
+        "slow_success__polls=4",
+        "Nightly revenue export for the finance dashboard",
+        600,
+        expect="succeeded",
+    ),
+    Scenario(
+        "fake-export",
+        "partial__total=100__failed=3",
+        "Batch of 100 invoice PDFs for customer Acme",
+        600,
+        expect="partially_succeeded",
+        metadata={"customer": "acme", "batch": "2026-12"},
+    ),
+    Scenario(
+        "fake-export", "late_failure__polls=3", "Quarterly usage report (CSV) for the board pack", 600, expect="failed"
+    ),
+    Scenario(
+        "fake-export",
+        "never_finishes",
+        "Transcript of the 14:00 incident bridge call",
+        90,
+        100,
+        100,
+        expect="deadline_exceeded",
+        metadata={"ticket": "INC-2041"},
+    ),
+    Scenario(
+        "fake-export",
+        "never_finishes",
+        "Re-index of the search corpus",
+        1800,
+        4,
+        3600,
+        expect="request_budget_exhausted",
+    ),
+    Scenario(
+        "fake-export",
+        "rate_limited_no_hint",
+        "Image thumbnails for catalogue import",
+        900,
+        business_deadline_s=1200,
+        expect="rate_limited",
+    ),
+    Scenario(
+        "fake-export",
+        "unknown_state__value=needs_payment",
+        "Translation of the onboarding guide (FR, DE)",
+        expect="unknown_state",
+    ),
+    Scenario("fake-export", "auth_revoked", "Customer churn model scoring run", expect="authorization_denied"),
+    Scenario(
+        "fake-export",
+        "flaky_5xx__pattern=500.502.503",
+        "Data warehouse snapshot for analytics",
+        expect="provider_failure",
+    ),
+    Scenario(
+        "fake-export", "succeeded_no_result", "Audio summary of the weekly all-hands", expect="integration_failure"
+    ),
+    Scenario(
+        "fake-gated",
+        "slow_success__polls=2",
+        "Payroll export (needs approval for every check)",
+        expect="per_call_approval",
+    ),
+    # Deadline cards whose provider can cancel (confirmed) and one that cannot (405): try "cancel".
+    Scenario(
+        "fake-export",
+        "cancel_ok",
+        "Video render of the product launch teaser",
+        60,
+        100,
+        1800,
+        expect="deadline_exceeded",
+    ),
+    Scenario(
+        "fake-export",
+        "cancel_unsupported",
+        "Legacy mainframe extract (cancel not supported)",
+        75,
+        100,
+        expect="deadline_exceeded",
+    ),
+)
+
+
+DEMO_ACTOR = {"kind": "system", "id": "demo"}
+
+
+def ensure_roles() -> dict[str, Group]:
+    return {name: Group.objects.get_or_create(name=name)[0] for name in ("viewer", "responder")}
+
+
+def ensure_user(*, username: str, group: Group, superuser: bool = False) -> str | None:
+    """Create the login if it is missing; return its new password (shown once), else None."""
+    users = get_user_model()
+    if users.objects.filter(username=username).exists():
+        return None
+
+    password = secrets.token_urlsafe(12)
+    # One `user.created` entry with its role, attributed to the demo.
+    with transaction.atomic(), one_change(DEMO_ACTOR):
+        if superuser:
+            user = users.objects.create_superuser(username=username, password=password, email="")
+        else:
+            user = users.objects.create_user(username=username, password=password)
+        user.groups.add(group)
+    return password
+
+
+def ensure_demo_agent(*, name: str = "demo-agent") -> str | None:
+    """An API token for the demo agent when the agent is new (shown once), else None."""
+    if Agent.objects.filter(name=name).exists():
+        return None
+    return agent_token_issue(name=name).token
+
+
+def load_demo_profiles(*, provider_url: str, path: Path = DEMO_PROFILES) -> list[str]:
+    """Load the demo profiles, re-pointed at the fake provider's actual address."""
+    specs = [_repoint(spec, provider_url) for spec in load_profiles_file(path=path)]
+    return [
+        f"{result.slug}: {result.outcome}"
+        for result in profiles_apply(specs=specs, actor={"kind": "operator", "id": "demo"})
+    ]
+
+
+def _repoint(spec: ProfileSpec, provider_url: str) -> ProfileSpec:
+    values = {
+        name: getattr(spec, name).replace(FAKE_DEFAULT_URL, provider_url.rstrip("/"))
+        for name in ("status_url", "cancel_url", "console_url")
+        if isinstance(getattr(spec, name), str)
+    }
+    return replace(spec, **values)
+
+
+def seed_scenarios() -> list[Operation]:
+    now = timezone.now()
+    batch = uuid.uuid4().hex[:6]
+    created = []
+    with transaction.atomic():
+        for index, scenario in enumerate(SCENARIOS):
+            created.append(
+                operation_register(
+                    provider_slug=scenario.provider,
+                    provider_job_id=f"{scenario.job}__id=demo{batch}{index}",
+                    registered_by="operator:demo",
+                    purpose=scenario.purpose,
+                    deadline_at=now + timedelta(seconds=scenario.deadline_s) if scenario.deadline_s else None,
+                    max_status_requests=scenario.max_requests,
+                    business_deadline_at=(
+                        now + timedelta(seconds=scenario.business_deadline_s) if scenario.business_deadline_s else None
+                    ),
+                    metadata=dict(scenario.metadata or {}),
+                )
+            )
+    return created

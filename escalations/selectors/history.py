@@ -1,0 +1,117 @@
+"""The decision history: every decision and refused attempt, filtered, newest first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from urllib.parse import urlencode
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Q, QuerySet
+
+from escalations.selectors.paging import PAGE_SIZE, page_number
+from operations.decisions.options import Kind
+from operations.models import Decision, ProviderProfile
+from operations.query_dates import day_end, day_start, parse_day
+from operations.vocabulary import Reason
+
+OUTCOMES = [choice for choice, _ in Decision.Outcome.choices]
+OPTION_KINDS = [kind.value for kind in Kind]
+
+
+@dataclass(frozen=True)
+class HistoryFilters:
+    user: str = ""
+    outcome: str = ""
+    option: str = ""
+    reason: str = ""
+    provider: str = ""
+    operation: str = ""
+    since: date | None = None
+    until: date | None = None
+
+    @classmethod
+    def from_query(cls, query: dict) -> HistoryFilters:
+        """The filters of a history URL; FilterError names a day that cannot be applied."""
+        outcome = str(query.get("outcome", ""))
+        option = str(query.get("option", ""))
+        reason = str(query.get("reason", ""))
+        return cls(
+            user=str(query.get("user", ""))[:150],
+            outcome=outcome if outcome in OUTCOMES else "",
+            option=option if option in OPTION_KINDS else "",
+            reason=reason if reason in {r.value for r in Reason} else "",
+            provider=str(query.get("provider", ""))[:64],
+            operation=str(query.get("operation", "")).strip()[:40],
+            since=parse_day(query.get("since"), field="since"),
+            until=parse_day(query.get("until"), field="until"),
+        )
+
+    @property
+    def since_at(self) -> datetime | None:
+        return day_start(self.since)
+
+    @property
+    def until_at(self) -> datetime | None:
+        return day_end(self.until)
+
+    @property
+    def active(self) -> bool:
+        return any(
+            (self.user, self.outcome, self.option, self.reason, self.provider, self.operation, self.since, self.until)
+        )
+
+    def query(self) -> str:
+        params = {
+            "user": self.user,
+            "outcome": self.outcome,
+            "option": self.option,
+            "reason": self.reason,
+            "provider": self.provider,
+            "operation": self.operation,
+            "since": self.since.isoformat() if self.since else "",
+            "until": self.until.isoformat() if self.until else "",
+        }
+        return urlencode({k: v for k, v in params.items() if v})
+
+
+def history_queryset(*, filters: HistoryFilters) -> QuerySet[Decision]:
+    query = Decision.objects.select_related(
+        "escalation", "operation__provider", "authorization", "confirms", "confirmed_by"
+    ).order_by("-decided_at", "-pk")
+    if filters.user:
+        # The name shown in the history: the one the decision was taken under.
+        query = query.filter(username=filters.user)
+    if filters.outcome:
+        query = query.filter(outcome=filters.outcome)
+        if filters.outcome == Decision.Outcome.AWAITING_SECOND:
+            # Still waiting: an acceptance a second responder confirmed is no longer awaiting anyone.
+            query = query.filter(confirmed_by__isnull=True)
+    if filters.option:
+        query = query.filter(Q(option=filters.option) | Q(option__startswith=f"{filters.option}:"))
+    if filters.reason:
+        query = query.filter(escalation__reason=filters.reason)
+    if filters.provider:
+        query = query.filter(operation__provider__slug=filters.provider)
+    if filters.operation:
+        query = query.filter(operation_id=filters.operation)
+    if filters.since_at:
+        query = query.filter(decided_at__gte=filters.since_at)
+    if filters.until_at:
+        query = query.filter(decided_at__lt=filters.until_at)
+    return query
+
+
+@dataclass
+class HistoryView:
+    page: Page
+    filters: HistoryFilters
+    users: list[str]
+    providers: list[str]
+
+
+def history(*, filters: HistoryFilters, page: object = 1) -> HistoryView:
+    page_obj = Paginator(history_queryset(filters=filters), PAGE_SIZE).get_page(page_number(page))
+    users = list(Decision.objects.order_by("username").values_list("username", flat=True).distinct())
+    providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
+    return HistoryView(page=page_obj, filters=filters, users=users, providers=providers)

@@ -1,0 +1,1 @@
+"""Dashboard views (the human layer): cards and the inbox, history, operations, the system panel."""

@@ -1,0 +1,258 @@
+"""Dashboard views for cards: the inbox, a card, deciding, taking a card, and the decision history.
+
+Views only adapt: parse the request, call one service or selector, render a page or the fragment
+named after the UI piece (templates/escalations/_card.html, _inbox_rows.html). Reads need the
+viewer role, every POST the responder role, and Django's CSRF check covers every POST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from escalations import exports
+from escalations.roles import can_decide, responder_required, viewer_required
+from escalations.selectors import cards as card_selectors
+from escalations.selectors import history as history_selectors
+from escalations.selectors import inbox as inbox_selectors
+from operations.audit import checkpoints
+from operations.audit import export as audit_export
+from operations.decisions import services
+from operations.decisions.options import Kind, parse_option_id
+from operations.models import Escalation
+from operations.query_dates import FilterError
+
+REFRESH_S = 5
+
+
+def refresh_s() -> int:
+    return int(getattr(settings, "DASHBOARD_REFRESH_S", REFRESH_S))
+
+
+def card_context(request: HttpRequest, view: card_selectors.CardView, *, where: str, flash: dict | None = None) -> dict:
+    return {
+        "cv": view,
+        "card": view.card,
+        "esc": view.card.escalation,
+        "op": view.card.operation,
+        "can_decide": can_decide(request.user),
+        "where": where,
+        "flash": flash,
+        "refresh_s": refresh_s(),
+    }
+
+
+@viewer_required
+@require_GET
+def inbox(request: HttpRequest) -> HttpResponse:
+    filters = inbox_selectors.InboxFilters.from_query(request.GET)
+    data = inbox_selectors.inbox(user=request.user, filters=filters, page=request.GET.get("page"))
+    page = data.page.number
+    links = {
+        "everyone": filters.query(mine=False),
+        "mine": filters.query(mine=True),
+        "any_reason": filters.query(reason=""),
+        "reasons": [
+            (value, label, count, filters.query(reason=value))
+            for value, label, count in data.reason_counts
+            if count or value == filters.reason
+        ],
+        "current_no_page": filters.query(),
+        "current": filters.query() + (f"&page={page}" if page > 1 else ""),
+    }
+    context = {"inbox": data, "filters": filters, "links": links, "nav": "inbox", "refresh_s": refresh_s()}
+    if request.htmx and request.htmx.target == "inbox-rows":
+        return render(request, "escalations/_inbox_rows.html", context)
+    return render(request, "escalations/inbox.html", context)
+
+
+@viewer_required
+@require_GET
+def card(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+    if view is None:
+        raise Http404("no such card")
+    if not request.htmx:
+        return redirect(f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}")
+    if request.GET.get("etag") == view.etag:
+        # Live refresh: nothing on the card changed, keep what the responder is looking at.
+        return HttpResponse(status=204)
+    where = request.GET.get("where") if request.GET.get("where") in {"inbox", "operation"} else "operation"
+    return _on_page(render(request, "escalations/_card.html", card_context(request, view, where=where)), where=where)
+
+
+def _on_page(response: HttpResponse, *, where: str) -> HttpResponse:
+    # On the operation page a changed card means a changed operation: the page refreshes the rest.
+    if where == "operation":
+        response["HX-Trigger"] = "pd:operation-changed"
+    return response
+
+
+@responder_required
+@require_POST
+def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    option = request.POST.get("option", "")
+    try:
+        result = services.escalation_decide(
+            escalation_id=escalation_id,
+            user=request.user,
+            option_id=option,
+            card_version=request.POST.get("version"),
+            comment=request.POST.get("comment", ""),
+        )
+    except Escalation.DoesNotExist:
+        raise Http404("no such card") from None
+    except services.TooManyDecisions as exc:
+        return _too_many_decisions(request, escalation_id=escalation_id, exc=exc)
+    parsed = parse_option_id(option)
+    is_inspect = parsed is not None and parsed.kind is Kind.INSPECT and not result.refused
+    operation_url = f"{reverse('operation_detail', args=[result.decision.operation_id])}#card-{escalation_id}"
+    if is_inspect and not request.htmx:
+        # The inspect form opens in a new tab: record, then go to the provider's console.
+        return HttpResponseRedirect(result.redirect_url or operation_url, status=303)
+    if request.htmx:
+        view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+        assert view is not None
+        kind = "error" if result.refused else "ok"
+        response_state = (result.decision.provider_response or {}).get("state")
+        if response_state is not None and response_state != "confirmed":
+            kind = "warn"  # the cancel went out but the provider did not confirm it
+        status = 200
+        if result.refused:
+            status = 409 if result.stale else 422
+        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        context = card_context(request, view, where=where, flash={"kind": kind, "text": result.message})
+        return _on_page(render(request, "escalations/_card.html", context, status=status), where=where)
+    level = messages.ERROR if result.refused else messages.SUCCESS
+    if (result.decision.provider_response or {}).get("state") not in (None, "confirmed"):
+        level = messages.WARNING
+    messages.add_message(request, level, result.message)
+    return HttpResponseRedirect(operation_url, status=303)
+
+
+def _too_many_decisions(request: HttpRequest, *, escalation_id: int, exc: services.TooManyDecisions) -> HttpResponse:
+    """429 with the card as it is (htmx) or a short page saying so; nothing was recorded."""
+    view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now()) if request.htmx else None
+    if view is not None:
+        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        context = card_context(request, view, where=where, flash={"kind": "error", "text": exc.message})
+        response = render(request, "escalations/_card.html", context, status=429)
+    else:
+        response = render(request, "escalations/too_many_decisions.html", {"message": exc.message}, status=429)
+    response["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+@responder_required
+@require_POST
+def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    try:
+        services.escalation_assign(escalation_id=escalation_id, user=request.user, take=request.POST.get("take") == "1")
+    except Escalation.DoesNotExist:
+        raise Http404("no such card") from None
+    view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+    assert view is not None
+    if request.htmx:
+        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        return render(request, "escalations/_card.html", card_context(request, view, where=where))
+    return HttpResponseRedirect(
+        f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}", status=303
+    )
+
+
+def with_history_filters(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Parse the history filters of the URL for the view; a filter that cannot be applied is a 400
+    page naming it (the history, its exports and its report alike)."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest) -> HttpResponse:
+        try:
+            filters = history_selectors.HistoryFilters.from_query(request.GET)
+        except FilterError as exc:
+            # Back to the history with the other filters kept and the one that failed dropped.
+            kept = request.GET.copy()
+            kept.pop(exc.field, None)
+            kept.pop("page", None)
+            back = reverse("decision_history") + (f"?{kept.urlencode()}" if kept else "")
+            return render(
+                request, "filter_error.html", {"field": exc.field, "message": exc.message, "back": back}, status=400
+            )
+        return view(request, filters)
+
+    return wrapped
+
+
+@viewer_required
+@require_GET
+@with_history_filters
+def history(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+    data = history_selectors.history(filters=filters, page=request.GET.get("page"))
+    return render(
+        request,
+        "escalations/history.html",
+        {
+            "history": data,
+            "filters": filters,
+            "nav": "history",
+            "outcomes": history_selectors.OUTCOMES,
+            "option_kinds": history_selectors.OPTION_KINDS,
+            "reasons": card_selectors.REASONS,
+        },
+    )
+
+
+@viewer_required
+@require_GET
+@with_history_filters
+def history_csv(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+    return exports.csv_response(
+        request,
+        filename=f"pollerdash-decisions-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
+        header=exports.DECISION_HEADER,
+        rows=exports.decision_rows(history_selectors.history_queryset(filters=filters).order_by("decided_at", "pk")),
+    )
+
+
+@viewer_required
+@require_GET
+@with_history_filters
+def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+    # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
+    return audit_jsonl(
+        request,
+        operation_id=filters.operation or None,
+        since=filters.since_at,
+        until=filters.until_at,
+        filename=f"pollerdash-audit-{timezone.now():%Y%m%dT%H%M%SZ}.jsonl",
+    )
+
+
+@viewer_required
+@require_GET
+@with_history_filters
+def history_report(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+    decisions = list(history_selectors.history_queryset(filters=filters)[: exports.CHUNK])
+    return render(
+        request,
+        "escalations/history_report.html",
+        {"decisions": decisions, "filters": filters, "generated_at": timezone.now(), "limit": exports.CHUNK},
+    )
+
+
+def audit_jsonl(
+    request: HttpRequest, *, operation_id: str | None, since: object, until: object, filename: str
+) -> HttpResponse:
+    """The verifiable audit export (operations.audit.export), streamed; errors become a page."""
+    try:
+        lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until)  # type: ignore[arg-type]
+    except (audit_export.ExportError, checkpoints.CheckpointError) as exc:
+        return render(request, "export_error.html", {"message": str(exc)}, status=409)
+    return exports.jsonl_response(request, filename=filename, lines=lines)

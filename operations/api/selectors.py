@@ -1,0 +1,78 @@
+"""Reads for the agent API: an agent's own operations only; nothing here writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, When
+
+from operations.models import Operation
+from operations.vocabulary import NOT_DONE_STATUSES, TERMINAL_STATUSES, Status
+
+# Open-list order: a human is deciding, then finished but not acknowledged, then still running.
+RANK_NEEDS_ATTENTION, RANK_DONE_UNACKED, RANK_RUNNING = 0, 1, 2
+
+
+def agent_operation(*, agent_id: int, operation_id: str) -> Operation | None:
+    return Operation.objects.select_related("provider").filter(pk=operation_id, agent_id=agent_id).first()
+
+
+def operations_by_id(*, operation_ids: list[str]) -> list[Operation]:
+    """Operations already known to belong to their waiters (the wait checked on arrival)."""
+    return list(Operation.objects.select_related("provider").filter(pk__in=operation_ids))
+
+
+def _open_queryset(*, agent_id: int) -> QuerySet[Operation]:
+    return (
+        Operation.objects.filter(agent_id=agent_id)
+        .filter(Q(status__in=sorted(NOT_DONE_STATUSES)) | Q(acknowledged_at__isnull=True))
+        .annotate(
+            rank=Case(
+                When(status=Status.NEEDS_ATTENTION, then=RANK_NEEDS_ATTENTION),
+                When(status__in=sorted(TERMINAL_STATUSES), then=RANK_DONE_UNACKED),
+                default=RANK_RUNNING,
+                output_field=IntegerField(),
+            )
+        )
+    )
+
+
+@dataclass(frozen=True)
+class OpenPage:
+    operations: list[Operation]
+    # (rank, created_at, id) of the last row when more rows follow.
+    next_position: tuple[int, datetime, str] | None
+
+
+def open_page(*, agent_id: int, limit: int, after: tuple[int, datetime, str] | None) -> OpenPage:
+    query = _open_queryset(agent_id=agent_id)
+    if after is not None:
+        rank, created_at, operation_id = after
+        query = query.filter(
+            Q(rank__gt=rank)
+            | Q(rank=rank, created_at__gt=created_at)
+            | Q(rank=rank, created_at=created_at, pk__gt=operation_id)
+        )
+    rows = list(query.select_related("provider").order_by("rank", "created_at", "pk")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    last = rows[-1] if more and rows else None
+    return OpenPage(
+        operations=rows,
+        next_position=(last.rank, last.created_at, last.pk) if last is not None else None,  # type: ignore[attr-defined]
+    )
+
+
+def open_counts(*, agent_id: int) -> dict[str, int]:
+    counts = _open_queryset(agent_id=agent_id).aggregate(
+        open_not_done=Count("pk", filter=Q(status__in=sorted(NOT_DONE_STATUSES))),
+        needs_attention=Count("pk", filter=Q(status=Status.NEEDS_ATTENTION)),
+        done_unacknowledged=Count("pk", filter=Q(status__in=sorted(TERMINAL_STATUSES))),
+    )
+    return {key: int(value or 0) for key, value in counts.items()}
+
+
+def statuses(*, operation_ids: list[str]) -> list[tuple[str, str, int]]:
+    """(id, status, sequence) of each operation: the wait watcher's one query per tick."""
+    return list(Operation.objects.filter(pk__in=operation_ids).values_list("pk", "status", "sequence"))

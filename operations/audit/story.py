@@ -1,0 +1,338 @@
+"""An operation's story: its audit entries as a human-readable timeline (docs/DESIGN.md section 8).
+
+    10:20:31 received 503, Retry-After 120, next poll 10:22:31 from provider guidance (request 3 of 12)
+    10:24:02 escalated: deadline exceeded (12 of 12 requests)
+    10:31:15 alice extended by 15 min / 4 checks (new deadline 10:46:15 UTC)
+
+Built from the entry bodies - the hashed bytes, the source of truth - never from the mutable
+rows they describe, so the story shown, printed and exported is the story the chain proves.
+Times are UTC; a time on another day than its entry carries its date.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from operations.models import AuditEntry
+
+MAX_QUOTED = 200
+
+_PRESET = re.compile(r"^(extend|treat_as_pending|retry_after_rotation):([0-9]+)m:([0-9]+)$")
+_DELAY_SOURCES = {
+    "provider_retry_after": "from provider guidance",
+    "provider_poll_hint": "from the provider's poll hint",
+    "local_backoff": "by local backoff",
+    "manual_extension": "after the extension",
+}
+_TERMINAL_WORDS = {
+    "succeeded": "the job succeeded",
+    "partially_succeeded": "the job partially succeeded",
+    "failed": "the job failed (provider error kept)",
+    "cancelled": "the job was cancelled at the provider",
+    "expired": "the job expired at the provider",
+    "closed": "closed",
+}
+
+
+@dataclass(frozen=True)
+class StoryLine:
+    at: datetime
+    seq: int
+    kind: str  # the entry type, e.g. "controller.decision" (audit_types.DATA_KEYS)
+    actor: str  # "controller", a username, or "<kind>:<id>" for agents and operators
+    text: str
+
+    def as_text(self) -> str:
+        return f"{self.at:%H:%M:%S} {self.text}"
+
+
+def operation_story(*, operation_id: str) -> list[StoryLine]:
+    """Every audit entry of the operation, oldest first, as one line each."""
+    bodies = AuditEntry.objects.filter(operation_id=operation_id).order_by("seq").values_list("seq", "body")
+    return [story_line(seq=seq, body=bytes(body)) for seq, body in bodies]
+
+
+def operation_story_latest(*, operation_id: str, limit: int) -> list[StoryLine]:
+    """The newest `limit` lines of an operation's story, oldest first (the page shows only these)."""
+    rows = list(
+        AuditEntry.objects.filter(operation_id=operation_id).order_by("-seq").values_list("seq", "body")[:limit]
+    )
+    return [story_line(seq=seq, body=bytes(body)) for seq, body in reversed(rows)]
+
+
+def story_line(*, seq: int, body: bytes) -> StoryLine:
+    """One entry body as a StoryLine; an entry it cannot read still gets a line, never an error."""
+    try:
+        entry = json.loads(body)
+        at = _parse(entry["at"])
+        kind = str(entry["type"])
+        actor = _actor(entry["actor"])
+        data = entry["data"] if isinstance(entry["data"], dict) else {}
+    except (ValueError, KeyError, TypeError):
+        return StoryLine(at=datetime.fromtimestamp(0, UTC), seq=seq, kind="unreadable", actor="?", text="unreadable")
+    try:
+        text = _RENDERERS[kind](data, actor, at)
+    except (KeyError, TypeError, ValueError):
+        # A type this module does not know yet, or a body it cannot read: show the raw facts.
+        text = f"{kind}: {_generic(data, actor, at)}"
+    return StoryLine(at=at, seq=seq, kind=kind, actor=actor, text=text)
+
+
+# --- renderers, one per entry type ---------------------------------------------------------------------
+
+
+def _registered(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    parts = [f"registered by {data.get('registered_by') or actor}: {data['provider']} job {data['provider_job_id']}"]
+    if data.get("deadline"):
+        parts.append(f"deadline {_time(data['deadline'], at)} UTC")
+    if data.get("max_requests") is not None:
+        parts.append(f"up to {data['max_requests']} requests")
+    if data.get("business_deadline"):
+        parts.append(f"business deadline {_time(data['business_deadline'], at)} UTC")
+    text = ", ".join(parts)
+    if data.get("purpose"):
+        text += f" - {_quote(data['purpose'])}"
+    return text
+
+
+def _controller(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    decision = str(data.get("decision") or "")
+    received = _received(data)
+    budget = _budget(data)
+    if decision == "wait":
+        parts = [received]
+        if data.get("retry_after"):
+            parts.append(f"Retry-After {data['retry_after']}")
+        next_poll = f"next poll {_time(data['next_poll_at'], at)}" if data.get("next_poll_at") else "waiting"
+        source = _DELAY_SOURCES.get(str(data.get("delay_source") or ""))
+        parts.append(f"{next_poll} {source}" if source else next_poll)
+        return ", ".join(parts) + budget
+    if decision == "escalate":
+        why = _reason_text(data.get("reason"))
+        if data.get("http_status") is None and data.get("interpreted_state") is None:
+            return f"stopped without a request: {why}{budget}"
+        return f"{received}; stopped polling: {why}{budget}"
+    if decision in _TERMINAL_WORDS:
+        return f"{received}: {_TERMINAL_WORDS[decision]}{budget}"
+    if decision == "defer":
+        until = _time(data["next_poll_at"], at) if data.get("next_poll_at") else "later"
+        return f"poll deferred to {until}: {_reason_text(data.get('reason'))}"
+    if decision == "ignored_after_terminal":
+        return f"{received} after the operation was already {data.get('state')}: kept as a warning, status unchanged"
+    return f"{received}: {decision or 'decision'} ({_reason_text(data.get('reason'))}){budget}"
+
+
+def _received(data: Mapping[str, object]) -> str:
+    status = data.get("http_status")
+    if status is None:
+        what = str(data.get("interpreted_state") or "no answer").replace("_", " ")
+        return f"no answer ({what})"
+    text = f"received {status}"
+    if data.get("provider_state"):
+        text += f" {_quote(data['provider_state'], limit=60)}"
+    return text
+
+
+def _budget(data: Mapping[str, object]) -> str:
+    count, limit = data.get("request_count"), data.get("max_requests")
+    if count is None or limit is None:
+        return ""
+    return f" (request {count} of {limit})"
+
+
+def _escalated(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    reason = str(data.get("reason") or "unknown reason").replace("_", " ")
+    text = f"escalated: {reason}"
+    if data.get("request_count") is not None and data.get("max_requests") is not None:
+        text += f" ({data['request_count']} of {data['max_requests']} requests)"
+    return text
+
+
+def _human_decision(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    option = str(data.get("option") or "")
+    outcome = str(data.get("outcome") or "")
+    new_deadline = f"new deadline {_time(data['new_deadline'], at)} UTC" if data.get("new_deadline") else ""
+    preset = _PRESET.match(option)
+    if preset and preset.group(1) == "extend":
+        text = f"{actor} extended by {preset.group(2)} min / {preset.group(3)} checks"
+    elif preset and preset.group(1) == "treat_as_pending":
+        state = _quote(data["pending_state"], limit=60) if data.get("pending_state") else "the state"
+        text = f"{actor} treated {state} as pending for {preset.group(2)} min / {preset.group(3)} checks"
+    elif option.startswith("retry_after_rotation"):
+        text = f"{actor} retried after the credential was rotated"
+    elif option == "close":
+        text = f"{actor} closed the operation: pollerdash stopped watching"
+    elif option == "cancel_at_provider":
+        text = f"{actor} asked the provider to cancel the job"
+    elif option == "accept_output" and outcome == "awaiting_second":
+        text = f"{actor} accepted the output; a second responder must confirm"
+    elif option == "accept_output":
+        text = f"{actor} confirmed the output as accepted: the operation succeeded"
+    elif option == "approve_one_check":
+        text = f"{actor} approved one status check"
+    else:
+        text = f"{actor} chose {option or 'an option'} ({outcome or 'recorded'})"
+    if new_deadline:
+        text += f" ({new_deadline})"
+    if data.get("comment"):
+        text += f" - {_quote(data['comment'])}"
+    return text
+
+
+def _human_inspect(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} inspected the job at the provider console"
+
+
+def _human_refused(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    option = data.get("option") or "a decision"
+    return f"{actor}'s {option} was refused: {data.get('reason') or 'not applied'}"
+
+
+def _cancel_response(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    status = data.get("http_status")
+    answered = f"HTTP {status}" if status is not None else "no answer"
+    return f"provider answered the cancel: {str(data.get('cancel_state') or 'unknown').replace('_', ' ')} ({answered})"
+
+
+def _paused(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    until = _time(data["paused_until"], at) if data.get("paused_until") else "further notice"
+    status = f" after {data['http_status']} with Retry-After" if data.get("http_status") is not None else ""
+    return f"provider account {data.get('account')} paused until {until}{status}: every operation waits"
+
+
+def _cancelled(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    text = f"{actor} stopped watching ({data.get('state')})"
+    if data.get("reason"):
+        text += f": {_quote(data['reason'])}"
+    if data.get("cancel_state"):
+        text += f"; provider cancel {str(data['cancel_state']).replace('_', ' ')}"
+    return text
+
+
+def _cancel_forwarded(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    status = data.get("http_status")
+    answered = f"HTTP {status}" if status is not None else "no answer"
+    text = (
+        f"cancel forwarded to the provider: {str(data.get('cancel_state') or 'unknown').replace('_', ' ')} ({answered})"
+    )
+    if data.get("detail"):
+        text += f" - {_quote(data['detail'])}"
+    return text
+
+
+def _acknowledged(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} acknowledged the result ({data.get('state')})"
+
+
+def _callback_failed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    status = f", last HTTP {data['http_status']}" if data.get("http_status") is not None else ""
+    return (
+        f"callback {data.get('event_type')} gave up after {data.get('attempts')} attempts{status}: "
+        f"{data.get('reason') or 'no reason recorded'}"
+    )
+
+
+def _profile_changed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    fields = data.get("fields") or []
+    named = ", ".join(str(name) for name in fields) if isinstance(fields, list) else ""
+    return f"{actor} {data.get('change')} provider profile {data.get('slug')}" + (f" ({named})" if named else "")
+
+
+def _roles(roles: Mapping[str, object]) -> str:
+    named = [str(group) for group in roles.get("groups") or []]  # type: ignore[union-attr]
+    named += [flag.replace("is_", "") for flag in ("is_staff", "is_superuser") if roles.get(flag)]
+    return ", ".join(named) or "no role"
+
+
+def _user_created(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    state = "" if data.get("is_active") else " (inactive)"
+    return f"{actor} created the account {data.get('username')}{state}: {_roles(data)}"
+
+
+def _user_renamed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} renamed the account {data.get('old_username')} to {data.get('username')}"
+
+
+def _user_roles_changed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    before, after = data.get("before") or {}, data.get("after") or {}
+    return f"{actor} changed the roles of {data.get('username')}: {_roles(before)} -> {_roles(after)}"  # type: ignore[arg-type]
+
+
+def _user_deactivated(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} deactivated the account {data.get('username')}"
+
+
+def _user_reactivated(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} reactivated the account {data.get('username')}"
+
+
+def _user_deleted(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} deleted the account {data.get('username')} ({_roles(data)})"
+
+
+def _generic(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    shown = ", ".join(f"{key}={_quote(value, limit=60)}" for key, value in data.items() if value is not None)
+    return f"{actor}: {shown}" if shown else actor
+
+
+_RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
+    "operation.registered": _registered,
+    "controller.decision": _controller,
+    "escalation.opened": _escalated,
+    "human.decision": _human_decision,
+    "human.inspect": _human_inspect,
+    "human.refused": _human_refused,
+    "provider.cancel_response": _cancel_response,
+    "provider.paused": _paused,
+    "operation.cancelled": _cancelled,
+    "operation.cancel_forwarded": _cancel_forwarded,
+    "operation.acknowledged": _acknowledged,
+    "callback.failed": _callback_failed,
+    "profile.changed": _profile_changed,
+    "user.created": _user_created,
+    "user.renamed": _user_renamed,
+    "user.roles_changed": _user_roles_changed,
+    "user.deactivated": _user_deactivated,
+    "user.reactivated": _user_reactivated,
+    "user.deleted": _user_deleted,
+}
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _parse(text: object) -> datetime:
+    return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def _time(text: object, at: datetime) -> str:
+    when = _parse(text)
+    return f"{when:%H:%M:%S}" if when.date() == at.date() else f"{when:%Y-%m-%d %H:%M:%S}"
+
+
+def _actor(actor: object) -> str:
+    if not isinstance(actor, dict):
+        return "?"
+    kind, ident = str(actor.get("kind", "")), str(actor.get("id", ""))
+    return ident if kind in ("system", "user") else f"{kind}:{ident}"
+
+
+def _reason_text(reason: object) -> str:
+    """'deadline_exceeded: 40 min passed' -> 'deadline exceeded: 40 min passed'."""
+    text = str(reason or "no reason recorded")
+    code, sep, rest = text.partition(": ")
+    if sep and re.fullmatch(r"[a-z_]+", code):
+        return f"{code.replace('_', ' ')}: {rest}"
+    return text
+
+
+def _quote(value: object, *, limit: int = MAX_QUOTED) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"'{text}'"

@@ -1,0 +1,81 @@
+"""Checking a decision before anything is written (the `check_*` half of Zulip's check/do split).
+
+The operation row, then the card row, are locked (the lock order of the lifecycle), the card is
+loaded from the locked rows, and the posted option is compared with the options the server
+computes now, never with what the browser posted. The result is either what to apply or why not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import timezone
+
+from operations.decisions.cards import Card, load_card
+from operations.decisions.options import Kind, Option
+from operations.models import Escalation, Operation
+from operations.vocabulary import CONTROL_CHARACTERS
+
+STALE = "state changed — review again"
+NOT_OFFERED = "option not offered on this card"
+COMMENT_REQUIRED = "a comment is required for this option"
+SAME_RESPONDER = "a second, different responder must confirm; you already accepted this output"
+COMMENT_MAX = 2000
+
+
+@dataclass(frozen=True)
+class Offered:
+    """The option may be applied: the card as shown under the locks, and when."""
+
+    card: Card
+    option: Option
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Refused:
+    card: Card
+    why: str
+
+
+def clean_comment(comment: object) -> str:
+    if not isinstance(comment, str):
+        return ""
+    return CONTROL_CHARACTERS.sub("", comment).strip()[:COMMENT_MAX]
+
+
+def posted_version(card_version: object) -> int | None:
+    if isinstance(card_version, int) and not isinstance(card_version, bool):
+        return card_version
+    if isinstance(card_version, str) and card_version.isascii() and card_version.isdigit() and len(card_version) < 10:
+        return int(card_version)
+    return None
+
+
+def lock_card(*, operation_id: str, escalation_id: int) -> tuple[Operation, Escalation]:
+    # Lock the operation row only ("of self"): the provider profile is read, never locked, so
+    # decisions on different operations of one provider do not queue behind each other.
+    operation = Operation.objects.select_for_update(of=("self",)).select_related("provider").get(pk=operation_id)
+    escalation = Escalation.objects.select_for_update().get(pk=escalation_id)
+    return operation, escalation
+
+
+def check_decision(
+    *, operation_id: str, escalation_id: int, user: object, posted_id: str, card_version: object, comment: str
+) -> Offered | Refused:
+    """Lock the card and check the posted option against it. Call inside the decision's transaction:
+    the locks are held until it commits."""
+    operation, escalation = lock_card(operation_id=operation_id, escalation_id=escalation_id)
+    now = timezone.now()
+    card = load_card(escalation=escalation, operation=operation, now=now)
+    if not card.is_open or posted_version(card_version) != escalation.version:
+        return Refused(card=card, why=STALE)
+    option = card.option(posted_id)
+    if option is None:
+        return Refused(card=card, why=NOT_OFFERED)
+    if option.needs_comment and not comment:
+        return Refused(card=card, why=COMMENT_REQUIRED)
+    if option.kind is Kind.ACCEPT_OUTPUT and card.awaiting is not None and card.awaiting.user_id == user.pk:  # type: ignore[attr-defined]
+        return Refused(card=card, why=SAME_RESPONDER)
+    return Offered(card=card, option=option, now=now)

@@ -1,0 +1,206 @@
+"""Deciding on a card: check the posted option under the card's locks, then apply it through the lifecycle.
+
+Every decision runs in one transaction that locks the operation row, then the escalation row, re-reads
+the card, and compares the version the responder saw with the current one (operations.decisions.check).
+So of two responders clicking at once exactly one decision applies; the other is refused with "state
+changed — review again" and that refusal is recorded too (a Decision row with outcome `refused` and a
+`human.refused` audit entry). Nothing here runs on a timer: no decision is ever taken by timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from operations import ratelimit
+from operations.decisions.check import (
+    NOT_OFFERED,
+    STALE,
+    Offered,
+    Refused,
+    check_decision,
+    clean_comment,
+    lock_card,
+    posted_version,
+)
+from operations.decisions.options import Kind, parse_option_id
+from operations.lifecycle import humans
+from operations.lifecycle.cards import assign_card
+from operations.models import Decision, Escalation
+from operations.provider_cancel import send_provider_cancel
+from operations.vocabulary import CONTROL_CHARACTERS, CancelState
+
+
+@dataclass
+class TooManyDecisions(Exception):
+    """The person passed DECISIONS_PER_MINUTE: the decision was not considered and nothing was written."""
+
+    retry_after_s: int
+
+    @property
+    def message(self) -> str:
+        return (
+            f"Too many decisions: at most {settings.DECISIONS_PER_MINUTE} per minute per person. Nothing was "
+            f"recorded; try again in {self.retry_after_s} s"
+        )
+
+
+@dataclass(frozen=True)
+class DecideResult:
+    decision: Decision
+    message: str
+    # inspect: where the responder goes next (the provider console), if anywhere.
+    redirect_url: str = ""
+
+    @property
+    def outcome(self) -> str:
+        return self.decision.outcome
+
+    @property
+    def refused(self) -> bool:
+        return self.decision.outcome == Decision.Outcome.REFUSED
+
+    @property
+    def stale(self) -> bool:
+        return self.refused and self.decision.refusal_reason == STALE
+
+
+def escalation_assign(*, escalation_id: int, user: object, take: bool) -> Escalation:
+    """Take a card ("mine") or give it back."""
+    return assign_card(escalation_id=escalation_id, user=user, take=take)
+
+
+def escalation_decide(
+    *, escalation_id: int, user: object, option_id: object, card_version: object, comment: object = ""
+) -> DecideResult:
+    """Apply one option of a card for `user`, or refuse it and record the refusal.
+
+    Raises TooManyDecisions beyond DECISIONS_PER_MINUTE for this person (counted before anything
+    else, in the database so it holds across web processes) and Escalation.DoesNotExist for an
+    unknown card. Everything else (stale version, an option or duration the card does not offer, a
+    missing comment, the same person confirming their own acceptance) is a recorded refusal,
+    returned as a DecideResult.
+    """
+    if settings.DECISIONS_PER_MINUTE > 0:
+        wait_s = ratelimit.take(
+            key=f"decisions:user:{user.pk}",  # type: ignore[attr-defined]
+            limit=settings.DECISIONS_PER_MINUTE,
+            window_s=60,
+            now=timezone.now(),
+        )
+        if wait_s is not None:
+            raise TooManyDecisions(retry_after_s=wait_s)
+    operation_id = Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id)
+    posted_id = option_id if isinstance(option_id, str) else ""
+    text = clean_comment(comment)
+    parsed = parse_option_id(posted_id)
+    if parsed is not None and parsed.kind is Kind.CANCEL_AT_PROVIDER:
+        return _cancel_at_provider(
+            operation_id=operation_id, escalation_id=escalation_id, user=user, card_version=card_version, comment=text
+        )
+    with transaction.atomic():
+        checked = check_decision(
+            operation_id=operation_id,
+            escalation_id=escalation_id,
+            user=user,
+            posted_id=posted_id,
+            card_version=card_version,
+            comment=text,
+        )
+        if isinstance(checked, Refused):
+            return _refused(checked, user=user, posted_id=posted_id, card_version=card_version, comment=text)
+        return _apply(checked, user=user, comment=text)
+
+
+def _apply(offered: Offered, *, user: object, comment: str) -> DecideResult:
+    card, option, now = offered.card, offered.option, offered.now
+    if option.kind is Kind.INSPECT:
+        decision = humans.record_inspect(card=card, option=option, user=user, comment=comment)
+        return DecideResult(
+            decision=decision, message="Recorded that you inspected this job.", redirect_url=card.console_url
+        )
+    if option.kind is Kind.CLOSE:
+        decision = humans.close(card=card, option=option, user=user, comment=comment, now=now)
+        return DecideResult(decision=decision, message="Closed: pollerdash stopped watching this operation.")
+    if option.kind is Kind.ACCEPT_OUTPUT:
+        decision = humans.accept_output(card=card, option=option, user=user, comment=comment, now=now)
+        if decision.outcome == Decision.Outcome.AWAITING_SECOND:
+            message = "Acceptance recorded; a second, different responder must confirm."
+        else:
+            message = "Output accepted by two responders: the operation succeeded."
+        return DecideResult(decision=decision, message=message)
+    decision = humans.grant(card=card, option=option, user=user, comment=comment, now=now)
+    return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
+
+
+def _refused(refused: Refused, *, user: object, posted_id: str, card_version: object, comment: str) -> DecideResult:
+    decision = humans.refuse(
+        card=refused.card,
+        user=user,
+        posted_id=posted_id,
+        posted_version=card_version,
+        version=posted_version(card_version),
+        comment=comment,
+        why=refused.why,
+    )
+    message = refused.why
+    if refused.why == NOT_OFFERED:
+        message = f"{NOT_OFFERED}: {CONTROL_CHARACTERS.sub('', posted_id)[:60] or '(none)'}"
+    return DecideResult(decision=decision, message=message)
+
+
+# --- cancel at the provider: claim, send once outside any transaction, record the answer -----------------
+
+
+def _cancel_at_provider(
+    *, operation_id: str, escalation_id: int, user: object, card_version: object, comment: str
+) -> DecideResult:
+    posted_id = Kind.CANCEL_AT_PROVIDER.value
+    with transaction.atomic():
+        checked = check_decision(
+            operation_id=operation_id,
+            escalation_id=escalation_id,
+            user=user,
+            posted_id=posted_id,
+            card_version=card_version,
+            comment=comment,
+        )
+        if isinstance(checked, Refused):
+            return _refused(checked, user=user, posted_id=posted_id, card_version=card_version, comment=comment)
+        decision = humans.claim_cancel(
+            card=checked.card, option=checked.option, user=user, comment=comment, now=checked.now
+        )
+        operation = checked.card.operation
+    # No lock is held while the provider answers.
+    result = send_provider_cancel(operation=operation)
+    with transaction.atomic():
+        operation, escalation = lock_card(operation_id=operation_id, escalation_id=escalation_id)
+        confirmed = humans.record_cancel_answer(
+            operation=operation, escalation=escalation, decision=decision, user=user, result=result
+        )
+    if confirmed:
+        message = "The provider confirmed the cancel: the operation is cancelled."
+    elif result.state is CancelState.NOT_FORWARDED:
+        message = (
+            "Cancel not sent: another live operation watches this job, and the cancel would end its job too. "
+            "The card stays open."
+        )
+    else:
+        answer = describe_cancel(record=result.as_record())
+        message = f"Cancel sent; the provider answered {answer}. The card stays open."
+    return DecideResult(decision=decision, message=message)
+
+
+def describe_cancel(*, record: dict) -> str:
+    """The provider's answer to a cancel in words, for messages and the card."""
+    parts = [str(record.get("state", "")).replace("_", " ")]
+    if record.get("http_status") is not None:
+        parts.append(f"HTTP {record['http_status']}")
+    if record.get("provider_state"):
+        parts.append(f"state “{record['provider_state']}”")
+    if record.get("detail"):
+        parts.append(str(record["detail"])[:120])
+    return ", ".join(parts)

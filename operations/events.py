@@ -1,0 +1,16 @@
+"""What the domain announces to the layers above it, without importing them.
+
+The lifecycle sends these inside the transaction that made the change; a receiver (the dashboard's
+notifications, connected in `escalations.apps`) may enqueue django-q2 tasks there, which commit with the
+change through the ORM broker or not at all. A receiver must not do I/O of its own: it runs under
+the transaction's row locks.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+# A decision card opened: kwargs `escalation` (with its operation loaded).
+card_opened = Signal()
+# A completion callback could not be delivered and gave up: kwargs `delivery`, `reason`.
+callback_undeliverable = Signal()

@@ -1,0 +1,19 @@
+"""The one owner of an operation's lifecycle.
+
+Only the functions of this package change an operation's status, bounds (deadline, request and
+transport budgets), claim (lease, fence), sequence, and its cards (escalations, decisions,
+authorizations). Every other module calls them; `tests/test_architecture.py` fails when code
+outside this package writes those fields. Each function is keyword-only, runs inside the caller's
+transaction or opens its own, and appends its audit entry last in that transaction.
+
+- `registration`: a validated registration becomes an operation and its first Authorization;
+- `claims`: the dispatcher's claims, expired leases, releases, the charge before a request, deferrals;
+- `polls`: a poll's outcome (fenced), a late answer after a terminal status, account pauses;
+- `cards`: opening, superseding and assigning decision cards, escalating without a request;
+- `humans`: what responders do on a card (grants, closes, acceptances, cancels, refusals, inspections);
+- `agents`: what agents do (acknowledge, cancel the watch) and what follows (the cancel forward,
+  callback warnings).
+
+Lock order, everywhere: provider account rows (sorted by name), then operation rows, then the
+escalation row, then the audit head last (inside `operations.audit.entries.append`).
+"""

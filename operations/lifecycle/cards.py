@@ -1,0 +1,131 @@
+"""Decision cards: opened when waiting stops being safe, superseded when the operation ends another way,
+closed by the decision that ends them. A card's `version` moves whenever anything shown on it
+changes, so a decision posted against an older card is refused.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from operations import events, quotas
+from operations.audit import entries as audit
+from operations.callbacks.outbox import EVENT_NEEDS_ATTENTION, record_event
+from operations.credentials import credential_publish
+from operations.lifecycle.entries import controller_decision
+from operations.models import Escalation, Operation
+from operations.vocabulary import POLLABLE_STATUSES, Reason, Status
+
+
+def open_card(*, operation: Operation, reason: Reason, detail: str, context: dict) -> Escalation:
+    """Open the decision card for an operation that just entered needs_attention.
+
+    Runs inside the transaction that changed the operation's status, after its controller entry.
+    Notifications are queued by the receivers of `events.card_opened` in this same transaction
+    (django-q2's ORM broker), so they go out only if the card really opened, and from a worker.
+    """
+    now = timezone.now()
+    fingerprint = ""
+    if reason is Reason.AUTHORIZATION_DENIED:
+        # Recorded (and published) by the worker that was refused: the credential it sent.
+        fingerprint = credential_publish(credential_env=operation.provider.credential_env)
+    escalation = Escalation.objects.create(
+        operation=operation,
+        reason=reason,
+        detail=detail,
+        opened_at=now,
+        credential_fingerprint=fingerprint,
+        context={key: value for key, value in context.items() if value is not None},
+    )
+    record_event(operation=operation, event_type=EVENT_NEEDS_ATTENTION)
+    if operation.agent_id is not None:
+        quotas.count_card(agent_id=operation.agent_id, now=now)
+    events.card_opened.send(sender=Escalation, escalation=escalation)
+    audit.append(
+        entry_type="escalation.opened",
+        actor=audit.SYSTEM_CONTROLLER,
+        operation_id=operation.pk,
+        data={
+            "escalation_id": escalation.pk,
+            "reason": str(reason),
+            "detail": detail,
+            "request_count": operation.status_requests_used,
+            "max_requests": operation.max_status_requests,
+            "deadline": audit.iso(operation.deadline_at),
+        },
+        at=now,
+    )
+    return escalation
+
+
+def escalate(*, operation_id: str, fence: int | None, reason: Reason, explanation: str) -> bool:
+    """Hand a pollable operation to a human without spending a request (deadline, budget, approval).
+
+    Fenced when `fence` is given: a claim or poll that moved the fence since it was read wins.
+    """
+    with transaction.atomic():
+        query = Operation.objects.select_for_update().select_related("provider").filter(pk=operation_id)
+        if fence is not None:
+            query = query.filter(fence=fence)
+        op = query.filter(status__in=sorted(POLLABLE_STATUSES)).first()
+        if op is None:
+            return False
+        now = timezone.now()
+        op.status = Status.NEEDS_ATTENTION
+        op.next_poll_at = None
+        op.fence += 1
+        op.lease_owner, op.lease_expires_at, op.claimed_at = "", None, None
+        op.sequence += 1
+        op.updated_at = now
+        op.save()
+        controller_decision(op, state=op.status, decision="escalate", reason=f"{reason}: {explanation}")
+        open_card(operation=op, reason=reason, detail=explanation, context={"http_status": None})
+    return True
+
+
+def supersede_card(*, operation: Operation, reason: str) -> Escalation | None:
+    """The operation ended another way (e.g. the agent cancelled it): its open card is superseded.
+
+    Call inside the transaction that ends the operation, with the operation row locked, before
+    that transaction's own audit entry (which records how the operation ended). Its buttons stop
+    working at once: the version moves, so any decision posted from the old card is refused.
+    """
+    escalation = Escalation.objects.select_for_update().filter(operation=operation, state=Escalation.State.OPEN).first()
+    if escalation is None:
+        return None
+    _end(escalation, state=Escalation.State.SUPERSEDED, now=timezone.now(), why=reason)
+    return escalation
+
+
+def close_card(*, escalation: Escalation, now: datetime, why: str) -> None:
+    """The decision that ends the card; call with the card locked, inside the decision's transaction."""
+    _end(escalation, state=Escalation.State.DECIDED, now=now, why=why)
+
+
+def _end(escalation: Escalation, *, state: str, now: datetime, why: str) -> None:
+    escalation.state = state
+    escalation.closed_at = now
+    escalation.closed_reason = why[:300]
+    escalation.version += 1
+    escalation.save(update_fields=["state", "closed_at", "closed_reason", "version"])
+
+
+def new_card_version(*, escalation: Escalation) -> None:
+    """Something shown on the card changed without ending it (a first acceptance, a cancel sent)."""
+    escalation.version += 1
+    escalation.save(update_fields=["version"])
+
+
+def assign_card(*, escalation_id: int, user: object, take: bool) -> Escalation:
+    """Take a card ("mine") or give it back. Not a decision: it changes no bounds or version."""
+    with transaction.atomic():
+        escalation = Escalation.objects.select_for_update().get(pk=escalation_id)
+        if escalation.state == Escalation.State.OPEN:
+            if take:
+                escalation.assignee = user  # type: ignore[assignment]
+            elif escalation.assignee_id == getattr(user, "pk", None):
+                escalation.assignee = None
+            escalation.save(update_fields=["assignee"])
+    return escalation

@@ -1,0 +1,217 @@
+"""Who owns the next poll: claims, expired leases, releases, the charge before a request, deferrals.
+
+The fence is bumped on every claim and every reschedule, so a stale worker's write is refused; the
+lease expires so a dead worker's claim is taken over. The hot statements (the charge) are plain SQL
+(operations/fastsql.py says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F, Q, QuerySet
+
+from operations import fastsql
+from operations.lifecycle.entries import controller_decision
+from operations.models import Operation, StatusCheck
+from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Status
+
+_POLLABLE = sorted(POLLABLE_STATUSES)
+
+
+@dataclass(frozen=True)
+class Claim:
+    operation_id: str
+    fence: int  # the fence the task carries (the claim's own)
+    due_at: datetime
+
+
+def unleased(now: datetime) -> Q:
+    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
+
+
+def due_unclaimed(*, now: datetime) -> QuerySet[Operation]:
+    """Pollable operations whose next poll is due and that no live lease holds."""
+    return Operation.objects.filter(status__in=_POLLABLE, next_poll_at__lte=now).filter(unleased(now)).order_by()
+
+
+def claim_due_rows(*, account: str, now: datetime, take: int, owner: str) -> list[Claim]:
+    """Claim up to `take` due operations of one account for `owner`: fence + 1 and a lease each.
+
+    Runs inside the dispatcher's transaction, which enqueues the claims' tasks before it commits.
+    """
+    lease_until = now + timedelta(seconds=settings.POLL_LEASE_S)
+    query = due_unclaimed(now=now).filter(account=account).order_by("next_poll_at")
+    claims: list[Claim] = []
+    if connection.vendor == "postgresql":
+        rows = list(query.select_for_update(skip_locked=True).values_list("pk", "fence", "next_poll_at")[:take])
+        if not rows:
+            return []
+        # The rows are ours until commit: one UPDATE claims them all, each keeping its own due time.
+        Operation.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(
+            fence=F("fence") + 1,
+            lease_owner=owner,
+            lease_expires_at=lease_until,
+            claimed_at=now,
+            claim_due_at=F("next_poll_at"),
+        )
+        return [Claim(pk, fence + 1, due_at) for pk, fence, due_at in rows]
+    # SQLite has no row locks: claim each row by compare-and-set on its fence.
+    for pk, fence, due_at in query.values_list("pk", "fence", "next_poll_at")[:take]:
+        won = (
+            Operation.objects.filter(pk=pk, fence=fence)
+            .filter(unleased(now))
+            .update(
+                fence=fence + 1, lease_owner=owner, lease_expires_at=lease_until, claimed_at=now, claim_due_at=due_at
+            )
+        )
+        if won:
+            claims.append(Claim(pk, fence + 1, due_at))
+    return claims
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    operation_id: str
+    owner: str
+    fence: int
+    expired_at: datetime
+
+
+def take_expired_lease(*, lease: ExpiredLease) -> bool:
+    """Take an expired claim away from its holder (fence + 1); False if anything moved meanwhile.
+
+    The request the holder may have sent stays charged (it was charged before sending); the
+    operation is still due, so the next claim hands it to a live worker with the new fence.
+    """
+    return bool(
+        Operation.objects.filter(pk=lease.operation_id, fence=lease.fence, lease_expires_at=lease.expired_at).update(
+            fence=lease.fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None
+        )
+    )
+
+
+def release(*, operation_id: str, fence: int) -> bool:
+    """Give up a claim without polling: the fence moves so a duplicate task is a no-op."""
+    return bool(
+        Operation.objects.filter(pk=operation_id, fence=fence).update(
+            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None, claim_due_at=None
+        )
+    )
+
+
+def charge(
+    *, op: Operation, fence: int, worker: str, started_at: datetime, now: datetime, reserved: bool
+) -> tuple[Operation, StatusCheck] | None:
+    """Compare-and-set the fence, charge one request and record it as sent; None if the CAS lost.
+
+    The request counter is persisted before the request leaves, so a request whose answer is lost
+    stays charged. `reserved`: the claim spends the send slot the dispatcher admitted for it, so it
+    must still be a live claim.
+    """
+    sets, params = fastsql.assignments(
+        Operation,
+        {
+            "fence": fence + 1,
+            "status": Status.RUNNING.value,
+            "approved_checks": 0,
+            "lease_owner": worker,
+            "lease_expires_at": now + timedelta(seconds=settings.POLL_LEASE_S),
+            "claimed_at": None,
+            "updated_at": now,
+        },
+    )
+    used, budget = fastsql.column(Operation, "status_requests_used"), fastsql.column(Operation, "max_status_requests")
+    where = (
+        f"id = %s AND {fastsql.column(Operation, 'fence')} = %s AND {fastsql.column(Operation, 'status')} IN (%s, %s) "
+        f"AND {used} < {budget}"
+    )
+    params += [op.pk, fence, Status.PENDING.value, Status.RUNNING.value]
+    if reserved:
+        where += (
+            f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
+            f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
+        )
+        params.append(fastsql.prep(Operation, "lease_expires_at", now))
+    sequence = fastsql.column(Operation, "sequence")
+    # The request count and the status are visible to agents: the sequence moves with them.
+    increments = f"{used} = {used} + 1, {sequence} = {sequence} + 1"
+    if fastsql.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where}", params) != 1:
+        return None
+    check = StatusCheck(
+        operation=op,
+        account=op.account,
+        fence=fence + 1,
+        due_at=op.claim_due_at or op.next_poll_at,
+        started_at=started_at,
+        sent_at=now,
+    )
+    values = {"operation": op.pk, **{name: getattr(check, name) for name in _CHECK_SENT_FIELDS}}
+    columns = ", ".join(fastsql.column(StatusCheck, name) for name in values)
+    row = fastsql.fetchone(
+        f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
+        [fastsql.prep(StatusCheck, name, value) for name, value in values.items()],
+    )
+    check.pk = row[0] if row else None
+    op.fence, op.status = fence + 1, Status.RUNNING
+    op.status_requests_used += 1
+    op.sequence += 1
+    op.approved_checks = 0
+    return op, check
+
+
+_CHECK_SENT_FIELDS = (
+    "account",
+    "fence",
+    "due_at",
+    "started_at",
+    "sent_at",
+    "provider_request_id",
+    "retry_after",
+    "body_digest",
+    "transport_error",
+    "provider_state",
+    "interpreted_state",
+    "decision",
+    "reason",
+    "delay_source",
+    "charged_transport",
+    "warnings",
+)
+
+
+def defer(
+    *,
+    op: Operation,
+    fence: int,
+    until: datetime,
+    why: str,
+    now: datetime,
+    source: DelaySource = DelaySource.PROVIDER_RETRY_AFTER,
+) -> bool:
+    """Reschedule without sending or charging (a paused or busy account). Runs inside the caller's
+    transaction; False if the fence moved."""
+    moved = Operation.objects.filter(pk=op.pk, fence=fence).update(
+        fence=fence + 1,
+        sequence=F("sequence") + 1,
+        next_poll_at=until,
+        delay_source=source,
+        lease_owner="",
+        lease_expires_at=None,
+        claimed_at=None,
+        updated_at=now,
+    )
+    if moved:
+        controller_decision(
+            op,
+            state=op.status,
+            decision="defer",
+            reason=why,
+            next_poll_at=until,
+            delay_source=source,
+            delay_ms=round((until - now).total_seconds() * 1000),
+        )
+    return bool(moved)

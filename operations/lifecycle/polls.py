@@ -1,0 +1,260 @@
+"""A poll's outcome: one short, fenced transaction writes the status check, the operation's new state,
+the audit entry, and (when the decision says so) the card or the completion event.
+
+Under the fence nobody else changes what the decision was computed from: a late answer (the claim
+was taken over) writes nothing about the operation; an answer that arrives after the operation
+ended another way is kept as evidence and a warning, never as a second completion.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F
+
+from operations import fastsql, pacing
+from operations.audit import entries as audit
+from operations.callbacks.outbox import EVENT_COMPLETED, record_event
+from operations.lifecycle.cards import open_card
+from operations.lifecycle.entries import controller_decision
+from operations.models import Operation, ProviderAccount, StatusCheck
+from operations.polling.model import Action, Decision
+from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Status
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What came back for one request, as the status check records it."""
+
+    received_at: datetime
+    http_status: int | None
+    retry_after: str
+    request_id: str
+    body_digest: str
+    body_bytes: int
+    transport_error: str
+
+
+def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> bool:
+    """Write the decision for the request `check` recorded; False when a newer claim owns the operation."""
+    with transaction.atomic():
+        # The account lock first (lock order: account, operation, audit head); its audit entry
+        # comes with the others, last.
+        paused = decision.account_pause_until is not None and _pause_account(
+            op=op, until=decision.account_pause_until, http_status=answer.http_status
+        )
+        fields = _decision_fields(op, decision, answer=answer)
+        sets, params = fastsql.assignments(Operation, fields)
+        updated = fastsql.execute(
+            f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE id = %s AND {fastsql.column(Operation, 'fence')} = %s "
+            f"AND {fastsql.column(Operation, 'status')} IN (%s, %s)",
+            [*params, op.pk, check.fence, Status.PENDING.value, Status.RUNNING.value],
+        )
+        if not updated:
+            current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
+            if current is None:
+                # The provider's request to pause the whole account still stands.
+                logger.info("late result for %s (fence %s) discarded", op.pk, check.fence)
+                if paused:
+                    _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
+                return False
+            _fill_check(check, decision=decision, answer=answer)
+            _record_after_terminal(current, check, decision, answer)
+            if paused:
+                _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
+            return True
+        for name, value in fields.items():
+            setattr(op, name, value)
+        _fill_check(check, decision=decision, answer=answer)
+        sets, params = fastsql.assignments(StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS})
+        fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*params, check.pk])
+        controller_decision(
+            op,
+            state=op.status,
+            decision=decision.code,
+            reason=check.reason,
+            at=answer.received_at,
+            next_poll_at=op.next_poll_at,
+            delay_source=decision.delay_source,
+            delay_ms=decision.delay_ms,
+            http_status=answer.http_status,
+            provider_state=decision.provider_state,
+            interpreted_state=decision.interpreted_state,
+            provider_request_id=answer.request_id or None,
+            retry_after=answer.retry_after or None,
+        )
+        if paused:
+            _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
+        if decision.action is Action.ESCALATE:
+            assert decision.reason is not None
+            open_card(
+                operation=op,
+                reason=decision.reason,
+                detail=decision.explanation,
+                context={
+                    "http_status": answer.http_status,
+                    "provider_state": decision.provider_state,
+                    "interpreted_state": decision.interpreted_state,
+                    "transport_error": answer.transport_error,
+                },
+            )
+        elif decision.action is Action.COMPLETE:
+            record_event(operation=op, event_type=EVENT_COMPLETED)
+    return True
+
+
+def _reason(decision: Decision) -> str:
+    return decision.explanation if decision.reason is None else f"{decision.reason}: {decision.explanation}"
+
+
+def _fill_check(check: StatusCheck, *, decision: Decision, answer: Answer) -> None:
+    check.received_at = answer.received_at
+    check.http_status = answer.http_status
+    check.provider_request_id = answer.request_id
+    check.retry_after = answer.retry_after
+    check.body_digest = answer.body_digest
+    check.body_bytes = answer.body_bytes or None
+    check.transport_error = answer.transport_error
+    check.provider_state = decision.provider_state or ""
+    check.interpreted_state = decision.interpreted_state
+    check.decision = decision.code
+    check.reason = _reason(decision)
+    check.delay_source = decision.delay_source or ""
+    check.delay_ms = decision.delay_ms
+    check.next_poll_at = decision.next_poll_at
+    check.charged_transport = decision.charge_transport
+    check.warnings = list(decision.warnings)
+
+
+_CHECK_RESPONSE_FIELDS = [
+    "received_at",
+    "http_status",
+    "provider_request_id",
+    "retry_after",
+    "body_digest",
+    "body_bytes",
+    "transport_error",
+    "provider_state",
+    "interpreted_state",
+    "decision",
+    "reason",
+    "delay_source",
+    "delay_ms",
+    "next_poll_at",
+    "charged_transport",
+    "warnings",
+]
+
+
+def _decision_fields(op: Operation, decision: Decision, *, answer: Answer) -> dict[str, object]:
+    """The operation's new values after a decision, computed from the fenced snapshot."""
+    fields: dict[str, object] = {
+        "last_http_status": answer.http_status,
+        "last_polled_at": answer.received_at,
+        "backoff_attempt": decision.backoff_attempt,
+        "status": decision.status,
+        "next_poll_at": decision.next_poll_at if decision.action is Action.WAIT else None,
+        "fence": op.fence + 1,
+        "lease_owner": "",
+        "lease_expires_at": None,
+        "claimed_at": None,
+        "sequence": op.sequence + 1,
+        "updated_at": answer.received_at,
+    }
+    if decision.provider_state is not None:
+        fields["last_provider_state"] = decision.provider_state[:200]
+    if decision.progress_percent is not None:
+        fields["progress_percent"] = max(op.progress_percent or 0, decision.progress_percent)
+    if decision.progress_counts is not None:
+        fields["progress_counts"] = decision.progress_counts
+    if decision.charge_transport:
+        fields["transport_failures_used"] = op.transport_failures_used + 1
+    if decision.warnings:
+        fields["warnings"] = op.warnings_with(*decision.warnings)
+    if decision.action is Action.WAIT:
+        fields["delay_source"] = decision.delay_source or ""
+    if decision.action is Action.COMPLETE:
+        fields.update(result=decision.result, error=decision.error, completed_at=answer.received_at)
+    return fields
+
+
+def _record_after_terminal(op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> None:
+    """The operation ended (closed, cancelled) while this request was in flight: keep the
+    provider's answer as evidence and a warning, never as a second completion."""
+    warning = (
+        f"provider reported {decision.provider_state or decision.interpreted_state!r} "
+        f"after the operation was already {op.status}; status unchanged"
+    )
+    check.decision = "ignored_after_terminal"
+    check.warnings = [*check.warnings, warning]
+    check.save()
+    op.warnings = op.warnings_with(warning)
+    op.last_http_status = answer.http_status
+    op.last_polled_at = check.received_at
+    op.fence += 1
+    op.sequence += 1
+    op.lease_owner, op.lease_expires_at = "", None
+    op.save(
+        update_fields=[
+            "warnings",
+            "last_http_status",
+            "last_polled_at",
+            "fence",
+            "sequence",
+            "lease_owner",
+            "lease_expires_at",
+        ]
+    )
+    controller_decision(
+        op,
+        state=op.status,
+        decision="ignored_after_terminal",
+        reason=warning,
+        at=check.received_at,
+        http_status=answer.http_status,
+        provider_state=decision.provider_state,
+        interpreted_state=decision.interpreted_state,
+        provider_request_id=answer.request_id or None,
+        retry_after=answer.retry_after or None,
+    )
+
+
+def _pause_account(*, op: Operation, until: datetime, http_status: int | None) -> bool:
+    """A 429/503 with Retry-After pauses every operation of the provider account until then.
+
+    Returns whether the pause was extended; the caller appends its audit entry (`_append_pause`)
+    with its other entries, last in the transaction.
+    """
+    account = pacing.lock_account(name=op.account)
+    if account.paused_until and account.paused_until >= until:
+        return False
+    ProviderAccount.objects.filter(pk=account.pk).update(
+        paused_until=until, pause_reason=_pause_reason(op, http_status)
+    )
+    Operation.objects.filter(account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until).exclude(
+        pk=op.pk
+    ).update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER, sequence=F("sequence") + 1)
+    return True
+
+
+def _pause_reason(op: Operation, http_status: int | None) -> str:
+    return f"{http_status} with Retry-After on {op.pk}"[:300]
+
+
+def _append_pause(*, op: Operation, until: datetime | None, http_status: int | None) -> None:
+    audit.append(
+        entry_type="provider.paused",
+        actor=audit.SYSTEM_CONTROLLER,
+        operation_id=op.pk,
+        data={
+            "account": op.account,
+            "paused_until": audit.iso(until),
+            "http_status": http_status,
+            "reason": _pause_reason(op, http_status),
+        },
+    )
