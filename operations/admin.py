@@ -56,6 +56,10 @@ class ViewOnlyAdmin(admin.ModelAdmin):
     # Display methods shown after the model's own fields.
     extra_fields: tuple[str, ...] = ()
 
+    class Media:
+        # .pd-wrap for raw bodies: a class, because the Content-Security-Policy refuses style attributes.
+        css = {"all": ["css/admin.css"]}
+
     def get_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
         names = [f.name for f in self.model._meta.fields if f.name not in self.hidden_fields]
         return [*names, *self.extra_fields]
@@ -76,7 +80,7 @@ class ViewOnlyAdmin(admin.ModelAdmin):
 def _as_text(raw: bytes | memoryview | None) -> SafeString:
     # BinaryField comes back as memoryview on PostgreSQL and bytes on SQLite.
     text = bytes(raw or b"").decode("utf-8", errors="replace")
-    return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)
+    return format_html('<pre class="pd-wrap">{}</pre>', text)
 
 
 # --- provider profiles and accounts -------------------------------------------------------------------

@@ -67,6 +67,16 @@
     return pd.live() && !cardBusy(card);
   };
 
+  // Live refreshes ("every Ns" on an element with data-poll) are skipped here rather than with
+  // hx-trigger filters, which htmx evaluates with Function() and the CSP (no unsafe-eval) refuses.
+  // A poll is the only request without a triggering event.
+  document.addEventListener("htmx:confirm", function (event) {
+    const elt = event.detail.elt;
+    const poll = elt && elt.dataset && elt.dataset.poll;
+    if (!poll || event.detail.triggeringEvent) return;
+    if (poll === "card" ? !pd.cardLive(elt) : !pd.live()) event.preventDefault();
+  });
+
   function ids(root) {
     const meta = root && root.querySelector(".rows-meta");
     return meta ? (meta.dataset.ids || "").split(",").filter(Boolean) : [];

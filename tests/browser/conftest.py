@@ -78,6 +78,12 @@ def open_page(browser: object, live_server: object) -> Iterator[Callable[..., ob
         page = context.new_page()
         page.set_default_timeout(20_000)
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
+        page.expose_binding("__pdCspViolation", lambda source, text: errors.append(f"CSP violation: {text}"))
+        page.add_init_script(
+            "document.addEventListener('securitypolicyviolation', e => window.__pdCspViolation("
+            "`${e.violatedDirective} blocked ${e.blockedURI} at ${e.sourceFile}:${e.lineNumber}`));"
+        )
         page.goto(f"{live_server.url}/")  # type: ignore[attr-defined]
         page.fill("#id_username", user.get_username())  # type: ignore[attr-defined]
         page.fill("#id_password", "pw-" + user.get_username())  # type: ignore[attr-defined]
@@ -88,7 +94,7 @@ def open_page(browser: object, live_server: object) -> Iterator[Callable[..., ob
     yield make
     for context in contexts:
         context.close()
-    assert not errors, f"JavaScript errors in the page: {errors}"
+    assert not errors, f"JavaScript errors or CSP violations in the page: {errors}"
 
 
 @pytest.fixture
