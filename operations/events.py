@@ -12,5 +12,16 @@ from django.dispatch import Signal
 
 # A decision card opened: kwargs `escalation` (with its operation loaded).
 card_opened = Signal()
+# A responder acknowledged a card ("I'm on it"): kwargs `escalation`, `user`.
+card_acknowledged = Signal()
+# The acknowledgement was withdrawn: kwargs `escalation`, `user`.
+card_unacknowledged = Signal()
+# A card was handed to a named responder: kwargs `escalation`, `by` (user), `to` (user).
+card_reassigned = Signal()
+# A card stopped needing anyone (decided, or superseded when the operation ended another way):
+# kwargs `escalation`, `how` ("decided" | "superseded").
+card_closed = Signal()
+# An acceptance waits for a second, different responder: kwargs `escalation`, `first` (the Decision).
+card_awaiting_second = Signal()
 # A completion callback could not be delivered and gave up: kwargs `delivery`, `reason`.
 callback_undeliverable = Signal()

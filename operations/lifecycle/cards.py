@@ -96,12 +96,14 @@ def supersede_card(*, operation: Operation, reason: str) -> Escalation | None:
     if escalation is None:
         return None
     _end(escalation, state=Escalation.State.SUPERSEDED, now=timezone.now(), why=reason)
+    events.card_closed.send(sender=Escalation, escalation=escalation, how="superseded")
     return escalation
 
 
 def close_card(*, escalation: Escalation, now: datetime, why: str) -> None:
     """The decision that ends the card; call with the card locked, inside the decision's transaction."""
     _end(escalation, state=Escalation.State.DECIDED, now=now, why=why)
+    events.card_closed.send(sender=Escalation, escalation=escalation, how="decided")
 
 
 def _end(escalation: Escalation, *, state: str, now: datetime, why: str) -> None:
