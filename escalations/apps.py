@@ -14,6 +14,11 @@ class EscalationsConfig(AppConfig):
         from operations import events
 
         events.card_opened.connect(notifications.on_card_opened, dispatch_uid="notify-card-opened")
+        events.card_reassigned.connect(notifications.on_card_reassigned, dispatch_uid="notify-card-reassigned")
+        events.card_acknowledged.connect(notifications.on_card_acknowledged, dispatch_uid="notify-card-taken-over")
+        events.card_awaiting_second.connect(
+            notifications.on_card_awaiting_second, dispatch_uid="notify-card-awaiting-second"
+        )
         events.callback_undeliverable.connect(
             notifications.on_callback_undeliverable, dispatch_uid="notify-callback-undeliverable"
         )

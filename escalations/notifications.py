@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 import httpx
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import F, Q
@@ -29,14 +30,19 @@ from django.utils import timezone
 from escalations.agent_text import one_line, quoted, slack_escaped
 from operations import ratelimit
 from operations.decisions.options import human_duration
-from operations.models import CallbackDelivery, Escalation
+from operations.models import CallbackDelivery, Decision, Escalation
 from operations.redaction import register_secret
+from operations.responders import responders
 from operations.vocabulary import REASON_LABELS, Reason
 
 logger = logging.getLogger(__name__)
 
 OPENED = "opened"
 REMINDER = "reminder"
+# Messages to named people about a card (escalations.people_messages).
+REASSIGNED = "reassigned"
+TAKEN_OVER = "taken_over"
+AWAITING_SECOND = "awaiting_second"
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 REMINDERS_PER_RUN = 100
 SUBJECT_MAX = 180
@@ -61,6 +67,40 @@ def enqueue(*, escalation_id: int, kind: str) -> None:
 def on_card_opened(*, escalation: Escalation, **_: object) -> None:
     """operations.events.card_opened: queue the card's first notification in the opening transaction."""
     enqueue(escalation_id=escalation.pk, kind=OPENED)
+
+
+def on_card_reassigned(*, escalation: Escalation, by: object, to: object, **_: object) -> None:
+    """operations.events.card_reassigned: tell the responder the card was handed to."""
+    _enqueue_personal(escalation=escalation, kind=REASSIGNED, actor=by, recipient_ids=[to.pk])  # type: ignore[attr-defined]
+
+
+def on_card_acknowledged(*, escalation: Escalation, user: object, previous: object = None, **_: object) -> None:
+    """operations.events.card_acknowledged: a take-over tells the person who held the card."""
+    if previous is not None:
+        _enqueue_personal(escalation=escalation, kind=TAKEN_OVER, actor=user, recipient_ids=[previous.pk])  # type: ignore[attr-defined]
+
+
+def on_card_awaiting_second(*, escalation: Escalation, first: Decision, **_: object) -> None:
+    """operations.events.card_awaiting_second: ask the other responders for the second acceptance."""
+    _enqueue_personal(escalation=escalation, kind=AWAITING_SECOND, actor=first.user, recipient_ids=[])
+
+
+def _enqueue_personal(*, escalation: Escalation, kind: str, actor: object, recipient_ids: list[int]) -> None:
+    """Queue a message about a card to named people (and the team's webhook), with the transaction.
+
+    Recipients are resolved by the worker (an address changed meanwhile is the one used); for
+    AWAITING_SECOND they are every responder but the one who accepted, and NOTIFY_EMAILS.
+    """
+    from django_q.tasks import async_task
+
+    async_task(
+        "escalations.tasks.notify_people",
+        escalation.pk,
+        kind,
+        getattr(actor, "pk", None),
+        recipient_ids,
+        task_name=f"notify-{escalation.pk}-{kind}",
+    )
 
 
 def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:
@@ -121,12 +161,36 @@ class Message:
     link: str
 
 
-def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = False) -> Message:
+def _head_and_intro(*, kind: str, waited: str, actor: str) -> tuple[str, str]:
+    if kind == OPENED:
+        return "Decision needed", "pollerdash stopped waiting on a job and a person must decide what happens next."
+    if kind == REASSIGNED:
+        return (
+            f"{actor} handed you a card",
+            f"{actor} handed you this card: it is yours now. Acknowledge it on the card so the others know "
+            "you are on it (reminders go on until you do), or hand it on.",
+        )
+    if kind == TAKEN_OVER:
+        return (
+            f"{actor} took over your card",
+            f"{actor} took this card over from you and is on it; you need do nothing more.",
+        )
+    if kind == AWAITING_SECOND:
+        return (
+            "Second responder needed",
+            f"{actor} accepted the output of this operation; a second, different responder must confirm it "
+            "on the card (or choose another option).",
+        )
+    return f"Reminder: still undecided after {waited}", f"This card has waited {waited} for a decision."
+
+
+def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = False, actor: str = "") -> Message:
     """The notification for one card (escalation with operation and provider loaded).
 
     pollerdash's own words and link come first; what the agent wrote (job id, purpose) follows,
     each on one line, quoted and defanged (escalations.agent_text), so it can neither pose as
     pollerdash nor offer a link of its own. `last`: no more messages follow for this card.
+    `actor`: the responder whose act the message is about (hand-overs, take-overs, acceptances).
     """
     op = escalation.operation
     try:
@@ -135,7 +199,7 @@ def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = Fa
         label = escalation.reason
     link = card_link(escalation)
     waited = human_duration(now - escalation.opened_at)
-    head = "Decision needed" if kind == OPENED else f"Reminder: still undecided after {waited}"
+    head, intro = _head_and_intro(kind=kind, waited=waited, actor=actor)
     subject = one_line(f"[pollerdash] {head}: {label} — {op.provider.slug} ({op.pk})")[:SUBJECT_MAX]
     if op.business_deadline_at is None:
         business = "none"
@@ -147,9 +211,7 @@ def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = Fa
     purpose = f"Purpose (from the agent): {quoted(op.purpose) if op.purpose else '—'}"
     closing = LAST_NOTICE if last else "The card offers bounded options only; nothing is decided by timeout."
     lines = [
-        "pollerdash stopped waiting on a job and a person must decide what happens next."
-        if kind == OPENED
-        else f"This card has waited {waited} for a decision.",
+        intro,
         "",
         f"Decide on the card: {link}",
         "",
@@ -187,6 +249,9 @@ def deliver(*, escalation_id: int, kind: str) -> str:
     escalation = Escalation.objects.select_related("operation__provider").filter(pk=escalation_id).first()
     if escalation is None or escalation.state != Escalation.State.OPEN:
         return "skipped: card no longer open"
+    if kind == REMINDER and escalation.acknowledged_at is not None:
+        # Queued before someone acknowledged the card: they are on it, nobody is reminded.
+        return "skipped: acknowledged"
     per_card = settings.NOTIFY_MAX_PER_CARD
     if per_card > 0 and escalation.notifications_sent >= per_card:
         return _skipped(escalation_id, f"NOTIFY_MAX_PER_CARD ({per_card}) reached")
@@ -202,12 +267,48 @@ def deliver(*, escalation_id: int, kind: str) -> str:
     return outcome
 
 
-def _send(*, message: Message, kind: str, what: str) -> str:
-    """One message by every configured channel; a failed channel does not stop the other."""
+def deliver_to_people(*, escalation_id: int, kind: str, actor_id: int | None, recipient_ids: list[int]) -> str:
+    """A message about a card to named people: by email to each that has an address, and to the
+    team's webhook. Counted against NOTIFY_MAX_PER_HOUR; not against a card's NOTIFY_MAX_PER_CARD,
+    since a person handed a card must hear of it whatever the reminders used up."""
+    escalation = Escalation.objects.select_related("operation__provider").filter(pk=escalation_id).first()
+    if escalation is None or escalation.state != Escalation.State.OPEN:
+        return "skipped: card no longer open"
+    users = get_user_model().objects
+    actor = users.filter(pk=actor_id).first() if actor_id is not None else None
+    actor_name = actor.get_username() if actor is not None else "someone"
+    if kind == AWAITING_SECOND:
+        others = responders().exclude(pk=actor_id).exclude(email="").values_list("email", flat=True)
+        emails = list(dict.fromkeys([*others, *settings.NOTIFY_EMAILS]))
+        if actor is not None and actor.email:
+            emails = [email for email in emails if email != actor.email]
+    else:
+        named = users.filter(pk__in=recipient_ids, is_active=True).exclude(email="")
+        emails = list(named.values_list("email", flat=True))
+    if not emails and not settings.NOTIFY_WEBHOOK_URL:
+        return "skipped: nobody to tell (no email address, no webhook)"
+    if not hourly_slot():
+        return _skipped(escalation_id, f"NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached")
+    message = compose(escalation=escalation, kind=kind, now=timezone.now(), actor=actor_name)
+    if recipient_ids:
+        names = ", ".join(users.filter(pk__in=recipient_ids).values_list("username", flat=True))
+        message = Message(
+            subject=message.subject,
+            text=message.text,
+            chat=f"{message.chat}\nFor: {slack_escaped(names)}",
+            link=message.link,
+        )
+    return _send(message=message, kind=kind, what=f"escalation {escalation_id}", emails=emails)
+
+
+def _send(*, message: Message, kind: str, what: str, emails: list[str] | None = None) -> str:
+    """One message by every configured channel; a failed channel does not stop the other.
+    `emails`: the addresses for this message (default NOTIFY_EMAILS)."""
     sent = []
-    if settings.NOTIFY_EMAILS:
+    emails = list(settings.NOTIFY_EMAILS) if emails is None else emails
+    if emails:
         try:
-            send_mail(message.subject, message.text, settings.DEFAULT_FROM_EMAIL, list(settings.NOTIFY_EMAILS))
+            send_mail(message.subject, message.text, settings.DEFAULT_FROM_EMAIL, emails)
             sent.append("email")
         except Exception as exc:  # noqa: BLE001 - one failed channel must not stop the other
             logger.warning("%s: notification email failed (%s)", what, type(exc).__name__)
@@ -254,7 +355,8 @@ def enqueue_due_reminders(*, now: datetime, limit: int = REMINDERS_PER_RUN) -> i
     if not configured() or settings.NOTIFY_REMINDER_S <= 0:
         return 0
     cutoff = now - timedelta(seconds=settings.NOTIFY_REMINDER_S)
-    due = Escalation.objects.filter(state=Escalation.State.OPEN)
+    # An acknowledged card has someone on it: no reminders for it (operations.lifecycle.ownership).
+    due = Escalation.objects.filter(state=Escalation.State.OPEN, acknowledged_at__isnull=True)
     if settings.NOTIFY_MAX_PER_CARD > 0:
         # A card that had its last message gets no more reminders.
         due = due.filter(notifications_sent__lt=settings.NOTIFY_MAX_PER_CARD)

@@ -10,6 +10,11 @@ urlpatterns = [
     path("", cards.inbox, name="inbox"),
     path("cards/<int:escalation_id>/", cards.card, name="escalation_card"),
     path("cards/<int:escalation_id>/decide/", cards.decide, name="escalation_decide"),
+    path("cards/<int:escalation_id>/acknowledge/", cards.acknowledge, name="escalation_acknowledge"),
+    path("cards/<int:escalation_id>/unacknowledge/", cards.unacknowledge, name="escalation_unacknowledge"),
+    path("cards/<int:escalation_id>/reassign/", cards.reassign, name="escalation_reassign"),
+    path("cards/<int:escalation_id>/notes/", cards.add_note, name="escalation_note"),
+    # The former "Take this card" / "Give it back": acknowledge / unacknowledge (kept for old links).
     path("cards/<int:escalation_id>/assign/", cards.assign, name="escalation_assign"),
     path("history/", cards.history, name="decision_history"),
     path("history/decisions.csv", cards.history_csv, name="decision_history_csv"),
