@@ -55,6 +55,7 @@ class VLine:
     kind: str  # deadline | old-deadline | business | now | grant
     label_y: float
     anchor: str
+    label_x: float = 0.0  # where the text is anchored (beside the line, or pinned inside the picture)
     # The label's time, so the browser can show it in the viewer's zone: label = prefix + at (fmt).
     at: datetime | None = None
     prefix: str = ""
@@ -201,10 +202,10 @@ def time_axis(
 
 
 # Label layout: text widths estimated generously (bold DejaVu Sans, the widest fallback font, is
-# about 0.7 em per character), rows 11 units apart above the plot.
+# about 0.7 em per character), rows 14 units apart above the plot (an 11-unit line of text is 13 tall).
 LABEL_FONT = 11
 LABEL_GAP = 6
-ROW_H = 12
+ROW_H = 14
 FIRST_ROW_Y = 12
 
 
@@ -212,14 +213,39 @@ def text_width(text: str, *, font: float = LABEL_FONT) -> float:
     return len(text) * 0.7 * font
 
 
-def _pack(labels: list[tuple[float, str, str]], *, lo: float, hi: float) -> list[tuple[int, str, float, float]]:
-    """Rows for labels at x (x, text, preferred anchor), so no two overlap: (row, anchor, x0, x1) each.
+@dataclass(frozen=True)
+class Placed:
+    row: int
+    anchor: str
+    x0: float  # the text's box, left to right
+    x1: float
 
-    Each label goes into the first row where it fits, grown to the right of its line ("start") or
-    to the left ("end"), never past [lo, hi]. There is always a row: the chart grows taller.
+    @property
+    def text_x(self) -> float:
+        return self.x0 if self.anchor == "start" else self.x1
+
+
+def _pack(labels: list[tuple[float, str, str]], *, lo: float, hi: float) -> list[Placed]:
+    """Rows for the labels of vertical lines, (x, text, preferred anchor) each, so that none overlap.
+
+    A label sits beside its line, growing right ("start") or left ("end"), never past [lo, hi]; its
+    line is drawn from the label down to the plot. A label goes into the first row (top to bottom)
+    where it touches no label of that row, covers no line drawn down from a row above, and whose
+    line crosses no label below it; when no row allows the last two, overlapping text is still
+    avoided. There is always a row: the chart grows taller.
     """
-    rows: list[list[tuple[float, float]]] = []
-    placed = []
+    placed: list[tuple[float, Placed]] = []  # (line x, placement)
+
+    def free(row: int, x: float, x0: float, x1: float, *, strict: bool) -> bool:
+        for line_x, other in placed:
+            if other.row == row and not (x1 + LABEL_GAP <= other.x0 or x0 >= other.x1 + LABEL_GAP):
+                return False
+            if strict and other.row < row and x0 - 2 <= line_x <= x1 + 2:
+                return False
+            if strict and other.row > row and other.x0 - 2 <= x <= other.x1 + 2:
+                return False
+        return True
+
     for x, text, preferred in labels:
         width = text_width(text)
         spans = []
@@ -227,26 +253,26 @@ def _pack(labels: list[tuple[float, str, str]], *, lo: float, hi: float) -> list
             x0, x1 = (x + 3, x + 3 + width) if anchor == "start" else (x - 3 - width, x - 3)
             if x0 >= lo and x1 <= hi:
                 spans.append((anchor, x0, x1))
-        if not spans:  # wider than the room on either side: pinned to the nearer edge
+        if not spans:  # wider than the room on either side: pinned inside, as near its line as it can be
             x0 = max(lo, min(x - width / 2, hi - width))
             spans.append(("start", x0, x0 + width))
-        for row_index in range(len(rows) + 1):
-            if row_index == len(rows):
-                rows.append([])
-            row = rows[row_index]
-            fit = next(
+        rows = 1 + max((other.row for _, other in placed), default=-1)
+        choice = None
+        for strict in (True, False):
+            choice = next(
                 (
-                    (anchor, x0, x1)
+                    Placed(row, anchor, x0, x1)
+                    for row in range(rows + 1)
                     for anchor, x0, x1 in spans
-                    if all(x1 + LABEL_GAP <= a or x0 >= b + LABEL_GAP for a, b in row)
+                    if free(row, x, x0, x1, strict=strict)
                 ),
                 None,
             )
-            if fit is not None:
-                row.append((fit[1], fit[2]))
-                placed.append((row_index, *fit))
+            if choice is not None:
                 break
-    return placed
+        assert choice is not None  # a new row below every other is always free of text
+        placed.append((x, choice))
+    return [placement for _, placement in placed]
 
 
 def request_chart(
@@ -321,11 +347,9 @@ def request_chart(
         (x_of(moment), text_of(moment, prefix, timed, clock), "end" if x_of(moment) > right_side else "start")
         for moment, prefix, timed, _ in lines
     ]
-    requests += [
-        (float(chart.right), text_of(moment, prefix, True, edge_fmt) + " →", "end") for moment, prefix, _ in edges
-    ]
+    requests += [(float(chart.right), text_of(moment, prefix, True, edge_fmt), "end") for moment, prefix, _ in edges]
     placed = _pack(requests, lo=2, hi=chart.width - 2)
-    rows_used = max((row for row, *_ in placed), default=-1) + 1
+    rows_used = max((spot.row for spot in placed), default=-1) + 1
     # The band above the plot holds every row of labels (the lines start 4 below the last one); the
     # picture grows by what more rows need.
     extra = max(0, FIRST_ROW_Y + ROW_H * (rows_used - 1) + 8 - TOP)
@@ -337,26 +361,27 @@ def request_chart(
     def label_y(row: int) -> float:
         return FIRST_ROW_Y + ROW_H * row
 
-    for (moment, prefix, timed, kind), (row, anchor, _, _) in zip(lines, placed[: len(lines)], strict=True):
+    for (moment, prefix, timed, kind), spot in zip(lines, placed[: len(lines)], strict=True):
         text = text_of(moment, prefix, timed, clock)
         chart.lines.append(
             VLine(
                 x=x_of(moment),
                 label=text,
                 kind=kind,
-                label_y=label_y(row),
-                anchor=anchor,
+                label_y=label_y(spot.row),
+                anchor=spot.anchor,
+                label_x=round(spot.text_x, 1),
                 at=moment if timed else None,
                 prefix=prefix,
                 fmt=clock if timed else "",
             )
         )
-    for (moment, prefix, kind), (row, _, _, _) in zip(edges, placed[len(lines) :], strict=True):
+    for (moment, prefix, kind), spot in zip(edges, placed[len(lines) :], strict=True):
         chart.edges.append(
             EdgeMarker(
                 kind=kind,
-                label=text_of(moment, prefix, True, edge_fmt) + " →",
-                label_y=label_y(row),
+                label=text_of(moment, prefix, True, edge_fmt),
+                label_y=label_y(spot.row),
                 at=moment,
                 prefix=prefix,
                 fmt=edge_fmt,
@@ -463,16 +488,12 @@ def _shape_path(shape: str, x: float, y: float, r: float = 5.0) -> str:
     return ""
 
 
-def _local_attrs(at: datetime | None, fmt: str, *, prefix: str = "", suffix: str = "") -> str:
+def _local_attrs(at: datetime | None, fmt: str, *, prefix: str = "") -> str:
     """Attributes that let static/js/app.js rewrite a label's time in the viewer's zone."""
     if at is None or not fmt:
         return ""
     iso = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return (
-        f' data-at="{iso}" data-fmt="{escape(fmt)}"'
-        + (f' data-prefix="{escape(prefix)}"' if prefix else "")
-        + (f' data-suffix="{escape(suffix)}"' if suffix else "")
-    )
+    return f' data-at="{iso}" data-fmt="{escape(fmt)}"' + (f' data-prefix="{escape(prefix)}"' if prefix else "")
 
 
 def render_svg(chart: Chart) -> SafeString:
@@ -520,22 +541,30 @@ def render_svg(chart: Chart) -> SafeString:
         out.append(
             f'<text class="budget-label" x="{chart.left + 4}" y="{chart.top + 12}">↑ {escape(chart.budget_note)}</text>'
         )
+    # Lines first (a thin leader from each label down to the plot, then the line across it), their
+    # labels after: a leader that must pass behind another label stays under its text.
     for line in chart.lines:
-        label = escape(line.label)
         out.append(
-            f'<line class="vline vline-{line.kind}" x1="{line.x}" x2="{line.x}" y1="{chart.top - 4}" '
-            f'y2="{chart.bottom}"><title>{label}</title></line>'
-            f'<text class="vline-label vline-label-{line.kind}" x="{line.x}" y="{line.label_y}" '
-            f'text-anchor="{line.anchor}"{_local_attrs(line.at, line.fmt, prefix=line.prefix)}>{label}</text>'
+            f'<line class="leader leader-{line.kind}" x1="{line.x}" x2="{line.x}" y1="{line.label_y - 9}" '
+            f'y2="{chart.top}"/>'
+            f'<line class="vline vline-{line.kind}" x1="{line.x}" x2="{line.x}" y1="{chart.top}" '
+            f'y2="{chart.bottom}"><title>{escape(line.label)}</title></line>'
+        )
+    for line in chart.lines:
+        out.append(
+            f'<text class="vline-label vline-label-{line.kind}" x="{line.label_x}" y="{line.label_y}" '
+            f'text-anchor="{line.anchor}"{_local_attrs(line.at, line.fmt, prefix=line.prefix)}>'
+            f"{escape(line.label)}</text>"
         )
     for edge in chart.edges:
+        # The label ends at the right edge, an arrow beside it: this deadline comes after the axis.
         label = escape(edge.label)
-        y = chart.top + 8
+        y = edge.label_y - 4
         out.append(
-            f'<path class="edge-marker edge-marker-{edge.kind}" d="M{chart.right + 1},{y - 5} l7,5 l-7,5 Z">'
-            f"<title>{label} (after the time shown)</title></path>"
+            f'<path class="edge-marker edge-marker-{edge.kind}" d="M{chart.right + 2},{y - 5} l7,5 l-7,5 Z">'
+            f"<title>{label}, after the time shown</title></path>"
             f'<text class="edge-label edge-label-{edge.kind}" x="{chart.right}" y="{edge.label_y}" text-anchor="end"'
-            f"{_local_attrs(edge.at, edge.fmt, prefix=edge.prefix, suffix=' →')}>{label}</text>"
+            f"{_local_attrs(edge.at, edge.fmt, prefix=edge.prefix)}>{label}</text>"
         )
     for mark in chart.marks:
         css = (

@@ -134,7 +134,7 @@
     root.querySelectorAll("svg text[data-at]").forEach(function (el) {
       const at = new Date(el.getAttribute("data-at"));
       if (isNaN(at)) return;
-      el.textContent = (el.dataset.prefix || "") + strftimeLocal(at, el.dataset.fmt || "%H:%M") + (el.dataset.suffix || "");
+      el.textContent = (el.dataset.prefix || "") + strftimeLocal(at, el.dataset.fmt || "%H:%M");
     });
     root.querySelectorAll("svg text[data-zone-label]").forEach(function (el) {
       el.textContent = el.dataset.zoneLabel.replace("{zone}", zoneName(serverNow()));

@@ -132,7 +132,7 @@ def test_a_far_business_deadline_becomes_an_edge_marker_and_the_requests_use_the
     assert "business" not in {line.kind for line in chart.lines}
     assert max(m.x for m in chart.marks) > chart.left + 0.85 * chart.plot_width
     svg = str(render_svg(chart))
-    assert 'class="edge-label edge-label-business"' in svg and "business deadline Dec 01 16:00 →" in svg
+    assert 'class="edge-label edge-label-business"' in svg and ">business deadline Dec 01 16:00<" in svg
 
 
 def test_while_watched_the_axis_reaches_the_nearest_deadline_and_a_nearby_second_one() -> None:
@@ -194,7 +194,7 @@ def _boxes(chart):  # noqa: ANN001, ANN202
     boxes = []
     for line in chart.lines:
         width = text_width(line.label)
-        x0 = line.x if line.anchor == "start" else line.x - width
+        x0 = line.label_x if line.anchor == "start" else line.label_x - width
         boxes.append((x0, x0 + width, line.label_y))
     for edge in chart.edges:
         width = text_width(edge.label)
@@ -219,6 +219,9 @@ def test_crowded_labels_take_more_rows_and_never_overlap() -> None:
         assert 0 <= a0 and a1 <= chart.width
         for b0, b1, by in boxes[index + 1 :]:
             assert ay != by or a1 + LABEL_GAP <= b0 or b1 + LABEL_GAP <= a0, (a0, a1, b0, b1, ay)
+    # Each label sits beside its line.
+    for line, (x0, x1, _) in zip(chart.lines, boxes, strict=False):
+        assert x0 - 4 <= line.x <= x1 + 4
     # More than three rows of labels: the band above the plot grew, the plot kept its height.
     assert chart.top > 40 and chart.plot_height == 250 - 40 - 34
     assert max(line.label_y for line in chart.lines) < chart.top - 4
