@@ -87,6 +87,12 @@ def at(value: datetime | None, form: str = "datetime", empty: str = "—") -> st
     return format_html('<time datetime="{}" title="{}" data-local="{}">{}</time>', _iso(value), _utc(value), form, text)
 
 
+@register.filter
+def iso(value: datetime | None) -> str:
+    """RFC 3339 UTC for attributes (data-utc-ref)."""
+    return "" if value is None else _iso(value)
+
+
 @register.simple_tag
 def at_now(form: str = "datetime") -> str:
     return at(timezone.now(), form)
@@ -172,11 +178,13 @@ def story_lines(lines: list[object]) -> str:
     """The timeline's <li> lines, built in one pass (an operation can have thousands)."""
     return format_html_join(
         "",
-        '<li class="story-{}"><time datetime="{}" title="{}" data-local="time">{}</time> '
+        # data-utc-ref: a time in the sentence without a date is on the entry's (UTC) day.
+        '<li class="story-{}" data-utc-ref="{}"><time datetime="{}" title="{}" data-local="time">{}</time> '
         '<span class="story-actor">{}</span> <span class="story-text" data-utc-text>{}</span></li>',
         (
             (
                 line.kind.replace(".", "-"),  # type: ignore[attr-defined]
+                line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),  # type: ignore[attr-defined]
                 line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),  # type: ignore[attr-defined]
                 _utc(line.at),  # type: ignore[attr-defined]
                 line.at.strftime("%H:%M:%S"),  # type: ignore[attr-defined]
