@@ -161,10 +161,11 @@ def ended_against(ended: datetime, deadline: datetime, name: str) -> str:
 
 
 @register.simple_tag
-def waited(value: datetime | None) -> str:
+def waited(value: datetime | None, until: datetime | None = None) -> str:
+    """How long since `value` (until now, or until `until` once the operation ended)."""
     if value is None:
         return ""
-    return human_duration(timezone.now() - value)
+    return human_duration((until or timezone.now()) - value)
 
 
 @register.filter

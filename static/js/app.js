@@ -472,6 +472,13 @@
     }
   }
 
+  // Focus that moves into a row (a click on its open card, Tab) selects that row: `o` and the
+  // number keys then agree on which card they mean.
+  document.addEventListener("focusin", function (event) {
+    const row = event.target.closest && event.target.closest("#inbox-rows .row");
+    if (row && !row.classList.contains("is-selected")) select(row, false);
+  });
+
   // A card that refreshes itself (live, or with a decision's answer) is replaced whole: if it held
   // the focus, the fresh copy takes it, so the keys keep acting on the card the responder chose.
   let refocusCard = null;

@@ -81,9 +81,15 @@ def local(moment: object, form: str = "%Y-%m-%d %H:%M:%S") -> str:
 def test_a_viewer_in_los_angeles_with_a_dark_system_sees_local_times_in_the_dark(  # noqa: ANN001
     open_page, make_user, budget_card, live_server, artifacts
 ):
-    alice = make_user("alice")
+    from operations.decisions.services import escalation_decide
+
+    alice, bob = make_user("alice"), make_user("bob")
     esc = budget_card(business_deadline_at=timezone.now() + timedelta(minutes=50))
     op = Operation.objects.get(pk=esc.operation_id)
+    # Some history to look at: a provider-refused cancel, then a stale attempt on the same card.
+    other = budget_card(purpose="Nightly ledger export", scenario="cancel_unsupported")
+    escalation_decide(escalation_id=other.pk, user=alice, option_id="cancel_at_provider", card_version=other.version)
+    escalation_decide(escalation_id=other.pk, user=bob, option_id="close", card_version=other.version)
     page = open_page(alice, color_scheme="dark", timezone_id=LOS_ANGELES)
 
     # The light follows the system: a dark page, light text.
@@ -133,7 +139,12 @@ def test_a_viewer_in_los_angeles_with_a_dark_system_sees_local_times_in_the_dark
     shoot(phone, artifacts, "la-operation-phone")
     dark_phone = open_page(alice, viewport=PHONE, color_scheme="dark", timezone_id=LOS_ANGELES)
     dark_phone.goto(f"{live_server.url}/history/")
+    expect(dark_phone.locator("table.history .outcome")).to_have_text(
+        ["refused — state changed", "sent — provider refused"]
+    )
     shoot(dark_phone, artifacts, "dark-la-history-phone")
+    page.goto(f"{live_server.url}/history/")
+    shoot(page, artifacts, "dark-la-history")
     dark_phone.goto(f"{live_server.url}/")
     shoot(dark_phone, artifacts, "dark-la-inbox-phone")
 
