@@ -3,8 +3,12 @@
 x is time, y the running count of status requests. Each request is a mark whose colour AND shape
 say why it was sent at that moment (the delay source of the wait before it; a request right after
 a human's extension is `manual_extension`). The request budget of each authorization is a step
-line; the deadline, earlier deadlines, the business deadline and "now" are vertical lines with
-text labels. Pure: the caller passes rows and `now`; the template draws the SVG.
+line; the deadline, earlier deadlines, the business deadline, extensions and "now" are vertical
+lines with text labels, packed in rows above the plot so that no two overlap, each joined to its
+line. The time axis (`time_axis`) fits the requests and the nearest deadline; a deadline far
+beyond them is an arrow at the right edge with its time. Labels carry their time as data, so the
+browser can show it in the viewer's zone. Pure: the caller passes rows and `now`; the SVG is
+built here.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class VLine:
     kind: str  # deadline | old-deadline | business | now | grant
     label_y: float
     anchor: str
-    label_x: float = 0.0  # where the text is anchored (beside the line, or pinned inside the picture)
+    label_x: float  # where the text is anchored (beside the line, or pinned inside the picture)
     # The label's time, so the browser can show it in the viewer's zone: label = prefix + at (fmt).
     at: datetime | None = None
     prefix: str = ""
