@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
 from operations.audit.export import as_async_lines
+from operations.decisions.words import decision_words, option_title
 from operations.models import Decision, StatusCheck
 
 CHUNK = 2000
@@ -147,11 +148,15 @@ DECISION_HEADER = [
     # Identical refusals counted on this row instead of recorded again (operations.decisions.services._refuse).
     "repeat_count",
     "last_repeated_at",
+    # The same words as the pages, the reports and the audit story (operations.decisions.words);
+    # `option` and `outcome` above keep the ids.
+    "option_label",
+    "outcome_label",
 ]
 
 
 def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
-    query = decisions.select_related("escalation", "operation__provider", "authorization")
+    query = decisions.select_related("escalation", "operation__provider", "authorization", "confirmed_by")
     for decision in query.iterator(chunk_size=CHUNK):
         yield [
             decision.decided_at,
@@ -175,4 +180,6 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             decision.pk,
             decision.repeat_count,
             decision.last_repeated_at,
+            option_title(decision.option),
+            decision_words(decision).label,
         ]

@@ -167,7 +167,41 @@ CHECK_FIELDS = (
     "reason",
     "delay_source",
     "next_poll_at",
+    "warnings",
 )
+
+
+# The decision of a status request answered after the operation had ended (operations.lifecycle.polls).
+IGNORED_AFTER_TERMINAL = "ignored_after_terminal"
+
+
+@dataclass(frozen=True)
+class Warnings:
+    now: list[str]
+    earlier: list[str]
+
+
+def operation_warnings(*, operation: Operation, checks: list[object]) -> Warnings:
+    """The operation's warnings as the page lists them: what is true now, and what no longer is.
+
+    While the operation is watched every warning is current. Once it ended, a warning a status
+    request raised before the end (an ignored poll hint, an unreadable progress value) described a
+    poll that will not come again; what came after the end (a provider that changed its mind, a
+    callback that gave up) is still news. `checks`: the rows loaded for the page (CHECK_FIELDS).
+    """
+    warnings = list(operation.warnings or [])
+    if not operation.done or operation.completed_at is None:
+        return Warnings(now=warnings, earlier=[])
+    while_watched = {
+        text
+        for check in checks
+        if check.sent_at <= operation.completed_at and check.decision != IGNORED_AFTER_TERMINAL  # type: ignore[attr-defined]
+        for text in (check.warnings or [])  # type: ignore[attr-defined]
+    }
+    return Warnings(
+        now=[w for w in warnings if w not in while_watched],
+        earlier=[w for w in warnings if w in while_watched],
+    )
 
 
 def operation_page(*, operation_id: str, checks_shown: int | None = CHECKS_SHOWN) -> OperationPage | None:
@@ -189,7 +223,7 @@ def operation_page(*, operation_id: str, checks_shown: int | None = CHECKS_SHOWN
     )
     decisions = list(
         Decision.objects.filter(operation=operation)
-        .select_related("escalation", "authorization", "confirms")
+        .select_related("escalation", "authorization", "confirms", "confirmed_by")
         .order_by("decided_at", "pk")
     )
     return OperationPage(

@@ -1,7 +1,10 @@
-"""Template helpers for the dashboard: times (relative, with absolute UTC on hover), labels, gauges.
+"""Template helpers for the dashboard: times, labels, the words for outcomes, gauges.
 
-Every time is rendered server-side ("in 12 min", with the UTC time in `title`), so pages read
-right without JavaScript; static/js/app.js only keeps the relative words fresh.
+Every time is rendered server-side in UTC inside a <time datetime="..."> element ("in 12 min", or
+"2026-12-01 10:15:00 UTC"), so pages read right without JavaScript; static/js/app.js keeps the
+relative words fresh and shows absolute times in the viewer's time zone, with UTC on hover.
+Sentences that name times ("new deadline 11:15 UTC") sit in elements marked `data-utc-text`, which
+the same script converts. Printable reports and exports stay UTC (they use the `utc` filter).
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from django.utils.html import format_html, format_html_join
 
 from operations.decisions.cards import reason_label
 from operations.decisions.options import human_duration
+from operations.decisions.words import cancel_words, decision_words, option_title
 
 register = template.Library()
 
 
 def _utc(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def relative(value: datetime, now: datetime) -> str:
@@ -39,7 +47,7 @@ def when(value: datetime | None, empty: str = "—") -> str:
         return empty
     return format_html(
         '<time datetime="{}" title="{}" data-rel="ago">{}</time>',
-        value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        _iso(value),
         _utc(value),
         relative(value, timezone.now()),
     )
@@ -60,15 +68,39 @@ def countdown(value: datetime | None, label: str, empty: str = "") -> str:
     return format_html(
         '<time class="countdown urgency-{}" datetime="{}" title="{}" data-rel="countdown" data-label="{}">{}</time>',
         urgency,
-        value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        _iso(value),
         _utc(value),
         label,
         words,
     )
 
 
+@register.simple_tag
+def at(value: datetime | None, form: str = "datetime", empty: str = "—") -> str:
+    """An absolute time: UTC text the browser shows in the viewer's zone (UTC stays on hover).
+
+    `form` is "datetime" ("2026-12-01 10:15:00 UTC") or "time" ("10:15:00", for tables whose
+    column says what day it is)."""
+    if value is None:
+        return empty
+    text = _utc(value) if form == "datetime" else value.astimezone(UTC).strftime("%H:%M:%S")
+    return format_html('<time datetime="{}" title="{}" data-local="{}">{}</time>', _iso(value), _utc(value), form, text)
+
+
+@register.filter
+def iso(value: datetime | None) -> str:
+    """RFC 3339 UTC for attributes (data-utc-ref)."""
+    return "" if value is None else _iso(value)
+
+
+@register.simple_tag
+def at_now(form: str = "datetime") -> str:
+    return at(timezone.now(), form)
+
+
 @register.filter
 def utc(value: datetime | None) -> str:
+    """Plain UTC text, for exports and printable reports (which stay UTC) and attributes."""
     return "—" if value is None else _utc(value)
 
 
@@ -80,6 +112,29 @@ def hhmm(value: datetime | None) -> str:
 @register.filter
 def reason_name(value: str) -> str:
     return reason_label(value)
+
+
+@register.filter
+def option_name(option_id: str) -> str:
+    """ "Extend 15 min / 4 checks" for `extend:15m:4`: tables name options, not ids."""
+    return option_title(option_id)
+
+
+@register.filter
+def outcome_label(decision: object) -> str:
+    """What became of a decision, in the words of every page, export and the audit story."""
+    return decision_words(decision).label
+
+
+@register.simple_tag
+def outcome(decision: object) -> str:
+    words = decision_words(decision)
+    return format_html('<span class="outcome outcome-{}">{}</span>', words.tone, words.label)
+
+
+@register.filter
+def cancel_label(cancel_state: str) -> str:
+    return cancel_words(cancel_state).label
 
 
 @register.filter
@@ -96,10 +151,21 @@ def words(value: str) -> str:
 
 
 @register.simple_tag
-def waited(value: datetime | None) -> str:
+def ended_against(ended: datetime, deadline: datetime, name: str) -> str:
+    """ "finished 20 min before the business deadline": a fact that stays true once it ended."""
+    delta = deadline - ended
+    if abs(delta) < timedelta(seconds=1):
+        return f"finished exactly at {name}"
+    side = "before" if delta > timedelta(0) else "after"
+    return f"finished {human_duration(delta)} {side} {name}"
+
+
+@register.simple_tag
+def waited(value: datetime | None, until: datetime | None = None) -> str:
+    """How long since `value` (until now, or until `until` once the operation ended)."""
     if value is None:
         return ""
-    return human_duration(timezone.now() - value)
+    return human_duration((until or timezone.now()) - value)
 
 
 @register.filter
@@ -113,11 +179,13 @@ def story_lines(lines: list[object]) -> str:
     """The timeline's <li> lines, built in one pass (an operation can have thousands)."""
     return format_html_join(
         "",
-        '<li class="story-{}"><time datetime="{}" title="{}">{}</time> <span class="story-actor">{}</span> '
-        '<span class="story-text">{}</span></li>',
+        # data-utc-ref: a time in the sentence without a date is on the entry's (UTC) day.
+        '<li class="story-{}" data-utc-ref="{}"><time datetime="{}" title="{}" data-local="time">{}</time> '
+        '<span class="story-actor">{}</span> <span class="story-text" data-utc-text>{}</span></li>',
         (
             (
                 line.kind.replace(".", "-"),  # type: ignore[attr-defined]
+                line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),  # type: ignore[attr-defined]
                 line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),  # type: ignore[attr-defined]
                 _utc(line.at),  # type: ignore[attr-defined]
                 line.at.strftime("%H:%M:%S"),  # type: ignore[attr-defined]
@@ -129,10 +197,11 @@ def story_lines(lines: list[object]) -> str:
     )
 
 
-@register.filter
-def isotext(value: object) -> str:
-    """An RFC 3339 string from a JSON record ("2026-12-01T10:15:00Z") shown as "2026-12-01 10:15:00 UTC"."""
+@register.simple_tag
+def at_text(value: object) -> str:
+    """An RFC 3339 string from a JSON record ("2026-12-01T10:15:00Z") shown like `at`."""
     try:
-        return _utc(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         return str(value or "—")
+    return at(moment if moment.tzinfo else moment.replace(tzinfo=UTC))

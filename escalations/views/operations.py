@@ -87,6 +87,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         "refresh_s": refresh_s(),
         "now": now,
         "elapsed_pct": _elapsed_pct(op, now),
+        "warnings": operation_selectors.operation_warnings(operation=op, checks=page.checks),
     }
     return render(request, "operations/detail.html", context)
 

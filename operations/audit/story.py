@@ -1,12 +1,14 @@
 """An operation's story: its audit entries as a human-readable timeline (docs/DESIGN.md section 8).
 
-    10:20:31 received 503, Retry-After 120, next poll 10:22:31 from provider guidance (request 3 of 12)
+    10:20:31 received 503, Retry-After 120, next poll 10:22:31 UTC from provider guidance (request 3 of 12)
     10:24:02 escalated: deadline exceeded (12 of 12 requests)
     10:31:15 alice extended by 15 min / 4 checks (new deadline 10:46:15 UTC)
 
 Built from the entry bodies - the hashed bytes, the source of truth - never from the mutable
 rows they describe, so the story shown, printed and exported is the story the chain proves.
-Times are UTC; a time on another day than its entry carries its date.
+Times are UTC and every time in a sentence says so ("10:46:15 UTC"; the dashboard shows them in
+the viewer's time zone); a time on another day than its entry carries its date. Outcomes and
+option names are the words of operations.decisions.words, as on every page and export.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from operations.decisions.words import cancel_words, option_title, outcome_words
 from operations.models import AuditEntry
 
 MAX_QUOTED = 200
@@ -88,11 +91,11 @@ def story_line(*, seq: int, body: bytes) -> StoryLine:
 def _registered(data: Mapping[str, object], actor: str, at: datetime) -> str:
     parts = [f"registered by {data.get('registered_by') or actor}: {data['provider']} job {data['provider_job_id']}"]
     if data.get("deadline"):
-        parts.append(f"deadline {_time(data['deadline'], at)} UTC")
+        parts.append(f"deadline {_time(data['deadline'], at)}")
     if data.get("max_requests") is not None:
         parts.append(f"up to {data['max_requests']} requests")
     if data.get("business_deadline"):
-        parts.append(f"business deadline {_time(data['business_deadline'], at)} UTC")
+        parts.append(f"business deadline {_time(data['business_deadline'], at)}")
     text = ", ".join(parts)
     if data.get("purpose"):
         text += f" - {_quote(data['purpose'])}"
@@ -155,7 +158,7 @@ def _escalated(data: Mapping[str, object], actor: str, at: datetime) -> str:
 def _human_decision(data: Mapping[str, object], actor: str, at: datetime) -> str:
     option = str(data.get("option") or "")
     outcome = str(data.get("outcome") or "")
-    new_deadline = f"new deadline {_time(data['new_deadline'], at)} UTC" if data.get("new_deadline") else ""
+    new_deadline = f"new deadline {_time(data['new_deadline'], at)}" if data.get("new_deadline") else ""
     preset = _PRESET.match(option)
     if preset and preset.group(1) == "extend":
         text = f"{actor} extended by {preset.group(2)} min / {preset.group(3)} checks"
@@ -175,7 +178,7 @@ def _human_decision(data: Mapping[str, object], actor: str, at: datetime) -> str
     elif option == "approve_one_check":
         text = f"{actor} approved one status check"
     else:
-        text = f"{actor} chose {option or 'an option'} ({outcome or 'recorded'})"
+        text = f"{actor} chose “{option_title(option)}”: {outcome_words(outcome=outcome or 'recorded').label}"
     if new_deadline:
         text += f" ({new_deadline})"
     if data.get("comment"):
@@ -188,8 +191,18 @@ def _human_inspect(data: Mapping[str, object], actor: str, at: datetime) -> str:
 
 
 def _human_refused(data: Mapping[str, object], actor: str, at: datetime) -> str:
-    option = data.get("option") or "a decision"
-    return f"{actor}'s {option} was refused: {data.get('reason') or 'not applied'}"
+    reason = str(data.get("reason") or "")
+    label = outcome_words(outcome="refused", refusal_reason=reason).label
+    if label == "refused" and reason:
+        label += f": {_quote(reason, limit=120)}"
+    return f"{actor} tried “{option_title(str(data.get('option') or ''))}”: {label}"
+
+
+def _cancel_answer(data: Mapping[str, object]) -> str:
+    """The provider's answer to a cancel in the words of every page: "sent — provider refused (HTTP 405)"."""
+    status = data.get("http_status")
+    answered = f"HTTP {status}" if status is not None else "no answer"
+    return f"{cancel_words(str(data.get('cancel_state') or '')).label} ({answered})"
 
 
 def _human_acknowledged(data: Mapping[str, object], actor: str, at: datetime) -> str:
@@ -214,9 +227,7 @@ def _human_note(data: Mapping[str, object], actor: str, at: datetime) -> str:
 
 
 def _cancel_response(data: Mapping[str, object], actor: str, at: datetime) -> str:
-    status = data.get("http_status")
-    answered = f"HTTP {status}" if status is not None else "no answer"
-    return f"provider answered the cancel: {str(data.get('cancel_state') or 'unknown').replace('_', ' ')} ({answered})"
+    return f"provider answered the cancel: {_cancel_answer(data)}"
 
 
 def _paused(data: Mapping[str, object], actor: str, at: datetime) -> str:
@@ -230,16 +241,12 @@ def _cancelled(data: Mapping[str, object], actor: str, at: datetime) -> str:
     if data.get("reason"):
         text += f": {_quote(data['reason'])}"
     if data.get("cancel_state"):
-        text += f"; provider cancel {str(data['cancel_state']).replace('_', ' ')}"
+        text += f"; cancel at the provider: {cancel_words(str(data['cancel_state'])).label}"
     return text
 
 
 def _cancel_forwarded(data: Mapping[str, object], actor: str, at: datetime) -> str:
-    status = data.get("http_status")
-    answered = f"HTTP {status}" if status is not None else "no answer"
-    text = (
-        f"cancel forwarded to the provider: {str(data.get('cancel_state') or 'unknown').replace('_', ' ')} ({answered})"
-    )
+    text = f"cancel forwarded to the provider: {_cancel_answer(data)}"
     if data.get("detail"):
         text += f" - {_quote(data['detail'])}"
     return text
@@ -336,7 +343,7 @@ def _parse(text: object) -> datetime:
 
 def _time(text: object, at: datetime) -> str:
     when = _parse(text)
-    return f"{when:%H:%M:%S}" if when.date() == at.date() else f"{when:%Y-%m-%d %H:%M:%S}"
+    return f"{when:%H:%M:%S} UTC" if when.date() == at.date() else f"{when:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _actor(actor: object) -> str:

@@ -14,13 +14,12 @@ from django.utils import timezone
 
 from operations.decisions.cards import Card, load_card
 from operations.decisions.options import Kind, Option
+
+# The refusal reasons live with the words that name them (words.outcome_words).
+from operations.decisions.words import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
 from operations.models import Escalation, Operation
 from operations.vocabulary import CONTROL_CHARACTERS
 
-STALE = "state changed — review again"
-NOT_OFFERED = "option not offered on this card"
-COMMENT_REQUIRED = "a comment is required for this option"
-SAME_RESPONDER = "a second, different responder must confirm; you already accepted this output"
 COMMENT_MAX = 2000
 
 

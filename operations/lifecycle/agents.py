@@ -121,9 +121,12 @@ def record_cancel_forward(*, operation_id: str, result: CancelResult) -> None:
         op.cancel_state = result.state
         if (op.error or {}).get("code") == WATCH_CANCELLED:
             op.error = {**op.error, "message": watch_cancelled_message(result.state)}
+        if result.provider_state:
+            # The provider's latest word on the job is its answer to the cancel.
+            op.last_provider_state = result.provider_state[:200]
         op.sequence += 1
         op.updated_at = now
-        op.save(update_fields=["cancel_state", "error", "sequence", "updated_at"])
+        op.save(update_fields=["cancel_state", "error", "last_provider_state", "sequence", "updated_at"])
         audit.append(
             entry_type="operation.cancel_forwarded",
             actor=audit.SYSTEM_CONTROLLER,

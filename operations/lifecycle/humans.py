@@ -388,7 +388,15 @@ def record_cancel_answer(
     escalation.cancel_response = {**(escalation.cancel_response or {}), **record}
     escalation.save(update_fields=["cancel_response"])
     operation.cancel_state = result.state
-    operation.save(update_fields=["cancel_state"])
+    fields = ["cancel_state"]
+    if result.provider_state and result.provider_state != operation.last_provider_state:
+        # The cancel's answer is the provider's latest word on the job: "last provider state" is that
+        # state now, not the one of the poll before (an agent sees it too, so the sequence moves).
+        operation.last_provider_state = result.provider_state[:200]
+        operation.sequence += 1
+        operation.updated_at = now
+        fields += ["last_provider_state", "sequence", "updated_at"]
+    operation.save(update_fields=fields)
     confirmed = result.confirmed and operation.status == Status.NEEDS_ATTENTION
     if confirmed:
         _finish(

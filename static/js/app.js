@@ -1,6 +1,7 @@
 // pollerdash dashboard: small progressive enhancements. Every page works without this file
-// (links go to the operation page, forms post normally); with it: live lists that never reshuffle
-// under the pointer, inline cards, two-step confirmation, keyboard triage and fresh relative times.
+// (links go to the operation page, forms post normally, times read in UTC); with it: live lists that
+// never reshuffle under the pointer, inline cards, two-step confirmation, keyboard triage, fresh
+// relative times, and absolute times in the viewer's own time zone (UTC on hover).
 (function () {
   "use strict";
 
@@ -23,6 +24,148 @@
     hours %= 24;
     return days + " day" + (days !== 1 ? "s" : "") + (hours ? " " + hours + " h" : "");
   }
+
+  // --- the viewer's clock ------------------------------------------------------------------------------
+  // The server writes every time in UTC inside <time datetime="...">; here they become the viewer's
+  // local time, with the UTC time on hover. Sentences the server wrote ("new deadline 11:15 UTC") sit
+  // in [data-utc-text] elements: each "HH:MM[:SS] UTC" in them is converted the same way. Exports and
+  // printable reports stay UTC.
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  const UTC_PHRASE = /\b(?:(\d{4})-(\d\d)-(\d\d) |(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (\d{1,2}) )?(\d\d):(\d\d)(?::(\d\d))? UTC\b/g;
+
+  function pad(n) {
+    return (n < 10 ? "0" : "") + n;
+  }
+
+  function zoneName(date) {
+    try {
+      const part = new Intl.DateTimeFormat("en-US", { timeZoneName: "short" })
+        .formatToParts(date)
+        .find(function (p) { return p.type === "timeZoneName"; });
+      return part ? part.value : "";
+    } catch (e) {
+      return "";
+    }
+  }
+
+  function sameLocalDay(a, b) {
+    return a.getFullYear() === b.getFullYear() && a.getMonth() === b.getMonth() && a.getDate() === b.getDate();
+  }
+
+  function localClock(date, seconds) {
+    return pad(date.getHours()) + ":" + pad(date.getMinutes()) + (seconds ? ":" + pad(date.getSeconds()) : "");
+  }
+
+  function localDateTime(date) {
+    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) + " " + localClock(date, true) + " " + zoneName(date);
+  }
+
+  function utcText(date) {
+    return date.toISOString().slice(0, 19).replace("T", " ") + " UTC";
+  }
+
+  // strftime's few directives the chart uses, in local time.
+  function strftimeLocal(date, format) {
+    return format.replace(/%([bdHMS])/g, function (_, d) {
+      return { b: MONTHS[date.getMonth()], d: pad(date.getDate()), H: pad(date.getHours()), M: pad(date.getMinutes()), S: pad(date.getSeconds()) }[d];
+    });
+  }
+
+  function serverNow() {
+    return new Date(Date.now() + serverOffsetMs);
+  }
+
+  function refDate(el) {
+    const holder = el.closest("[data-utc-ref]");
+    const at = holder ? new Date(holder.getAttribute("data-utc-ref")) : null;
+    return at && !isNaN(at) ? at : serverNow();
+  }
+
+  // The instant a "HH:MM[:SS] UTC" phrase names; a phrase without a date is on the reference's UTC day.
+  function phraseDate(m, ref) {
+    const h = Number(m[6]), mi = Number(m[7]), s = Number(m[8] || 0);
+    if (m[1]) return new Date(Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]), h, mi, s));
+    if (m[4]) {
+      let at = new Date(Date.UTC(ref.getUTCFullYear(), MONTHS.indexOf(m[4]), Number(m[5]), h, mi, s));
+      if (ref - at > 182 * 86400000) at = new Date(Date.UTC(ref.getUTCFullYear() + 1, MONTHS.indexOf(m[4]), Number(m[5]), h, mi, s));
+      return at;
+    }
+    return new Date(Date.UTC(ref.getUTCFullYear(), ref.getUTCMonth(), ref.getUTCDate(), h, mi, s));
+  }
+
+  function localPhrase(at, m, ref) {
+    const clock = localClock(at, !!m[8]) + " " + zoneName(at);
+    if (m[1]) return at.getFullYear() + "-" + pad(at.getMonth() + 1) + "-" + pad(at.getDate()) + " " + clock;
+    return (sameLocalDay(at, ref) ? "" : MONTHS[at.getMonth()] + " " + at.getDate() + " ") + clock;
+  }
+
+  function localizeSentence(container) {
+    const ref = refDate(container);
+    const walker = document.createTreeWalker(container, NodeFilter.SHOW_TEXT);
+    const nodes = [];
+    while (walker.nextNode()) nodes.push(walker.currentNode);
+    nodes.forEach(function (node) {
+      if (node.parentElement && node.parentElement.closest("time, code")) return;
+      const text = node.nodeValue;
+      UTC_PHRASE.lastIndex = 0;
+      if (!UTC_PHRASE.test(text)) return;
+      UTC_PHRASE.lastIndex = 0;
+      const parts = document.createDocumentFragment();
+      let last = 0;
+      let m;
+      while ((m = UTC_PHRASE.exec(text))) {
+        const at = phraseDate(m, ref);
+        if (isNaN(at)) continue;
+        parts.append(text.slice(last, m.index));
+        const el = document.createElement("time");
+        el.setAttribute("datetime", at.toISOString());
+        el.dataset.localized = "1";
+        el.title = utcText(at);
+        el.textContent = localPhrase(at, m, ref);
+        parts.append(el);
+        last = m.index + m[0].length;
+      }
+      parts.append(text.slice(last));
+      node.replaceWith(parts);
+    });
+  }
+
+  function localizeChart(root) {
+    root.querySelectorAll("svg text[data-at]").forEach(function (el) {
+      const at = new Date(el.getAttribute("data-at"));
+      if (isNaN(at)) return;
+      el.textContent = (el.dataset.prefix || "") + strftimeLocal(at, el.dataset.fmt || "%H:%M");
+    });
+    root.querySelectorAll("svg text[data-zone-label]").forEach(function (el) {
+      el.textContent = el.dataset.zoneLabel.replace("{zone}", zoneName(serverNow()));
+    });
+  }
+
+  pd.localize = function (root) {
+    root = root || document;
+    root.querySelectorAll("[data-utc-text]:not([data-utc-done])").forEach(function (el) {
+      el.setAttribute("data-utc-done", "");
+      localizeSentence(el);
+    });
+    root.querySelectorAll("time[datetime]:not([data-localized])").forEach(function (el) {
+      const at = new Date(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      el.dataset.localized = "1";
+      if (el.dataset.local === "time") el.textContent = localClock(at, true);
+      else if (el.dataset.local) el.textContent = localDateTime(at);
+      // Absolute times show UTC on hover; relative ones ("in 12 min") both clocks.
+      el.title = el.dataset.local ? utcText(at) : localDateTime(at) + " · " + utcText(at);
+    });
+    localizeChart(root);
+    const note = document.querySelector("[data-tz-note]");
+    if (note) {
+      const now = serverNow();
+      let zone = "";
+      try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { zone = ""; }
+      note.textContent = "times in " + zoneName(now);
+      note.title = "Times are shown in your time zone" + (zone ? " (" + zone + ")" : "") + "; hover one for UTC. Exports and printable reports stay in UTC.";
+    }
+  };
 
   function refreshTimes(root) {
     const now = Date.now() + serverOffsetMs;
@@ -147,6 +290,7 @@
   });
 
   document.addEventListener("htmx:afterSwap", function (event) {
+    pd.localize(event.detail.target.isConnected ? event.detail.target : document);
     refreshTimes(event.detail.target);
     if (pd.selected) {
       const row = document.getElementById(pd.selected);
@@ -170,22 +314,26 @@
     const slot = row.querySelector(".row-card");
     const isOpen = row.classList.contains("is-open");
     if (isOpen && wantOpen !== true) {
+      const hadFocus = slot.contains(document.activeElement);
       slot.innerHTML = "";
       row.classList.remove("is-open");
       setReviewLabel(row, false);
+      if (hadFocus) row.focus({ preventScroll: true });
       return Promise.resolve(null);
     }
     if (isOpen) return Promise.resolve(slot.querySelector(".card"));
     row.classList.add("is-open");
     setReviewLabel(row, true);
     select(row, false);
-    // Resolve once htmx has settled the new card (its forms are wired up only then), so a
-    // keyboard pick right after opening posts through htmx, not as a plain form.
+    // Once htmx has settled the new card (its forms are wired up only then), the card takes the
+    // focus: the number keys act on it, and on no other card.
     return new Promise(function (resolve) {
       const done = function () {
         slot.removeEventListener("htmx:afterSettle", done);
         clearTimeout(timer);
-        resolve(slot.querySelector(".card"));
+        const card = slot.querySelector(".card");
+        if (card && row.classList.contains("is-open")) card.focus({ preventScroll: true });
+        resolve(card);
       };
       const timer = setTimeout(done, 4000);
       slot.addEventListener("htmx:afterSettle", done);
@@ -287,7 +435,8 @@
     row.classList.add("is-selected");
     pd.selected = row.id;
     if (scroll !== false) {
-      row.focus({ preventScroll: true });
+      // An open card takes the focus with its row (its keys work); a closed row only shows `o`.
+      (row.querySelector(".row-card .card") || row).focus({ preventScroll: true });
       row.scrollIntoView({ block: "nearest" });
     }
   }
@@ -300,39 +449,49 @@
     select(list[next]);
   }
 
-  function activeCard() {
-    const selected = document.querySelector("#inbox-rows .row.is-selected");
-    if (selected) {
-      return pd.toggleCard(selected, true);
-    }
-    const open = document.querySelector("#inbox-rows .row.is-open .card");
-    if (open) return Promise.resolve(open);
-    const first = document.querySelector(".card .options");
-    if (first) return Promise.resolve(first.closest(".card"));
-    const firstRow = rows()[0];
-    if (firstRow) {
-      select(firstRow);
-      return pd.toggleCard(firstRow, true);
-    }
-    return Promise.resolve(null);
+  // The card the number keys act on: the open card that holds the focus (opened with o / Enter /
+  // Review, or clicked). Never a card the responder did not choose: no card, no action — a number
+  // key opens nothing and picks nothing on a closed or merely selected row.
+  function focusedCard() {
+    const el = document.activeElement;
+    const card = el && el.closest ? el.closest(".card[data-card]") : null;
+    return card && card.isConnected && card.querySelector(".options") ? card : null;
   }
 
-  function pick(index) {
-    activeCard().then(function (card) {
-      if (!card) return;
-      const option = card.querySelector('[data-option-index="' + index + '"]');
-      if (!option) return;
-      if (option.tagName === "DETAILS") {
-        option.open = true;
-        return;
-      }
-      const button = option.querySelector("button");
-      if (button) {
-        button.focus();
-        button.click();
-      }
-    });
+  function pick(card, index) {
+    const option = card.querySelector('[data-option-index="' + index + '"]');
+    if (!option) return;
+    if (option.tagName === "DETAILS") {
+      option.open = true;
+      return;
+    }
+    const button = option.querySelector("button");
+    if (button) {
+      button.focus();
+      button.click();
+    }
   }
+
+  // Focus that moves into a row (a click on its open card, Tab) selects that row: `o` and the
+  // number keys then agree on which card they mean.
+  document.addEventListener("focusin", function (event) {
+    const row = event.target.closest && event.target.closest("#inbox-rows .row");
+    if (row && !row.classList.contains("is-selected")) select(row, false);
+  });
+
+  // A card that refreshes itself (live, or with a decision's answer) is replaced whole: if it held
+  // the focus, the fresh copy takes it, so the keys keep acting on the card the responder chose.
+  let refocusCard = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const target = event.detail.target;
+    refocusCard = target && target.matches && target.matches(".card[data-card]") && target.contains(document.activeElement) ? target.id : null;
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!refocusCard) return;
+    const card = document.getElementById(refocusCard);
+    refocusCard = null;
+    if (card && !card.contains(document.activeElement)) card.focus({ preventScroll: true });
+  });
 
   document.addEventListener("keydown", function (event) {
     if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
@@ -375,15 +534,21 @@
     } else if (key === "g") {
       gPending = Date.now();
     } else if (/^[1-9]$/.test(key)) {
-      event.preventDefault();
-      pick(Number(key));
+      const card = focusedCard();
+      if (card) {
+        event.preventDefault();
+        pick(card, Number(key));
+      }
     }
   });
 
   // --- start -------------------------------------------------------------------------------------------
   document.addEventListener("DOMContentLoaded", function () {
-    const serverNow = Number(document.body.dataset.serverNow || 0) * 1000;
-    if (serverNow) serverOffsetMs = serverNow - Date.now();
+    // Hints for keys (kbd.key-hint) show only with this script, and only where the key works (CSS).
+    document.documentElement.classList.add("pd-keys");
+    const serverAt = Number(document.body.dataset.serverNow || 0) * 1000;
+    if (serverAt) serverOffsetMs = serverAt - Date.now();
+    pd.localize(document);
     const live = document.querySelector("[data-live-list]");
     if (live) {
       live.addEventListener("mouseenter", function () { pointerInList = true; });
@@ -393,8 +558,12 @@
     setInterval(function () { if (document.visibilityState === "visible") refreshTimes(); }, 15000);
     const hash = window.location.hash;
     if (hash && hash.indexOf("#card-") === 0) {
-      const card = document.querySelector(hash);
-      if (card) card.scrollIntoView({ block: "start" });
+      // A link to this very card (a notification's): it is the one the responder chose.
+      const card = document.getElementById(hash.slice(1));
+      if (card) {
+        card.scrollIntoView({ block: "start" });
+        card.focus({ preventScroll: true });
+      }
     }
   });
 })();

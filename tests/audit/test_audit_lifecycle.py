@@ -115,15 +115,15 @@ def test_the_story_reads_like_the_incident_timeline(lived):
     text = [line.as_text() for line in story]
     assert text[0].startswith("10:00:00 registered by operator:test: ") and "up to 2 requests" in text[0]
     assert text[1] == (
-        "10:00:00 received 503, Retry-After 120, next poll 10:02:00 from provider guidance (request 1 of 2)"
+        "10:00:00 received 503, Retry-After 120, next poll 10:02:00 UTC from provider guidance (request 1 of 2)"
     )
-    assert text[2].startswith("10:00:00 provider account ") and "paused until 10:02:00 after 503" in text[2]
+    assert text[2].startswith("10:00:00 provider account ") and "paused until 10:02:00 UTC after 503" in text[2]
     assert text[3].startswith("10:02:00 received 200 'running'; stopped polling: request budget exhausted: ")
     assert text[3].endswith("(request 2 of 2)")
     assert text[4] == "10:02:00 escalated: request budget exhausted (2 of 2 requests)"
     assert text[5] == "10:10:00 alice inspected the job at the provider console"
     assert text[6] == "10:10:00 alice extended by 15 min / 4 checks (new deadline 10:55:00 UTC)"
-    assert text[7] == "10:10:00 bob's extend:15m:4 was refused: state changed — review again"
+    assert text[7] == "10:10:00 bob tried “Extend 15 min / 4 checks”: refused — state changed"
     assert text[8] == "10:10:00 received 200 'succeeded': the job succeeded (request 3 of 6)"
     assert {line.actor for line in story} >= {"controller", "alice", "bob", "operator:test"}
     assert story[5].kind == "human.inspect" and story[5].actor == "alice"
@@ -135,8 +135,31 @@ def test_the_story_reads_like_the_incident_timeline(lived):
         ("operation.cancelled", {"state": "closed", "reason": "agent gave up"}, "stopped watching (closed)"),
         ("operation.acknowledged", {"state": "succeeded"}, "acknowledged the result (succeeded)"),
         ("callback.failed", {"event_type": "operation.completed", "attempts": 8}, "gave up after 8 attempts"),
-        ("provider.cancel_response", {"cancel_state": "confirmed", "http_status": 202}, "confirmed (HTTP 202)"),
-        ("operation.cancel_forwarded", {"cancel_state": "unsupported"}, "to the provider: unsupported (no answer)"),
+        (
+            "provider.cancel_response",
+            {"cancel_state": "confirmed", "http_status": 202},
+            "applied — provider confirmed (HTTP 202)",
+        ),
+        (
+            "provider.cancel_response",
+            {"cancel_state": "not_supported", "http_status": 405},
+            "sent — provider refused (HTTP 405)",
+        ),
+        (
+            "operation.cancel_forwarded",
+            {"cancel_state": "failed_to_forward"},
+            "to the provider: sent — failed (no answer)",
+        ),
+        (
+            "operation.cancelled",
+            {"state": "closed", "cancel_state": "requested"},
+            "cancel at the provider: requested — not sent yet",
+        ),
+        (
+            "human.refused",
+            {"option": "close", "reason": "a new kind of refusal"},
+            "tried “Close — stop watching”: refused: 'a new kind of refusal'",
+        ),
         ("future.type", {"a": 1}, "future.type: agent:bot: a='1'"),
     ],
 )

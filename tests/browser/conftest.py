@@ -68,12 +68,14 @@ def artifacts() -> Path:
 
 @pytest.fixture
 def open_page(browser: object, live_server: object) -> Iterator[Callable[..., object]]:
-    """A logged-in page: open_page(user, viewport=DESKTOP) -> Page. Records page errors."""
+    """A logged-in page: open_page(user, viewport=DESKTOP, **context options) -> Page. Records page errors.
+
+    Context options are Playwright's (color_scheme="dark", timezone_id="America/Los_Angeles", ...)."""
     contexts = []
     errors: list[str] = []
 
-    def make(user: object, *, viewport: dict[str, int] = DESKTOP) -> object:
-        context = browser.new_context(viewport=viewport)  # type: ignore[attr-defined]
+    def make(user: object, *, viewport: dict[str, int] = DESKTOP, **options: object) -> object:
+        context = browser.new_context(viewport=viewport, **options)  # type: ignore[attr-defined]
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(20_000)
@@ -112,12 +114,16 @@ def make_user(transactional_db: None) -> Callable[..., object]:
 
 @pytest.fixture
 def budget_card(make_operation: Callable[..., object]) -> Callable[..., object]:
-    """A real card: one status request to the fake provider, then the budget stops it (no request)."""
+    """A real card: one status request to the fake provider, then the budget stops it (no request).
+
+    `scenario` picks the fake provider's behaviour (cancel_unsupported: a cancel answered 405)."""
     from operations.controller import poll_once
     from operations.models import Escalation, Operation
 
-    def make(purpose: str = "Quarterly export for the finance team", **kwargs: object) -> Escalation:
-        op = make_operation(job_id("never_finishes"), max_status_requests=1, purpose=purpose, **kwargs)
+    def make(
+        purpose: str = "Quarterly export for the finance team", *, scenario: str = "never_finishes", **kwargs: object
+    ) -> Escalation:
+        op = make_operation(job_id(scenario), max_status_requests=1, purpose=purpose, **kwargs)
         for _ in range(2):
             current = Operation.objects.get(pk=op.pk)  # type: ignore[attr-defined]
             poll_once(operation_id=current.pk, fence=current.fence)

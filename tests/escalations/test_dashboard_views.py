@@ -173,9 +173,11 @@ def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa
     escalation_decide(escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version)
     url = reverse("decision_history")
     by_bob = responder_client.get(url, {"user": "bob"}).content.decode()
-    assert "state changed — review again" in by_bob and "extend:15m:4" not in by_bob
+    assert "refused — state changed" in by_bob and "Extend 15 min / 4 checks" not in by_bob
     applied = responder_client.get(url, {"outcome": "applied", "option": "extend"}).content.decode()
-    assert "<code>extend:15m:4</code>" in applied and "<code>close</code>" not in applied
+    # Tables name the option, not its id (the id is on hover and in the CSV).
+    assert ">Extend 15 min / 4 checks<" in applied and "Close — stop watching" not in applied
+    assert "<code>extend:15m:4</code>" not in applied
     assert "No decisions match" in responder_client.get(url, {"since": "2030-01-01"}).content.decode()
     assert responder_client.get(url, {"outcome": "<x>"}).status_code == 200  # not an outcome: no filter
 
@@ -224,7 +226,7 @@ def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, res
     )
     assert result.decision.provider_response["state"] != "confirmed"
     history = responder_client.get(reverse("decision_history")).content.decode()
-    assert "sent, not confirmed" in history and 'outcome-applied">applied' not in history
+    assert 'outcome-warn">sent — provider refused<' in history and 'outcome-ok">applied<' not in history
 
 
 def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused_with_429(
@@ -255,7 +257,8 @@ def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused
     assert "tried 4 more times the same way" in history
     csv_text = b"".join(responder_client.get(reverse("decision_history_csv")).streaming_content).decode()
     header, row = csv_text.splitlines()[:2]
-    assert header.endswith(",repeat_count,last_repeated_at") and ",4," in row
+    assert header.endswith(",repeat_count,last_repeated_at,option_label,outcome_label") and ",4," in row
+    assert row.endswith(",Extend 999 min / 99 checks,refused — option not offered")
 
 
 def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, bob, clock, settings) -> None:  # noqa: ANN001

@@ -200,6 +200,8 @@ def test_cancel_at_provider_confirmed_ends_the_operation_cancelled(stopped, alic
     op = reload(esc.operation)
     assert op.status == Status.CANCELLED and op.cancel_state == "confirmed"
     assert op.error["code"] == "cancelled_at_provider"
+    # What is true now: the provider's last word on the job is the cancel's answer, not "running".
+    assert op.last_provider_state == "cancelled" != esc.operation.last_provider_state
     cancels = [r for r in fake_provider.requests(job_id=op.provider_job_id) if r["kind"] == "cancel"]
     assert len(cancels) == 1 and cancels[0]["method"] == "POST"
     decision = reload(result.decision)

@@ -87,6 +87,11 @@ def test_csv_exports_hold_every_check_and_decision_with_formulas_defused(client:
         ("alice", "extend:15m:4", "applied"),
         ("bob", "close", "refused"),
     ]
+    # The ids keep their columns; the words are the pages' words.
+    assert [(d["option_label"], d["outcome_label"]) for d in decisions] == [
+        ("Extend 15 min / 4 checks", "applied"),
+        ("Close — stop watching", "refused — state changed"),
+    ]
     assert decisions[0]["authorization_number"] == "2" and decisions[0]["comment"] == "ok"
     history = body(client.get(reverse("decision_history_csv"), {"user": "bob"})).decode()
     assert history.count("\n") == 2 and "state changed" in history
@@ -98,7 +103,8 @@ def test_the_printable_report_has_the_timeline_and_every_decision(client: Client
     page = client.get(reverse("operation_report", args=[decided.operation_id])).content.decode()
     assert "Incident report" in page and "Timeline" in page
     assert "escalated" in page  # a timeline line from the audit story
-    assert "extend:15m:4" in page and "state changed — review again" in page
+    assert "Extend 15 min / 4 checks · applied" in page and "Close — stop watching · refused — state changed" in page
+    assert "state changed — review again" in page  # the recorded reason, in full
     assert "Options offered:" in page and "Extend 15 min / 4 checks" in page
     history = client.get(reverse("decision_history_report"), {"operation": decided.operation_id}).content.decode()
     assert history.count("<tr>") == 3  # header + two decisions

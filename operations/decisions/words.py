@@ -1,0 +1,149 @@
+"""The words for decisions, in one place: what an option is called and what became of a decision.
+
+The dashboard's pages, the CSV exports, the printable reports and the audit story all name an
+outcome through `outcome_words`, so one provider-refused cancel reads "sent — provider refused"
+everywhere (docs/DESIGN.md section 7, "Outcomes in words"). Tables name an option by
+`option_title`, never by its raw id (the CSV keeps the id in a column of its own).
+
+Pure: no Django, no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+# The card's own way of naming a preset's minutes ("15 min", "1 h", "2 days"), so titles match labels.
+from operations.decisions.options import Kind
+from operations.decisions.options import _minutes as minutes_text
+
+# Why a posted decision was refused (operations.decisions.check); the words below key on them.
+STALE = "state changed — review again"
+NOT_OFFERED = "option not offered on this card"
+COMMENT_REQUIRED = "a comment is required for this option"
+SAME_RESPONDER = "a second, different responder must confirm; you already accepted this output"
+
+CANCEL_OPTION = Kind.CANCEL_AT_PROVIDER.value
+
+
+class Tone(StrEnum):
+    """How an outcome reads at a glance; the page colours it, the words carry the meaning."""
+
+    OK = "ok"
+    WARN = "warn"
+    REFUSED = "refused"
+    NEUTRAL = "neutral"
+
+
+@dataclass(frozen=True)
+class OutcomeWords:
+    label: str
+    tone: Tone
+
+
+# The provider's answer to a cancel (vocabulary.CancelState, plus "sending": claimed, no answer kept).
+_CANCEL_WORDS: dict[str, OutcomeWords] = {
+    "confirmed": OutcomeWords("applied — provider confirmed", Tone.OK),
+    "forwarded": OutcomeWords("sent — not confirmed", Tone.WARN),
+    "not_supported": OutcomeWords("sent — provider refused", Tone.WARN),
+    "failed_to_forward": OutcomeWords("sent — failed", Tone.WARN),
+    "sending": OutcomeWords("sent — no answer recorded", Tone.WARN),
+    "requested": OutcomeWords("requested — not sent yet", Tone.WARN),
+    "forwarding": OutcomeWords("sending — no answer yet", Tone.WARN),
+    "not_documented": OutcomeWords("not sent — no documented cancel", Tone.WARN),
+    "not_forwarded": OutcomeWords("not sent — another watch on this job", Tone.WARN),
+}
+
+_REFUSALS = (
+    (STALE, "refused — state changed"),
+    (NOT_OFFERED, "refused — option not offered"),
+    (COMMENT_REQUIRED, "refused — comment required"),
+    (SAME_RESPONDER, "refused — needs a different responder"),
+)
+
+
+def outcome_words(
+    *, outcome: str, refusal_reason: str = "", cancel_answer: str | None = None, confirmed: bool = False
+) -> OutcomeWords:
+    """What became of a decision, in the words every page, export and the audit story use.
+
+    `outcome` is Decision.outcome (applied, refused, awaiting_second, recorded); `refusal_reason`
+    the recorded reason of a refusal; `cancel_answer` the state of the provider's answer to a
+    cancel (None when the decision sent no cancel; "sending" while no answer is kept);
+    `confirmed` whether a second responder confirmed an acceptance waiting for one.
+    """
+    if outcome == "refused":
+        reason = refusal_reason or ""
+        for known, label in _REFUSALS:
+            if reason.startswith(known):
+                return OutcomeWords(label, Tone.REFUSED)
+        return OutcomeWords("refused", Tone.REFUSED)
+    if outcome == "awaiting_second":
+        if confirmed:
+            return OutcomeWords("accepted — confirmed by a second responder", Tone.OK)
+        return OutcomeWords("accepted — needs a second responder", Tone.WARN)
+    if outcome == "recorded":
+        return OutcomeWords("recorded", Tone.NEUTRAL)
+    if outcome == "applied" and cancel_answer is not None:
+        known = _CANCEL_WORDS.get(cancel_answer)
+        return known or OutcomeWords(f"sent — {cancel_answer.replace('_', ' ')}", Tone.WARN)
+    if outcome == "applied":
+        return OutcomeWords("applied", Tone.OK)
+    return OutcomeWords(outcome.replace("_", " ") or "—", Tone.NEUTRAL)
+
+
+def decision_words(decision: object) -> OutcomeWords:
+    """`outcome_words` for a Decision row (any object with its attributes).
+
+    A confirmation of an acceptance is read from `confirmed_by` (the reverse link): load it with the
+    row (select_related) or it costs a query.
+    """
+    response = getattr(decision, "provider_response", None) or {}
+    cancel_answer = None
+    if getattr(decision, "option", "") == CANCEL_OPTION:
+        cancel_answer = str(response.get("state") or "sending") if isinstance(response, dict) else "sending"
+    return outcome_words(
+        outcome=str(getattr(decision, "outcome", "")),
+        refusal_reason=str(getattr(decision, "refusal_reason", "") or ""),
+        cancel_answer=cancel_answer,
+        # A missing reverse one-to-one raises a subclass of AttributeError: getattr's default covers it.
+        confirmed=getattr(decision, "confirmed_by", None) is not None,
+    )
+
+
+def cancel_words(cancel_state: str) -> OutcomeWords:
+    """An operation's cancel_state (an agent's cancel or a card's) in the same words."""
+    return outcome_words(outcome="applied", cancel_answer=cancel_state or "requested")
+
+
+_PRESET = re.compile(r"^(extend|treat_as_pending):([0-9]{1,6})m:([0-9]{1,6})$")
+_TITLES = {
+    Kind.CANCEL_AT_PROVIDER.value: "Cancel the job at the provider",
+    Kind.INSPECT.value: "Inspect at the provider",
+    Kind.CLOSE.value: "Close — stop watching",
+    Kind.RETRY_AFTER_ROTATION.value: "Retry with the new credential",
+    Kind.ACCEPT_OUTPUT.value: "Accept the output as it is",
+    Kind.APPROVE_ONE_CHECK.value: "Approve one status check",
+}
+_TITLE_SHOWN = 40
+
+
+def option_title(option_id: str) -> str:
+    """An option's name for tables: "Extend 15 min / 4 checks" for `extend:15m:4`.
+
+    Short and stable (it depends on the id alone), unlike the card's label, which names the
+    deadline of the moment. An id no card offers (a refused post) is quoted as posted.
+    """
+    text = option_id or ""
+    preset = _PRESET.match(text)
+    if preset:
+        kind, minutes, checks = preset.group(1), int(preset.group(2)), int(preset.group(3))
+        amount = f"{minutes_text(minutes)} / {checks} check{'s' if checks != 1 else ''}"
+        return f"Extend {amount}" if kind == "extend" else f"Treat the state as pending: {amount}"
+    if text in _TITLES:
+        return _TITLES[text]
+    if not text:
+        return "(no option)"
+    shown = text if len(text) <= _TITLE_SHOWN else text[: _TITLE_SHOWN - 1] + "…"
+    return f"unknown option “{shown}”"
