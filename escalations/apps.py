@@ -14,6 +14,9 @@ class EscalationsConfig(AppConfig):
         from operations import events
 
         events.card_opened.connect(notifications.on_card_opened, dispatch_uid="notify-card-opened")
+        events.business_deadline_near.connect(
+            notifications.on_business_deadline_near, dispatch_uid="notify-business-deadline-near"
+        )
         events.callback_undeliverable.connect(
             notifications.on_callback_undeliverable, dispatch_uid="notify-callback-undeliverable"
         )

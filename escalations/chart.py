@@ -4,16 +4,21 @@ x is time, y the running count of status requests. Each request is a mark whose 
 say why it was sent at that moment (the delay source of the wait before it; a request right after
 a human's extension is `manual_extension`). The request budget of each authorization is a step
 line; the deadline, earlier deadlines, the business deadline and "now" are vertical lines with
-text labels. Pure: the caller passes rows and `now`; the template draws the SVG.
+text labels. Inside a window a human granted, the checks still to come are hollow marks; when the
+business deadline stopped polling, its line says so. Pure: the caller passes rows and `now`; the
+template draws the SVG.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
+
+from operations.decisions.options import human_duration
 
 WIDTH, HEIGHT = 760, 250
 LEFT, RIGHT, TOP, BOTTOM = 46, 18, 40, 34
@@ -79,6 +84,8 @@ class Chart:
     y_ticks: list[Tick] = field(default_factory=list)
     legend: list[tuple[str, str, str, int]] = field(default_factory=list)  # source, label, shape, count
     errors: int = 0
+    # Checks still to come in a human's window: (x, y, tooltip), drawn hollow.
+    planned: list[tuple[float, float, str]] = field(default_factory=list)
     summary: str = ""
     budget_note: str = ""
 
@@ -138,8 +145,15 @@ def request_chart(
     now: datetime,
     completed_at: datetime | None = None,
     first_number: int = 1,
+    planned: Sequence[datetime] = (),
+    check_spacing_s: float | None = None,
+    business_stop: bool = False,
 ) -> Chart:
-    """`checks` oldest first (at most the latest ones); `first_number` is the number of the first of them."""
+    """`checks` oldest first (at most the latest ones); `first_number` is the number of the first of them.
+
+    `planned`: the checks still to come in the current window (operations.polling.window.upcoming_checks),
+    `check_spacing_s` its pacing; `business_stop`: polling stopped at the business deadline.
+    """
     chart = Chart()
     points = [created_at, deadline_at]
     points += [c.sent_at for c in checks]  # type: ignore[attr-defined]
@@ -159,7 +173,8 @@ def request_chart(
         return round(chart.left + plot_w * max(0.0, (moment - t0).total_seconds()) / span, 1)
 
     budget_max = max(
-        [getattr(a, "max_status_requests", 0) for a in authorizations] + [first_number + len(checks) - 1, 1]
+        [getattr(a, "max_status_requests", 0) for a in authorizations]
+        + [first_number + len(checks) - 1 + len(planned), 1]
     )
     # A budget far above the requests sent would squash every mark onto the axis: then the
     # budget is named above the plot instead of drawn.
@@ -211,6 +226,14 @@ def request_chart(
             Mark(x=x, y=y, source=source, shape=shape, error=error, tooltip=tooltip, path=_shape_path(shape, x, y))
         )
     chart.legend = [(key, label, shape, counts[key]) for key, (label, shape) in SOURCES.items() if counts.get(key)]
+    pace = f", paced about every {human_duration(timedelta(seconds=check_spacing_s))}" if check_spacing_s else ""
+    for index, moment in enumerate(planned, start=1):
+        number = first_number + len(checks) - 1 + index
+        tooltip = (
+            f"planned check {index} of {len(planned)} (request {number}) · by about "
+            f"{moment.isoformat(' ', 'seconds')[:19]} UTC{pace}; the provider's guidance may move it later"
+        )
+        chart.planned.append((x_of(moment), y_of(number), tooltip))
 
     # Budget: one step per authorization, from its grant to the next grant.
     ordered = sorted(authorizations, key=lambda a: a.number)  # type: ignore[attr-defined]
@@ -237,7 +260,8 @@ def request_chart(
         lines.append((grant.granted_at, f"#{grant.number} {grant.kind.replace('_', ' ')} by {who}", "grant"))  # type: ignore[attr-defined]
     lines.append((deadline_at, f"deadline {_clock(deadline_at, multi_day)}", "deadline"))
     if business_deadline_at is not None:
-        lines.append((business_deadline_at, f"business deadline {_clock(business_deadline_at, multi_day)}", "business"))
+        label = f"business deadline {_clock(business_deadline_at, multi_day)}"
+        lines.append((business_deadline_at, label + (" — polling stopped" if business_stop else ""), "business"))
     if completed_at is None and t0 <= now <= t1:
         lines.append((now, "now", "now"))
     lines.sort(key=lambda item: item[0])
@@ -314,6 +338,8 @@ def render_svg(chart: Chart) -> SafeString:
             f'<text class="vline-label vline-label-{line.kind}" x="{line.x}" y="{line.label_y}" '
             f'text-anchor="{line.anchor}">{label}</text>'
         )
+    for x, y, tooltip in chart.planned:
+        out.append(f'<circle class="mark planned" cx="{x}" cy="{y}" r="4"><title>{escape(tooltip)}</title></circle>')
     for mark in chart.marks:
         css = (
             f"mark src-{mark.source}"

@@ -22,3 +22,8 @@ def notify_callback_failed(operation_id: str, delivery_id: str, event_type: str,
     return notifications.deliver_callback_failure(
         operation_id=operation_id, delivery_id=delivery_id, event_type=event_type, reason=reason
     )
+
+
+def notify_business_deadline(operation_id: str) -> str:
+    """Warn on-call that an operation's business deadline is near (operations.events.business_deadline_near)."""
+    return notifications.deliver_business_deadline_warning(operation_id=operation_id)

@@ -101,6 +101,7 @@ def bounds_for(*, op: Operation) -> Bounds:
         max_transport_failures=op.max_transport_failures,
         backoff_attempt=op.backoff_attempt,
         extra_pending=frozenset(op.extra_pending_states or ()),
+        check_spacing_s=op.check_spacing_s,
     )
 
 
@@ -129,6 +130,8 @@ def poll_once(
         next_poll_at=op.next_poll_at,
         per_call_approval=profile.approval_mode == ProviderProfile.ApprovalMode.PER_CALL,
         approved_checks=op.approved_checks,
+        business_deadline_at=op.business_deadline_at,
+        business_deadline_waived=op.business_deadline_waived_at is not None,
     )
     if gate.gate is Gate.STOP:
         release(operation_id=op.pk, fence=fence)

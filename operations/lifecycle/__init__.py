@@ -10,7 +10,9 @@ transaction or opens its own, and appends its audit entry last in that transacti
 - `claims`: the dispatcher's claims, expired leases, releases, the charge before a request, deferrals;
 - `polls`: a poll's outcome (fenced), a late answer after a terminal status, account pauses;
 - `cards`: opening, superseding and assigning decision cards, escalating without a request;
-- `humans`: what responders do on a card (grants, closes, acceptances, cancels, refusals, inspections);
+- `humans`: what responders do on a card (grants, keep waiting, closes, acceptances, cancels,
+  refusals, inspections);
+- `business`: the business deadline's early warning, recorded once per operation;
 - `agents`: what agents do (acknowledge, cancel the watch) and what follows (the cancel forward,
   callback warnings).
 
