@@ -3,11 +3,14 @@ with "keep waiting", and an early warning to on-call. Real controller, real fake
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from datetime import datetime, timedelta
 
 import pytest
 from django.core import mail
+from django.urls import reverse
 from django.utils import timezone
 
 from escalations import tasks
@@ -241,3 +244,28 @@ def test_the_chart_marks_where_polling_stopped_at_the_business_deadline(watched,
     [line] = [line for line in chart.lines if line.kind == "business"]
     assert line.label == "business deadline 10:02:00 — polling stopped"
     assert "business deadline 10:02:00 — polling stopped" in render_svg(chart)
+
+
+def test_the_exports_and_the_report_name_the_reason_and_the_choice(watched, drive, alice, client, signing_key) -> None:  # noqa: ANN001
+    op = watched()
+    drive(op)
+    decide(Escalation.objects.get(operation=op, state="open"), alice, "keep_waiting")
+    client.force_login(alice)
+    decisions = body(client.get(reverse("operation_decisions_csv", args=[op.pk]))).decode()
+    [row] = list(csv.DictReader(io.StringIO(decisions)))
+    assert (row["reason"], row["option"], row["outcome"], row["user"]) == (
+        "business_deadline_passed",
+        "keep_waiting",
+        "applied",
+        "alice",
+    )
+    assert row["new_deadline_at"] == "" and row["authorization_number"] == ""
+    report = client.get(reverse("operation_report", args=[op.pk])).content.decode()
+    assert "escalated: business deadline passed" in report
+    assert "Keep waiting until the technical deadline" in report
+    audit = body(client.get(reverse("operation_audit_jsonl", args=[op.pk]))).decode()
+    assert '"reason":"business_deadline_passed"' in audit
+
+
+def body(response) -> bytes:  # noqa: ANN001
+    return b"".join(response.streaming_content) if response.streaming else response.content
