@@ -93,3 +93,43 @@ def test_extend_5_min_3_checks_sends_one_request_promptly_and_at_most_one_more_i
     current = Operation.objects.get(pk=op.pk)
     assert current.next_poll_at - after[-1] >= timedelta(seconds=50)
     assert current.status == "running" and current.delay_source == "manual_extension"
+
+
+def test_a_business_deadline_card_offers_keep_waiting_and_the_chart_marks_where_polling_stopped(
+    open_page, make_user, make_profile, make_operation, fake_provider, live_server, artifacts, time_machine
+):
+    profile = make_profile()
+    alice = make_user("alice")
+    page = open_page(alice)
+    business = timezone.now() + timedelta(seconds=2)
+    op = make_operation(
+        job_id("never_finishes"),
+        provider=profile,
+        business_deadline_at=business,
+        purpose="Deployment validation for the 15:00 release window",
+    )
+    poll_once(operation_id=op.pk, fence=Operation.objects.get(pk=op.pk).fence)
+    time_machine.move_to(business + timedelta(seconds=1), tick=True)
+    assert dispatch.sweep_deadlines() == 1
+    esc = Escalation.objects.get(operation=op, state="open")
+
+    row = page.locator(f"#esc-{esc.pk}")
+    expect(row.locator(".chip-reason")).to_have_text("Business deadline passed")
+    row.get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    expect(card).to_contain_text("passed before the job finished; no request was sent after it")
+    keep = card.get_by_role("button", name="Keep waiting until the technical deadline")
+    expect(keep).to_contain_text("no new requests or time: polling resumes now within the operation's own bounds")
+    expect(card.get_by_role("button", name="Extend 15 min / 4 checks")).to_be_visible()
+    shoot(page, artifacts, "card-business-deadline")
+    keep.click()
+    keep.click()
+    expect(card.locator(".flash-ok")).to_contain_text("Keep waiting until the technical deadline")
+    decision = Decision.objects.get(escalation=esc)
+    assert (decision.option, decision.outcome, decision.user) == ("keep_waiting", "applied", alice)
+    assert Operation.objects.get(pk=op.pk).status == "running"
+
+    page.goto(f"{live_server.url}/operations/{op.pk}/")
+    expect(page.locator(".chart-svg .vline-label-business")).to_contain_text("polling stopped")
+    expect(page.locator(".story")).to_contain_text("alice chose to keep waiting past the business deadline")
+    shoot(page, artifacts, "operation-business-deadline")
