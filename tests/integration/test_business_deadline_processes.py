@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from operations import dispatch
 from operations.decisions.services import escalation_decide
 from operations.models import Escalation, Operation
 from operations.registration import operation_register
@@ -29,7 +30,9 @@ def test_no_request_after_the_business_deadline_until_a_person_keeps_waiting(pro
     profile = make_profile(base_delay_s=0.1, max_delay_s=0.3, jitter_floor=0.5, business_deadline_warning_s=600)
     processes.start("qcluster", Q_WORKERS=2)
     processes.start("dispatcher")
-    business = timezone.now() + timedelta(seconds=4)
+    # Longer than the dispatcher's warning cadence (dispatch.WARNINGS_EVERY_S), so a warning pass
+    # falls before it whenever the dispatcher came up.
+    business = timezone.now() + timedelta(seconds=dispatch.WARNINGS_EVERY_S + 3)
     op = operation_register(
         provider_slug=profile.slug,
         provider_job_id=job_id("never_finishes"),
