@@ -2,6 +2,7 @@
 
     load operation; stop if terminal or needs_attention
     if now >= deadline_at:            escalate deadline_exceeded; stop   (no request)
+    if now >= business_deadline_at:   escalate business_deadline_passed; stop (where it binds)
     if used >= max_status_requests:   escalate request_budget_exhausted; stop
     if now < next_poll_at:            not due - never "catch up" missed polls; stop
     claim: compare-and-set fence (only one worker wins); reload the operation
