@@ -112,6 +112,18 @@ SCENARIOS = (
         "Payroll export (needs approval for every check)",
         expect="per_call_approval",
     ),
+    # The result stops being useful (a release window closes) long before the technical bounds run
+    # out: on-call is warned 45 s ahead (the profile's business_deadline_warning_s), then polling
+    # stops at the business deadline and a card asks whether the result is still wanted.
+    Scenario(
+        "fake-export",
+        "never_finishes",
+        "Deployment validation for the 15:00 release window",
+        900,
+        100,
+        75,
+        expect="business_deadline_passed",
+    ),
     # Deadline cards whose provider can cancel (confirmed) and one that cannot (405): try "cancel".
     Scenario(
         "fake-export",

@@ -19,6 +19,9 @@ class EscalationsConfig(AppConfig):
         events.card_awaiting_second.connect(
             notifications.on_card_awaiting_second, dispatch_uid="notify-card-awaiting-second"
         )
+        events.business_deadline_near.connect(
+            notifications.on_business_deadline_near, dispatch_uid="notify-business-deadline-near"
+        )
         events.callback_undeliverable.connect(
             notifications.on_callback_undeliverable, dispatch_uid="notify-callback-undeliverable"
         )

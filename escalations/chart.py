@@ -13,11 +13,14 @@ built here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
+
+from operations.decisions.options import human_duration
 
 WIDTH, HEIGHT = 760, 250
 LEFT, RIGHT, TOP, BOTTOM = 46, 18, 40, 34
@@ -112,6 +115,8 @@ class Chart:
     y_ticks: list[Tick] = field(default_factory=list)
     legend: list[tuple[str, str, str, int]] = field(default_factory=list)  # source, label, shape, count
     errors: int = 0
+    # Checks still to come in a human's window: (x, y, tooltip), drawn hollow.
+    planned: list[tuple[float, float, str]] = field(default_factory=list)
     summary: str = ""
     budget_note: str = ""
 
@@ -289,14 +294,23 @@ def request_chart(
     now: datetime,
     completed_at: datetime | None = None,
     first_number: int = 1,
+    planned: Sequence[datetime] = (),
+    check_spacing_s: float | None = None,
+    business_stop: bool = False,
 ) -> Chart:
-    """`checks` oldest first (at most the latest ones); `first_number` is the number of the first of them."""
+    """`checks` oldest first (at most the latest ones); `first_number` is the number of the first of them.
+
+    `planned`: the checks still to come in the current window (operations.polling.window.upcoming_checks),
+    `check_spacing_s` its pacing; `business_stop`: polling stopped at the business deadline.
+    """
     chart = Chart()
     live = completed_at is None
     data_points = [created_at]
     data_points += [c.sent_at for c in checks]  # type: ignore[attr-defined]
     data_points += [a.granted_at for a in authorizations]  # type: ignore[attr-defined]
     data_points.append(now if live else completed_at)  # type: ignore[arg-type]
+    # The checks still to come in a human's window are part of what the axis must show.
+    data_points += list(planned)
     axis = time_axis(
         start=created_at,
         data_end=max(data_points),
@@ -335,7 +349,8 @@ def request_chart(
     if on_axis(deadline_at):
         lines.append((deadline_at, "deadline ", True, "deadline"))
     if business_deadline_at is not None and on_axis(business_deadline_at):
-        lines.append((business_deadline_at, "business deadline ", True, "business"))
+        business = "polling stopped at the business deadline " if business_stop else "business deadline "
+        lines.append((business_deadline_at, business, True, "business"))
     if live and on_axis(now):
         lines.append((now, "now", False, "now"))
     lines.sort(key=lambda item: item[0])
@@ -393,7 +408,8 @@ def request_chart(
         )
 
     budget_max = max(
-        [getattr(a, "max_status_requests", 0) for a in authorizations] + [first_number + len(checks) - 1, 1]
+        [getattr(a, "max_status_requests", 0) for a in authorizations]
+        + [first_number + len(checks) - 1 + len(planned), 1]
     )
     # A budget far above the requests sent would squash every mark onto the axis: then the
     # budget is named above the plot instead of drawn.
@@ -441,6 +457,14 @@ def request_chart(
             Mark(x=x, y=y, source=source, shape=shape, error=error, tooltip=tooltip, path=_shape_path(shape, x, y))
         )
     chart.legend = [(key, label, shape, counts[key]) for key, (label, shape) in SOURCES.items() if counts.get(key)]
+    pace = f", paced about every {human_duration(timedelta(seconds=check_spacing_s))}" if check_spacing_s else ""
+    for index, moment in enumerate(planned, start=1):
+        number = first_number + len(checks) - 1 + index
+        tooltip = (
+            f"planned check {index} of {len(planned)} (request {number}) · by about "
+            f"{moment.isoformat(' ', 'seconds')[:19]} UTC{pace}; the provider's guidance may move it later"
+        )
+        chart.planned.append((x_of(moment), y_of(number), tooltip))
 
     # Budget: one step per authorization, from its grant to the next grant. Labels newest first, and
     # one that would overlap a newer one is left out (the step line still shows it).
@@ -570,6 +594,8 @@ def render_svg(chart: Chart) -> SafeString:
             f'<text class="edge-label edge-label-{edge.kind}" x="{chart.right}" y="{edge.label_y}" text-anchor="end"'
             f"{_local_attrs(edge.at, edge.fmt, prefix=edge.prefix)}>{label}</text>"
         )
+    for x, y, tooltip in chart.planned:
+        out.append(f'<circle class="mark planned" cx="{x}" cy="{y}" r="4"><title>{escape(tooltip)}</title></circle>')
     for mark in chart.marks:
         css = (
             f"mark src-{mark.source}"

@@ -30,10 +30,10 @@ from django.utils import timezone
 from escalations.agent_text import one_line, quoted, slack_escaped
 from operations import ratelimit
 from operations.decisions.options import human_duration
-from operations.models import CallbackDelivery, Decision, Escalation
+from operations.models import CallbackDelivery, Decision, Escalation, Operation
 from operations.redaction import register_secret
 from operations.responders import responders
-from operations.vocabulary import REASON_LABELS, Reason
+from operations.vocabulary import POLLABLE_STATUSES, REASON_LABELS, Reason
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +146,71 @@ def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type:
         link=link,
     )
     return _send(message=message, kind="callback_failed", what=f"callback {delivery_id}")
+
+
+def on_business_deadline_near(*, operation: Operation, **_: object) -> None:
+    """operations.events.business_deadline_near: queue the early warning with the transaction that
+    recorded it (once per operation: the lifecycle claims `business_deadline_warned_at` first)."""
+    if not configured():
+        return
+    from django_q.tasks import async_task
+
+    async_task("escalations.tasks.notify_business_deadline", operation.pk, task_name=f"notify-business-{operation.pk}")
+
+
+def deliver_business_deadline_warning(*, operation_id: str) -> str:
+    """Tell on-call that a business deadline is near while the job still runs: a notification, not a card.
+
+    By the same channels as cards, counted against NOTIFY_MAX_PER_HOUR; skipped when the operation
+    finished or went to a human meanwhile (the card says it all then).
+    """
+    op = Operation.objects.select_related("provider").filter(pk=operation_id).first()
+    if op is None or op.status not in POLLABLE_STATUSES or op.business_deadline_at is None:
+        return "skipped: the operation is no longer being watched"
+    if not hourly_slot():
+        logger.warning(
+            "operation %s: business deadline warning skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
+            operation_id,
+            settings.NOTIFY_MAX_PER_HOUR,
+        )
+        return f"skipped: NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached"
+    now = timezone.now()
+    link = f"{settings.SITE_URL}{reverse('operation_detail', args=[op.pk])}"
+    business = _utc(op.business_deadline_at)
+    left = human_duration(op.business_deadline_at - now) if op.business_deadline_at > now else "moments"
+    job_id = f"Provider job id (from the agent): {quoted(op.provider_job_id)}"
+    purpose = f"Purpose (from the agent): {quoted(op.purpose) if op.purpose else '—'}"
+    text = "\n".join(
+        [
+            f"The business deadline of operation {op.pk} is {business} (in {left}) and its job is still running.",
+            "",
+            f"Operation: {link}",
+            "",
+            "Nothing to decide now: pollerdash keeps polling until then. If the job has not finished by the "
+            "business deadline, polling stops and a card asks whether the result is still wanted.",
+            "",
+            f"Provider:           {op.provider.slug}",
+            f"Requests used:      {op.status_requests_used} of {op.max_status_requests}",
+            f"Business deadline:  {business}",
+            f"Technical deadline: {_utc(op.deadline_at)}",
+            "",
+            "Supplied when the job was registered, not written by pollerdash (links disabled):",
+            job_id,
+            purpose,
+        ]
+    )
+    message = Message(
+        subject=one_line(f"[pollerdash] Business deadline in {left}: {op.provider.slug} ({op.pk})")[:SUBJECT_MAX],
+        text=text,
+        chat=(
+            f"*Business deadline in {slack_escaped(left)}* ({slack_escaped(business)})"
+            f" for <{link}|{slack_escaped(op.pk)}> · {slack_escaped(op.provider.slug)}"
+            " · job still running; polling stops then and a card asks"
+            f"\n{slack_escaped(purpose)} · {slack_escaped(job_id)}"
+        ),
+        link=link,
+    )
+    return _send(message=message, kind="business_deadline_near", what=f"operation {op.pk}")
 
 
 def card_link(escalation: Escalation) -> str:

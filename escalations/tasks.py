@@ -30,3 +30,8 @@ def notify_people(escalation_id: int, kind: str, actor_id: int | None, recipient
     return notifications.deliver_to_people(
         escalation_id=escalation_id, kind=kind, actor_id=actor_id, recipient_ids=recipient_ids
     )
+
+
+def notify_business_deadline(operation_id: str) -> str:
+    """Warn on-call that an operation's business deadline is near (operations.events.business_deadline_near)."""
+    return notifications.deliver_business_deadline_warning(operation_id=operation_id)

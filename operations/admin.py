@@ -168,7 +168,16 @@ class ProviderProfileAdmin(admin.ModelAdmin):
         ),
         (
             "Escalation",
-            {"fields": ("cancel_method", "cancel_url", "console_url", "extension_options", "max_extensions")},
+            {
+                "fields": (
+                    "cancel_method",
+                    "cancel_url",
+                    "console_url",
+                    "extension_options",
+                    "max_extensions",
+                    "business_deadline_warning_s",
+                )
+            },
         ),
         ("Record", {"fields": ("created_at", "updated_at")}),
     )

@@ -2,6 +2,7 @@
 
     load operation; stop if terminal or needs_attention
     if now >= deadline_at:            escalate deadline_exceeded; stop   (no request)
+    if now >= business_deadline_at:   escalate business_deadline_passed; stop (where it binds)
     if used >= max_status_requests:   escalate request_budget_exhausted; stop
     if now < next_poll_at:            not due - never "catch up" missed polls; stop
     claim: compare-and-set fence (only one worker wins); reload the operation
@@ -101,6 +102,7 @@ def bounds_for(*, op: Operation) -> Bounds:
         max_transport_failures=op.max_transport_failures,
         backoff_attempt=op.backoff_attempt,
         extra_pending=frozenset(op.extra_pending_states or ()),
+        check_spacing_s=op.check_spacing_s,
     )
 
 
@@ -129,6 +131,8 @@ def poll_once(
         next_poll_at=op.next_poll_at,
         per_call_approval=profile.approval_mode == ProviderProfile.ApprovalMode.PER_CALL,
         approved_checks=op.approved_checks,
+        business_deadline_at=op.business_deadline_at,
+        business_deadline_waived=op.business_deadline_waived_at is not None,
     )
     if gate.gate is Gate.STOP:
         release(operation_id=op.pk, fence=fence)

@@ -5,7 +5,10 @@ runs these steps in a loop on every host (any number of dispatchers may run at o
 
 1. `sweep_deadlines`: an operation whose deadline passed while no poll was due goes to a human
    (`deadline_exceeded`) at once, without a status request, unless a live lease holds it (the
-   worker holding it escalates it itself).
+   worker holding it escalates it itself); so does one whose business deadline passed where it
+   binds (`business_deadline_passed`). `warn_business_deadlines`, on its own cadence, tells
+   on-call once per operation that a business deadline is near (the profile's
+   `business_deadline_warning_s`).
 2. `requeue_expired_leases`: a claim whose lease ran out (its worker died or hung) loses it: the
    fence moves, so the late original can write nothing; the request it may have sent stays
    charged. The operation is due, so the next step claims it again.
@@ -33,7 +36,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Min
+from django.db.models import F, Min, QuerySet
 from django.utils import timezone
 from django_q.brokers import Broker, get_broker
 from django_q.models import Failure, OrmQ
@@ -41,9 +44,11 @@ from django_q.tasks import async_task
 
 from operations import pacing
 from operations.callbacks.delivery import dispatch_due_callbacks
+from operations.lifecycle.business import warn_business_deadline
 from operations.lifecycle.cards import escalate
 from operations.lifecycle.claims import Claim, ExpiredLease, claim_due_rows, due_unclaimed, take_expired_lease, unleased
 from operations.models import Operation, ProcessHeartbeat, ProviderAccount, ProviderProfile
+from operations.polling.gate import business_deadline_explanation
 from operations.vocabulary import POLLABLE_STATUSES, Reason
 
 logger = logging.getLogger(__name__)
@@ -64,10 +69,11 @@ def dispatcher_name() -> str:
 
 
 def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
-    """Escalate pollable operations whose deadline has passed; returns how many.
+    """Escalate pollable operations whose deadline, or binding business deadline, has passed; returns how many.
 
-    No status request is sent: the deadline is a hard bound. An operation under a live lease is
-    left to the worker that holds it (its own gate escalates it before sending).
+    No status request is sent: the deadline is a hard bound, and no request goes out after a
+    business deadline unless a person allowed it. An operation under a live lease is left to the
+    worker that holds it (its own gate escalates it before sending).
     """
     now = now or timezone.now()
     rows = list(
@@ -83,7 +89,62 @@ def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
         # Fenced: a claim or a poll that moved the fence since we read it wins, and we skip.
         if escalate(operation_id=pk, fence=fence, reason=Reason.DEADLINE_EXCEEDED, explanation=explanation):
             escalated += 1
+    return escalated + _sweep_business_deadlines(now=now, limit=limit - len(rows))
+
+
+def _binding_business_deadlines() -> QuerySet[Operation]:
+    # Where the business deadline comes before the technical one and nobody chose to poll past it
+    # (operations.polling.gate.business_deadline_binds, as a query).
+    return Operation.objects.filter(
+        status__in=_POLLABLE, business_deadline_waived_at__isnull=True, business_deadline_at__lt=F("deadline_at")
+    )
+
+
+def _sweep_business_deadlines(*, now: datetime, limit: int) -> int:
+    if limit <= 0:
+        return 0
+    columns = ("pk", "fence", "business_deadline_at", "deadline_at", "status_requests_used", "max_status_requests")
+    passed = _binding_business_deadlines().filter(business_deadline_at__lte=now).filter(unleased(now))
+    rows = list(passed.order_by("business_deadline_at").values_list(*columns)[:limit])
+    escalated = 0
+    for pk, fence, business_at, deadline_at, used, budget in rows:
+        explanation = business_deadline_explanation(
+            business_deadline_at=business_at, deadline_at=deadline_at, requests_left=max(budget - used, 0)
+        )
+        if escalate(operation_id=pk, fence=fence, reason=Reason.BUSINESS_DEADLINE_PASSED, explanation=explanation):
+            escalated += 1
     return escalated
+
+
+WARNINGS_EVERY_S = 5.0
+
+
+def warn_business_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
+    """Tell on-call once per operation that its business deadline is near; returns how many.
+
+    Per profile with a `business_deadline_warning_s`: still-watched operations whose binding
+    business deadline is within that many seconds. A notification, not a card: polling carries on.
+    """
+    now = now or timezone.now()
+    warned = 0
+    profiles = ProviderProfile.objects.filter(business_deadline_warning_s__isnull=False).order_by("pk")
+    for profile_id, warning_s in profiles.values_list("pk", "business_deadline_warning_s"):
+        due = (
+            _binding_business_deadlines()
+            .filter(
+                provider_id=profile_id,
+                business_deadline_warned_at__isnull=True,
+                business_deadline_at__gt=now,
+                business_deadline_at__lte=now + timedelta(seconds=warning_s),
+            )
+            .order_by("business_deadline_at")
+            .values_list("pk", flat=True)
+        )
+        for pk in due[: limit - warned]:
+            warned += int(warn_business_deadline(operation_id=pk, now=now, warning_s=warning_s))
+        if warned >= limit:
+            break
+    return warned
 
 
 # --- 2. expired leases ----------------------------------------------------------------------------------
@@ -272,6 +333,9 @@ def idle_sleep_s(*, now: datetime | None = None) -> float:
     nearest = [
         upcoming.filter(next_poll_at__gt=now).aggregate(t=Min("next_poll_at"))["t"],
         upcoming.filter(deadline_at__gt=now).aggregate(t=Min("deadline_at"))["t"],
+        _binding_business_deadlines()
+        .filter(business_deadline_at__gt=now)
+        .aggregate(t=Min("business_deadline_at"))["t"],
     ]
     waits = [(t - now).total_seconds() for t in nearest if t is not None]
     return max(min(settings.DISPATCH_MIN_SLEEP_S, cap), min([cap, *waits]))

@@ -24,5 +24,8 @@ card_reassigned = Signal()
 card_closed = Signal()
 # An acceptance waits for a second, different responder: kwargs `escalation`, `first` (the Decision).
 card_awaiting_second = Signal()
+# An operation's business deadline is near (its profile's business_deadline_warning_s) while its job
+# is still running: kwargs `operation` (with its provider loaded). Sent once per operation.
+business_deadline_near = Signal()
 # A completion callback could not be delivered and gave up: kwargs `delivery`, `reason`.
 callback_undeliverable = Signal()

@@ -53,9 +53,12 @@ def _hint(op: Operation, *, escalation_reason: str | None, retry_s: int | None, 
         )
     if op.status == Status.NEEDS_ATTENTION:
         label = REASON_LABELS.get(Reason(escalation_reason), escalation_reason) if escalation_reason else "stopped"
+        deciding = "what happens next"
+        if escalation_reason == Reason.BUSINESS_DEADLINE_PASSED:
+            deciding = "whether the result is still wanted"
         return (
-            f"NOT DONE. pollerdash stopped waiting on {job} ({label}) and a human is deciding what happens "
-            f"next. Do not resubmit the job and do not report it as complete. Check again with GET "
+            f"NOT DONE. pollerdash stopped waiting on {job} ({label}) and a human is deciding {deciding}. "
+            f"Do not resubmit the job and do not report it as complete. Check again with GET "
             f"{API_PREFIX}/{op.pk} no earlier than {not_before} ({retry_s} s); a wait returns at once while "
             f"a human is deciding. Or end your turn: GET {API_PREFIX}?view=open lists it on your next run.",
             "not_done_needs_human",

@@ -55,6 +55,9 @@ class Reason(StrEnum):
     PROVIDER_FAILURE = "provider_failure"
     INTEGRATION_FAILURE = "integration_failure"
     PER_CALL_APPROVAL = "per_call_approval"
+    # The business deadline (when the result stops being useful) passed before the job finished and
+    # before the technical deadline: a person decides whether the result is still wanted.
+    BUSINESS_DEADLINE_PASSED = "business_deadline_passed"
 
 
 REASON_LABELS = {
@@ -66,6 +69,7 @@ REASON_LABELS = {
     Reason.PROVIDER_FAILURE: "Provider failing",
     Reason.INTEGRATION_FAILURE: "Integration failure",
     Reason.PER_CALL_APPROVAL: "Approval needed",
+    Reason.BUSINESS_DEADLINE_PASSED: "Business deadline passed",
 }
 
 

@@ -31,6 +31,9 @@ OWNED = frozenset(
         "sequence",
         "next_poll_at",
         "version",
+        # The authority a person gave: a window's pacing, polling past the business deadline.
+        "check_spacing_s",
+        "business_deadline_waived_at",
     }
 )
 # Names whose `.update(...)` / `.create(...)` writes rows of the owned models.

@@ -5,6 +5,8 @@ Views only adapt: parse, call selectors, render. Reads need the viewer role (esc
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -18,7 +20,9 @@ from escalations.selectors import operations as operation_selectors
 from escalations.views.cards import audit_jsonl, refresh_s
 from operations import selectors
 from operations.audit.story import operation_story, operation_story_latest
-from operations.models import Decision, StatusCheck
+from operations.models import Decision, Operation, StatusCheck
+from operations.polling.window import upcoming_checks
+from operations.vocabulary import POLLABLE_STATUSES, Reason
 
 
 @viewer_required
@@ -68,6 +72,9 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         now=now,
         completed_at=op.completed_at,
         first_number=page.checks_total - len(page.checks) + 1,
+        planned=_planned_checks(op),
+        check_spacing_s=op.check_spacing_s,
+        business_stop=any(e.reason == Reason.BUSINESS_DEADLINE_PASSED for e in escalations),
     )
     context = {
         "page": page,
@@ -90,6 +97,15 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         "warnings": operation_selectors.operation_warnings(operation=op, checks=page.checks),
     }
     return render(request, "operations/detail.html", context)
+
+
+def _planned_checks(op: Operation) -> list[datetime]:
+    """The checks still to come in a window a human granted (none outside one)."""
+    if op.status not in POLLABLE_STATUSES or not op.check_spacing_s or op.next_poll_at is None:
+        return []
+    return upcoming_checks(
+        next_poll_at=op.next_poll_at, spacing_s=op.check_spacing_s, checks_left=op.requests_left, ends_at=op.deadline_at
+    )
 
 
 def _elapsed_pct(op: object, now: object) -> int:

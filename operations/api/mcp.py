@@ -77,8 +77,9 @@ def next_step(obj: dict[str, Any]) -> str:
     later = f"in {obj['retry_after_s']} s or later" if obj["retry_after_s"] is not None else "later"
     if obj["status"] == "needs_attention":
         reason = (obj.get("escalation") or {}).get("reason") or "stopped"
+        deciding = "whether the result is still wanted" if reason == "business_deadline_passed" else "what happens next"
         return (
-            f"A human is deciding what happens next ({reason}). Do not resubmit the job and do not report it as "
+            f"A human is deciding {deciding} ({reason}). Do not resubmit the job and do not report it as "
             f"complete. Check again with get_job {later}, or end your turn: list_open_jobs shows it next run."
         )
     if not obj["done"]:

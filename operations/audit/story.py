@@ -17,8 +17,9 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from operations.decisions.options import human_duration
 from operations.decisions.words import cancel_words, option_title, outcome_words
 from operations.models import AuditEntry
 
@@ -177,13 +178,24 @@ def _human_decision(data: Mapping[str, object], actor: str, at: datetime) -> str
         text = f"{actor} confirmed the output as accepted: the operation succeeded"
     elif option == "approve_one_check":
         text = f"{actor} approved one status check"
+    elif option == "keep_waiting":
+        text = f"{actor} chose to keep waiting past the business deadline, within the operation's own bounds"
     else:
         text = f"{actor} chose “{option_title(option)}”: {outcome_words(outcome=outcome or 'recorded').label}"
+    spacing_ms = data.get("check_spacing_ms")
+    if isinstance(spacing_ms, int) and preset:
+        pace = f"a check about every {human_duration(timedelta(milliseconds=spacing_ms))}"
+        new_deadline = f"{pace}, {new_deadline}" if new_deadline else pace
     if new_deadline:
         text += f" ({new_deadline})"
     if data.get("comment"):
         text += f" - {_quote(data['comment'])}"
     return text
+
+
+def _business_near(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    when = _time(data["business_deadline"], at) if data.get("business_deadline") else "soon"
+    return f"business deadline {when} is near and the job is still running: on-call warned"
 
 
 def _human_inspect(data: Mapping[str, object], actor: str, at: datetime) -> str:
@@ -324,6 +336,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "operation.cancel_forwarded": _cancel_forwarded,
     "operation.acknowledged": _acknowledged,
     "callback.failed": _callback_failed,
+    "operation.business_deadline_near": _business_near,
     "profile.changed": _profile_changed,
     "user.created": _user_created,
     "user.renamed": _user_renamed,

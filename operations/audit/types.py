@@ -65,6 +65,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "next_poll_at",
         "pending_state",
         "confirms_decision_id",
+        "check_spacing_ms",
     ),
     "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url"),
     "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason"),
@@ -86,6 +87,8 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "state",
     ),
     "callback.failed": ("event_id", "event_type", "attempts", "http_status", "reason"),
+    # The profile's business_deadline_warning_s reached: on-call was told, once per operation.
+    "operation.business_deadline_near": ("state", "business_deadline", "deadline", "warning_s"),
     # A provider profile created, changed or deleted (admin or loadprofiles): `fields` names every
     # changed field; before/after hold the values of the ones that say where a credential goes and
     # how answers are read (URLs, the credential variable's name, the state table), never a secret.

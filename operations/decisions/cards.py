@@ -145,6 +145,8 @@ def build_card(
         business_deadline_at=operation.business_deadline_at,
         extensions_used=extensions_used,
         paused_until=paused_until,
+        provider_wait_until=operation.provider_wait_until,
+        business_deadline_waived=operation.business_deadline_waived_at is not None,
         provider_state=(escalation.context or {}).get("provider_state") or operation.last_provider_state or None,
         cancel_sent=bool(cancel),
         credential_changed=credential_changed,

@@ -2,7 +2,8 @@
 
 Given why pollerdash stopped, the facts of the operation and what its provider profile documents,
 `bounded_options` returns exactly the options a responder may choose, each with its cost and its
-effect in words ("+4 requests, new deadline 11:15 UTC — 20 min after the business deadline").
+effect in words ("+4 requests: 4 checks, about every 11 min, until 19:20 UTC — 15 min before the business
+deadline").
 There is no "continue?" and no free-form duration: every extension is one of the profile's
 presets, and the server accepts only an option id that this function offers at decision time.
 
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from operations.polling.gate import business_deadline_binds
+from operations.polling.window import Window, open_window
 from operations.vocabulary import Reason
 
 
@@ -28,6 +31,8 @@ class Kind(StrEnum):
     RETRY_AFTER_ROTATION = "retry_after_rotation"
     ACCEPT_OUTPUT = "accept_output"
     APPROVE_ONE_CHECK = "approve_one_check"
+    # business_deadline_passed: poll on within the operation's own bounds; no new authority.
+    KEEP_WAITING = "keep_waiting"
 
 
 class Confirm(StrEnum):
@@ -38,9 +43,15 @@ class Confirm(StrEnum):
     EXPLICIT = "explicit"  # irreversible: an explicit confirmation panel with the consequence spelled out
 
 
-# Reasons whose card offers extensions (docs/DESIGN.md section 7, first two rows).
+# Reasons whose card offers extensions (docs/DESIGN.md section 7: the rows that list `extend:…`).
 EXTENDABLE = frozenset(
-    {Reason.DEADLINE_EXCEEDED, Reason.REQUEST_BUDGET_EXHAUSTED, Reason.PROVIDER_FAILURE, Reason.RATE_LIMITED}
+    {
+        Reason.DEADLINE_EXCEEDED,
+        Reason.REQUEST_BUDGET_EXHAUSTED,
+        Reason.PROVIDER_FAILURE,
+        Reason.RATE_LIMITED,
+        Reason.BUSINESS_DEADLINE_PASSED,
+    }
 )
 # Reasons whose card may offer the provider's documented cancel.
 CANCELLABLE = EXTENDABLE | {Reason.UNKNOWN_STATE}
@@ -90,6 +101,10 @@ class Facts:
     extensions_used: int = 0
     # The provider account is paused until then (a Retry-After): no poll before it.
     paused_until: datetime | None = None
+    # What the provider last asked for on this operation (Retry-After, poll hint): no poll before it.
+    provider_wait_until: datetime | None = None
+    # A person already chose to keep polling past the business deadline.
+    business_deadline_waived: bool = False
     # unknown_state: the state the provider reported, as shown (see describe_state).
     provider_state: str | None = None
     # The one cancel request was already sent for this card.
@@ -114,6 +129,8 @@ class Option:
     new_max_transport_failures: int | None = None
     next_poll_at: datetime | None = None
     extra_requests: int = 0
+    # extend / treat_as_pending: the seconds between the window's checks (docs/DESIGN.md section 4).
+    check_spacing_s: float | None = None
     notes: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
@@ -125,6 +142,7 @@ class Option:
             "new_deadline": _iso(self.new_deadline_at),
             "new_max_requests": self.new_max_requests,
             "next_poll_at": _iso(self.next_poll_at),
+            "check_spacing_ms": None if self.check_spacing_s is None else round(self.check_spacing_s * 1000),
         }
 
 
@@ -195,6 +213,8 @@ def bounded_options(*, facts: Facts, caps: Capabilities) -> list[Option]:
         return [_inspect(caps), _close()]
     options: list[Option] = []
     extensions_left = caps.max_extensions - facts.extensions_used > 0
+    if reason is Reason.BUSINESS_DEADLINE_PASSED and _can_keep_waiting(facts):
+        options.append(_keep_waiting(facts))
     if reason in EXTENDABLE and extensions_left:
         options += [_extend(facts, caps, preset) for preset in caps.presets]
     if reason is Reason.UNKNOWN_STATE:
@@ -233,6 +253,11 @@ def unavailable_notes(*, facts: Facts, caps: Capabilities) -> list[str]:
             )
         elif not caps.presets:
             notes.append("No extension: the profile defines no extension presets.")
+        if reason is Reason.BUSINESS_DEADLINE_PASSED and not _can_keep_waiting(facts):
+            notes.append(
+                "No “keep waiting”: the operation's own bounds are spent too (its technical deadline passed or "
+                "its requests are used up); an extension moves them."
+            )
         if reason is Reason.UNKNOWN_STATE and string_state(facts.provider_state) is None:
             notes.append("“Treat as pending” needs a text state; the provider sent none.")
         if caps.has_cancel and facts.cancel_sent:
@@ -253,21 +278,27 @@ def unavailable_notes(*, facts: Facts, caps: Capabilities) -> list[str]:
 # --- one builder per option kind ----------------------------------------------------------------------
 
 
-def _bounds_after(facts: Facts, caps: Capabilities, preset: Preset) -> tuple[datetime, datetime, int, int]:
-    """(next poll, new deadline, new request budget, new transport budget) for an extension.
+def _first_check(facts: Facts) -> datetime:
+    """Now, unless the provider asked to wait longer (a Retry-After, a poll hint, an account pause)."""
+    asks = [moment for moment in (facts.paused_until, facts.provider_wait_until) if moment is not None]
+    return max([facts.now, *asks])
 
-    An extension adds to the current bounds: the time starts at the later of now, the old deadline
-    and the end of a provider pause; the checks come on top of the budget (never below what is used).
+
+def _bounds_after(facts: Facts, caps: Capabilities, preset: Preset) -> tuple[Window, int, int]:
+    """(the window, new request budget, new transport budget) for an extension.
+
+    An extension grants exactly its checks from now (budget = requests used + checks) and its
+    minutes past the later of the old deadline and the first check (now, or the end of a provider
+    pause): the window runs from the first check to the new deadline.
     """
-    first_poll = facts.now
-    if facts.paused_until is not None and facts.paused_until > first_poll:
-        first_poll = facts.paused_until
+    first_poll = _first_check(facts)
     new_deadline = max(facts.deadline_at, first_poll) + timedelta(minutes=preset.minutes)
-    new_max = max(facts.max_requests, facts.requests_used) + preset.checks
+    window = open_window(now=facts.now, not_before=first_poll, ends_at=new_deadline, checks=preset.checks)
+    new_max = facts.requests_used + preset.checks
     # Without some transport allowance a single 5xx or 429 would hand the job straight back.
     allowance = min(preset.checks, caps.default_max_transport_failures or preset.checks)
     new_transport = max(facts.max_transport_failures, facts.transport_failures_used + allowance)
-    return first_poll, new_deadline, new_max, new_transport
+    return window, new_max, new_transport
 
 
 def _extend(facts: Facts, caps: Capabilities, preset: Preset) -> Option:
@@ -282,20 +313,47 @@ def _treat_as_pending(facts: Facts, caps: Capabilities, preset: Preset, state: s
 
 
 def _more_time(facts: Facts, caps: Capabilities, preset: Preset, *, kind: Kind, label: str, scope: str = "") -> Option:
-    """An option that grants a preset's minutes and checks (extend, treat_as_pending)."""
-    first_poll, new_deadline, new_max, new_transport = _bounds_after(facts, caps, preset)
+    """An option that grants a preset's minutes and checks (extend, treat_as_pending), paced across its window."""
+    window, new_max, new_transport = _bounds_after(facts, caps, preset)
     return Option(
         id=f"{kind.value}:{preset.minutes}m:{preset.checks}",
         kind=kind,
         label=label,
-        effect=scope + _effect(facts, preset.checks, new_deadline, first_poll),
+        effect=scope + _effect(facts, window),
         confirm=Confirm.TWO_STEP,
-        new_deadline_at=new_deadline,
+        new_deadline_at=window.ends_at,
         new_max_requests=new_max,
         new_max_transport_failures=new_transport,
-        next_poll_at=first_poll,
+        next_poll_at=window.first_at,
         extra_requests=preset.checks,
+        check_spacing_s=window.spacing_s,
         notes=(f"extension {facts.extensions_used + 1} of max {caps.max_extensions}",),
+    )
+
+
+def _can_keep_waiting(facts: Facts) -> bool:
+    return facts.now < facts.deadline_at and facts.requests_used < facts.max_requests
+
+
+def _keep_waiting(facts: Facts) -> Option:
+    """business_deadline_passed: poll on until the technical deadline, within the bounds already granted."""
+    left = facts.max_requests - facts.requests_used
+    first = _first_check(facts)
+    when = "now" if first <= facts.now else f"at {_clock(first, facts.now)} (the provider asked to wait)"
+    return Option(
+        id=Kind.KEEP_WAITING.value,
+        kind=Kind.KEEP_WAITING,
+        label="Keep waiting until the technical deadline",
+        effect=(
+            f"no new requests or time: polling resumes {when} within the operation's own bounds "
+            f"({left} request{'' if left == 1 else 's'} left, deadline {_clock(facts.deadline_at, facts.now)}); "
+            "you are not asked about the business deadline again"
+        ),
+        confirm=Confirm.TWO_STEP,
+        new_deadline_at=facts.deadline_at,
+        new_max_requests=facts.max_requests,
+        new_max_transport_failures=facts.max_transport_failures,
+        next_poll_at=first,
     )
 
 
@@ -409,12 +467,17 @@ def _approve_one_check(facts: Facts) -> Option:
 # --- wording ----------------------------------------------------------------------------------------
 
 
-def _effect(facts: Facts, checks: int, new_deadline: datetime, first_poll: datetime) -> str:
+def _effect(facts: Facts, window: Window) -> str:
+    """ "+4 requests: 4 checks, about every 11 min, until 19:20 UTC — 15 min before the business deadline"."""
     parts = []
-    if first_poll > facts.now:
-        parts.append(f"first check not before {_clock(first_poll, facts.now)} (the provider asked to wait)")
-    text = f"+{checks} requests, new deadline {_clock(new_deadline, facts.now)}"
-    past = _past_business(facts, new_deadline)
+    if window.first_at > facts.now:
+        parts.append(f"first check not before {_clock(window.first_at, facts.now)} (the provider asked to wait)")
+    checks = window.checks
+    pace = f"{checks} checks, about every {human_duration(timedelta(seconds=window.spacing_s))}"
+    if checks == 1:
+        pace = "1 check"
+    text = f"+{checks} request{'' if checks == 1 else 's'}: {pace}, until {_clock(window.ends_at, facts.now)}"
+    past = _past_business(facts, window.ends_at)
     if past is not None:
         if past > timedelta(0):
             text += f" — {human_duration(past)} after the business deadline"
@@ -423,6 +486,15 @@ def _effect(facts: Facts, checks: int, new_deadline: datetime, first_poll: datet
         else:
             text += " — exactly at the business deadline"
     parts.append(text)
+    business = facts.business_deadline_at
+    if (
+        business is not None
+        and facts.now < business < window.ends_at
+        and business_deadline_binds(
+            business_deadline_at=business, deadline_at=window.ends_at, waived=facts.business_deadline_waived
+        )
+    ):
+        parts.append(f"polling stops at the business deadline {_clock(business, facts.now)} for a person to decide")
     return "; ".join(parts)
 
 

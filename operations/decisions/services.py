@@ -126,6 +126,9 @@ def _apply(offered: Offered, *, user: object, comment: str) -> DecideResult:
         else:
             message = "Output accepted by two responders: the operation succeeded."
         return DecideResult(decision=decision, message=message)
+    if option.kind is Kind.KEEP_WAITING:
+        decision = humans.keep_waiting(card=card, option=option, user=user, comment=comment, now=now)
+        return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
     decision = humans.grant(card=card, option=option, user=user, comment=comment, now=now)
     return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
 

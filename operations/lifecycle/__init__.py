@@ -10,9 +10,11 @@ transaction or opens its own, and appends its audit entry last in that transacti
 - `claims`: the dispatcher's claims, expired leases, releases, the charge before a request, deferrals;
 - `polls`: a poll's outcome (fenced), a late answer after a terminal status, account pauses;
 - `cards`: opening, superseding and closing decision cards, escalating without a request;
-- `humans`: what responders do on a card (grants, closes, acceptances, cancels, refusals, inspections);
+- `humans`: what responders do on a card (grants, keep waiting, closes, acceptances, cancels,
+  refusals, inspections);
 - `ownership`: who holds a card (acknowledge, unacknowledge, reassign) and its notes — acts that
   decide nothing (also importable from `humans`);
+- `business`: the business deadline's early warning, recorded once per operation;
 - `agents`: what agents do (acknowledge, cancel the watch) and what follows (the cancel forward,
   callback warnings).
 

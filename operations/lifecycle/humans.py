@@ -196,10 +196,13 @@ def record_inspect(*, card: Card, option: Option, user: object, comment: str) ->
 def grant(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:
     """Options that let polling continue: a new Authorization chained to the previous one.
 
-    extend / treat_as_pending / retry_after_rotation grant the option's bounds; approve_one_check
-    keeps the bounds and allows exactly one status request. The operation goes back to running
-    with its next poll due at once (or when the provider's pause ends), delay source
-    manual_extension, backoff reset, and the fence moved so no older claim can write.
+    extend / treat_as_pending grant a window: exactly its checks from now, paced across it (the
+    operation keeps the window's spacing, which takes the place of local backoff until the next
+    grant); retry_after_rotation and approve_one_check grant one request. The operation goes back
+    to running with its next poll due at once (or when the provider's wait ends), delay source
+    manual_extension, backoff where it was (never restarted from its first step), and the fence
+    moved so no older claim can write. Taken at or after the business deadline, the decision also
+    lets polling continue past it (`business_deadline_waived_at`).
     """
     operation, escalation = card.operation, card.escalation
     assert option.new_deadline_at is not None and option.new_max_requests is not None
@@ -224,6 +227,7 @@ def grant(*, card: Card, option: Option, user: object, comment: str, now: dateti
         max_status_requests=option.new_max_requests,
         max_transport_failures=option.new_max_transport_failures or operation.max_transport_failures,
         extra_pending_states=pending,
+        check_spacing_s=option.check_spacing_s,
         comment=comment,
     )
     operation.status = Status.RUNNING
@@ -233,7 +237,8 @@ def grant(*, card: Card, option: Option, user: object, comment: str, now: dateti
     operation.extra_pending_states = pending
     operation.next_poll_at = option.next_poll_at or now
     operation.delay_source = DelaySource.MANUAL_EXTENSION
-    operation.backoff_attempt = 0
+    operation.check_spacing_s = option.check_spacing_s
+    _waive_business_deadline(operation, now=now)
     # An approval is for the check it was asked for: one left unused (the operation stopped for
     # another reason first) must not let a later extension send a request nobody approved.
     operation.approved_checks = 1 if option.kind is Kind.APPROVE_ONE_CHECK else 0
@@ -256,11 +261,46 @@ def grant(*, card: Card, option: Option, user: object, comment: str, now: dateti
             "authorization_number": authorization.number,
             "next_poll_at": audit.iso(operation.next_poll_at),
             "pending_state": added_state,
+            "check_spacing_ms": None if option.check_spacing_s is None else round(option.check_spacing_s * 1000),
         },
         new_deadline_at=option.new_deadline_at,
         new_max_status_requests=option.new_max_requests,
         authorization=authorization,
     )
+
+
+def keep_waiting(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:
+    """business_deadline_passed: poll on until the technical deadline within the bounds already
+    granted. No new Authorization (no new authority); the Decision records who chose it."""
+    operation, escalation = card.operation, card.escalation
+    snapshot, version = card.snapshot(), escalation.version
+    operation.status = Status.RUNNING
+    operation.next_poll_at = option.next_poll_at or now
+    operation.delay_source = DelaySource.MANUAL_EXTENSION
+    _waive_business_deadline(operation, now=now)
+    _release_claim(operation)
+    operation.sequence += 1
+    operation.updated_at = now
+    operation.save()
+    close_card(escalation=escalation, now=now, why=f"{option.label} — by {username(user)}")
+    return _record(
+        card=card,
+        user=user,
+        option_id=option.id,
+        outcome=Decision.Outcome.APPLIED,
+        comment=comment,
+        snapshot=snapshot,
+        card_version=version,
+        data={"next_poll_at": audit.iso(operation.next_poll_at)},
+    )
+
+
+def _waive_business_deadline(operation: Operation, *, now: datetime) -> None:
+    # A person who lets polling continue at or after the business deadline has weighed it: it
+    # stops nothing any more. Before it, an extension leaves it in force (its effect says so).
+    business = operation.business_deadline_at
+    if business is not None and now >= business and operation.business_deadline_waived_at is None:
+        operation.business_deadline_waived_at = now
 
 
 def close(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:

@@ -157,6 +157,7 @@ def _decision_fields(op: Operation, decision: Decision, *, answer: Answer) -> di
         "last_http_status": answer.http_status,
         "last_polled_at": answer.received_at,
         "backoff_attempt": decision.backoff_attempt,
+        "provider_wait_until": decision.provider_wait_until,
         "status": decision.status,
         "next_poll_at": decision.next_poll_at if decision.action is Action.WAIT else None,
         "fence": op.fence + 1,

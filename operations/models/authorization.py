@@ -32,6 +32,9 @@ class Authorization(models.Model):
     max_status_requests = models.PositiveIntegerField()
     max_transport_failures = models.PositiveIntegerField()
     extra_pending_states = models.JSONField(default=list, blank=True)
+    # extension / treat_as_pending: the seconds between the window's checks (the first goes out at
+    # once, or when the provider's wait ends); null for grants of one request.
+    check_spacing_s = models.FloatField(null=True, blank=True)
     comment = models.TextField(blank=True)
 
     class Meta:

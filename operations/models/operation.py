@@ -52,6 +52,18 @@ class Operation(models.Model):
     extra_pending_states = models.JSONField(default=list, blank=True)
     # per_call approval mode: a human approved exactly one status request.
     approved_checks = models.PositiveIntegerField(default=0)
+    # Inside a window a human granted ("N minutes / M checks"): the seconds between its checks, which
+    # take the place of local backoff (operations/polling/window.py). Null outside such a window.
+    check_spacing_s = models.FloatField(null=True, blank=True)
+    # What the provider last asked for (Retry-After, poll hint), not capped at the deadline: an
+    # extension's first check waits for it.
+    provider_wait_until = models.DateTimeField(null=True, blank=True)
+    # A person chose to keep polling past the business deadline (a decision taken at or after it):
+    # it no longer stops polling.
+    business_deadline_waived_at = models.DateTimeField(null=True, blank=True)
+    # When on-call was warned that the business deadline is near (the profile's
+    # business_deadline_warning_s); set once, so the warning is never sent twice.
+    business_deadline_warned_at = models.DateTimeField(null=True, blank=True)
 
     last_provider_state = models.CharField(max_length=200, blank=True)
     last_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -114,6 +126,12 @@ class Operation(models.Model):
                 fields=["deadline_at"],
                 condition=Q(status__in=sorted(s.value for s in POLLABLE_STATUSES)),
                 name="operation_deadline_idx",
+            ),
+            # The dispatcher's business-deadline sweep and early warning.
+            models.Index(
+                fields=["business_deadline_at"],
+                condition=Q(status__in=sorted(s.value for s in POLLABLE_STATUSES), business_deadline_at__isnull=False),
+                name="operation_business_idx",
             ),
             models.Index(fields=["agent", "status", "created_at"], name="operation_agent_idx"),
             models.Index(fields=["status", "created_at"], name="operation_status_idx"),

@@ -50,6 +50,14 @@ class ProviderProfile(models.Model):
     approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.SESSION)
     extension_options = models.JSONField(default=list, blank=True)
     max_extensions = models.PositiveIntegerField(default=3)
+    # Optional: tell on-call this many seconds before an operation's business deadline while its
+    # job is still running (a notification, not a card).
+    business_deadline_warning_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds before an operation's business deadline to warn on-call while the job still runs "
+        "(a notification, not a card); 1 s to 7 days, empty for no warning.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

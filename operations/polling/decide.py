@@ -200,6 +200,7 @@ def _wait_decision(
         hint_floor_s=policy.hint_floor_s,
         hint_cap_s=policy.hint_cap_s,
         rng=rng,
+        paced_spacing_s=bounds.check_spacing_s,
     )
     pause_until = _account_pause(policy, obs, retry_after)
     all_warnings = warnings + wait.notes
@@ -212,6 +213,7 @@ def _wait_decision(
             charge_transport=charge_transport,
             backoff_attempt=wait.backoff_attempt,
             account_pause_until=pause_until,
+            provider_wait_until=_asked_until(policy, obs, wait.guidance_s),
             warnings=all_warnings,
             **extra,
         )
@@ -227,6 +229,7 @@ def _wait_decision(
         charge_transport=charge_transport,
         backoff_attempt=wait.backoff_attempt,
         account_pause_until=pause_until,
+        provider_wait_until=_asked_until(policy, obs, wait.guidance_s),
         warnings=all_warnings,
         **extra,  # type: ignore[arg-type]
     )
@@ -239,6 +242,13 @@ def _account_pause(policy: Policy, obs: Observation, retry_after: Hint | None) -
     if obs.http_status not in (429, 503) or retry_after is None or retry_after.delay_s is None:
         return None
     return obs.received_at + seconds(min(max(retry_after.delay_s, policy.hint_floor_s), policy.hint_absurd_s))
+
+
+def _asked_until(policy: Policy, obs: Observation, asked_s: float | None) -> datetime | None:
+    """When the provider asked to be asked again, bounded like an account pause (see above)."""
+    if asked_s is None:
+        return None
+    return obs.received_at + seconds(min(max(asked_s, policy.hint_floor_s), policy.hint_absurd_s))
 
 
 def _transport_failure(
@@ -256,14 +266,15 @@ def _transport_failure(
     failures = bounds.transport_failures_used + 1
     explanation = f"{what} (transport failure {failures} of {bounds.max_transport_failures})"
     if failures >= bounds.max_transport_failures:
-        pause_until = _account_pause(policy, obs, _retry_after(obs))
+        retry_after = _retry_after(obs)
         return _escalate(
             spent_reason,
             interpreted,
             f"{explanation}; the transport budget is spent",
             charge_transport=True,
             backoff_attempt=bounds.backoff_attempt,
-            account_pause_until=pause_until,
+            account_pause_until=_account_pause(policy, obs, retry_after),
+            provider_wait_until=_asked_until(policy, obs, None if retry_after is None else retry_after.delay_s),
         )
     return _wait_decision(
         policy,

@@ -23,6 +23,24 @@ class GateResult:
     explanation: str = ""
 
 
+def business_deadline_binds(*, business_deadline_at: datetime | None, deadline_at: datetime, waived: bool) -> bool:
+    """Whether the business deadline stops polling (docs/DESIGN.md section 4).
+
+    Only one that comes before the technical deadline does: a later one is informational, since
+    the technical deadline stops polling first. Once a person chose to keep polling past it (any
+    decision that lets polling continue, taken at or after it), it stops nothing any more.
+    """
+    return business_deadline_at is not None and not waived and business_deadline_at < deadline_at
+
+
+def business_deadline_explanation(*, business_deadline_at: datetime, deadline_at: datetime, requests_left: int) -> str:
+    return (
+        f"the business deadline {business_deadline_at:%Y-%m-%d %H:%M:%S} UTC passed before the job finished; "
+        f"no request was sent after it (the technical deadline {deadline_at:%Y-%m-%d %H:%M:%S} UTC and "
+        f"{requests_left} request{'' if requests_left == 1 else 's'} remain)"
+    )
+
+
 def before_send(
     *,
     status: str,
@@ -33,12 +51,15 @@ def before_send(
     next_poll_at: datetime | None,
     per_call_approval: bool = False,
     approved_checks: int = 0,
+    business_deadline_at: datetime | None = None,
+    business_deadline_waived: bool = False,
 ) -> GateResult:
     """Whether one status request may be sent now, in docs/DESIGN.md's order.
 
-    The deadline and the budget are checked before "not due", so an operation past its bounds is
-    escalated at its next wake-up without spending a request. Missed polls are never caught up:
-    a wake-up long after `next_poll_at` still allows exactly one request.
+    The deadline, the business deadline (where it binds) and the budget are checked before "not
+    due", so an operation past its bounds is escalated at its next wake-up without spending a
+    request. Missed polls are never caught up: a wake-up long after `next_poll_at` still allows
+    exactly one request.
     """
     if status not in POLLABLE_STATUSES:
         return GateResult(Gate.STOP, explanation=f"operation is {status}")
@@ -47,6 +68,22 @@ def before_send(
             Gate.ESCALATE,
             Reason.DEADLINE_EXCEEDED,
             f"the deadline {deadline_at:%Y-%m-%d %H:%M:%S} UTC passed; no request was sent",
+        )
+    if (
+        business_deadline_at is not None
+        and now >= business_deadline_at
+        and business_deadline_binds(
+            business_deadline_at=business_deadline_at, deadline_at=deadline_at, waived=business_deadline_waived
+        )
+    ):
+        return GateResult(
+            Gate.ESCALATE,
+            Reason.BUSINESS_DEADLINE_PASSED,
+            business_deadline_explanation(
+                business_deadline_at=business_deadline_at,
+                deadline_at=deadline_at,
+                requests_left=max(max_requests - requests_used, 0),
+            ),
         )
     if requests_used >= max_requests:
         return GateResult(

@@ -51,6 +51,8 @@ class Bounds:
     max_transport_failures: int
     backoff_attempt: int = 0
     extra_pending: frozenset[str] = frozenset()
+    # Inside a window a human granted: the window's pacing between checks (operations/polling/window.py).
+    check_spacing_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class Decision:
     charge_transport: bool = False
     backoff_attempt: int = 0
     account_pause_until: datetime | None = None
+    # What the provider asked for (Retry-After, poll hint), not capped at the deadline: a human's
+    # extension does not send its first check before it.
+    provider_wait_until: datetime | None = None
     result: dict | None = None
     error: dict | None = None
     progress_percent: int | None = None

@@ -17,6 +17,8 @@ class Wait:
     delay_ms: int
     backoff_attempt: int
     notes: tuple[str, ...] = ()
+    # How long the provider asked to wait (Retry-After, poll hint), before the deadline cap.
+    guidance_s: float | None = None
 
 
 def backoff_raw(*, base_s: float, max_s: float, attempt: int) -> float:
@@ -27,6 +29,35 @@ def backoff_raw(*, base_s: float, max_s: float, attempt: int) -> float:
 def jittered(raw_s: float, *, jitter_floor: float, rng: random.Random) -> float:
     """Uniform in [floor * raw, raw]: spreads a fleet of operations so they never poll in step."""
     return rng.uniform(jitter_floor * raw_s, raw_s)
+
+
+@dataclass(frozen=True)
+class PacedWait:
+    next_poll_at: datetime
+    delay_s: float
+    delay_source: DelaySource
+
+
+def paced_wait(
+    *,
+    after: datetime,
+    spacing_s: float,
+    jitter_floor: float,
+    rng: random.Random,
+    guidance_s: float | None = None,
+    guidance_source: DelaySource = DelaySource.PROVIDER_RETRY_AFTER,
+) -> PacedWait:
+    """The next check of a window a human granted (operations/polling/window.py), after `after`.
+
+    A jittered spacing, uniform in [floor * spacing, spacing], unless the provider asked for longer
+    (`guidance_s`, already validated): its guidance is a minimum, never shortened, and then it
+    names the delay's source.
+    """
+    delay_s = jittered(spacing_s, jitter_floor=jitter_floor, rng=rng)
+    source = DelaySource.MANUAL_EXTENSION
+    if guidance_s is not None and guidance_s > delay_s:
+        delay_s, source = guidance_s, guidance_source
+    return PacedWait(next_poll_at=after + seconds(delay_s), delay_s=delay_s, delay_source=source)
 
 
 def plan_wait(
@@ -42,27 +73,45 @@ def plan_wait(
     hint_floor_s: float,
     hint_cap_s: float,
     rng: random.Random,
+    paced_spacing_s: float | None = None,
 ) -> Wait:
     """The next wake-up, by docs/DESIGN.md section 4's precedence, capped at the deadline.
 
     1. Retry-After is a minimum: pollerdash never looks sooner than the provider asked.
     2. A valid body poll hint, clamped to [floor, cap].
     3. Local backoff: raw = min(max, base * 2**attempt), actual uniform in [floor*raw, raw].
+    4. Inside a window a human granted (`paced_spacing_s`), the window's pacing takes the place of
+       local backoff (which neither restarts nor moves on), and provider guidance still wins when
+       it asks for longer.
     A wake-up that would fall after the deadline is moved to the deadline, where the operation is
-    escalated without a request.
+    escalated without a request. `guidance_s` keeps what the provider asked for, uncapped.
     """
     notes: list[str] = []
     for hint in (retry_after, poll_hint):
         if hint is not None and hint.note:
             notes.append(hint.note)
     attempt = backoff_attempt
+    guidance_s: float | None = None
+    guidance_source = DelaySource.PROVIDER_RETRY_AFTER
     if retry_after is not None and retry_after.delay_s is not None:
-        delay_s, source = max(retry_after.delay_s, hint_floor_s), DelaySource.PROVIDER_RETRY_AFTER
+        guidance_s = max(retry_after.delay_s, hint_floor_s)
     elif poll_hint is not None and poll_hint.delay_s is not None:
-        delay_s, source = max(poll_hint.delay_s, hint_floor_s), DelaySource.PROVIDER_POLL_HINT
-        if delay_s > hint_cap_s:
-            notes.append(f"poll hint {delay_s:g} s clamped to {hint_cap_s:g} s")
-            delay_s = hint_cap_s
+        guidance_s, guidance_source = max(poll_hint.delay_s, hint_floor_s), DelaySource.PROVIDER_POLL_HINT
+        if guidance_s > hint_cap_s:
+            notes.append(f"poll hint {guidance_s:g} s clamped to {hint_cap_s:g} s")
+            guidance_s = hint_cap_s
+    if paced_spacing_s is not None:
+        paced = paced_wait(
+            after=now,
+            spacing_s=paced_spacing_s,
+            jitter_floor=jitter_floor,
+            rng=rng,
+            guidance_s=guidance_s,
+            guidance_source=guidance_source,
+        )
+        delay_s, source = paced.delay_s, paced.delay_source
+    elif guidance_s is not None:
+        delay_s, source = guidance_s, guidance_source
     else:
         raw = backoff_raw(base_s=base_s, max_s=max_s, attempt=attempt)
         delay_s, source = jittered(raw, jitter_floor=jitter_floor, rng=rng), DelaySource.LOCAL_BACKOFF
@@ -80,4 +129,5 @@ def plan_wait(
         delay_ms=round(delay_s * 1000),
         backoff_attempt=attempt,
         notes=tuple(notes),
+        guidance_s=guidance_s,
     )

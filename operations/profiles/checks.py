@@ -54,6 +54,7 @@ KEY_TO_FIELD: dict[str, str] = {
         "approval_mode",
         "extension_options",
         "max_extensions",
+        "business_deadline_warning_s",
     )
 }
 FIELD_TO_KEY = {field: key for key, field in KEY_TO_FIELD.items()}
@@ -331,6 +332,21 @@ def _credential_env(value: object) -> list[str]:
     return [] if problem is None else [problem]
 
 
+# The early warning of a business deadline: a week ahead is the longest that still means "near".
+MAX_BUSINESS_WARNING_S = 7 * 24 * 3600
+
+
+def _business_deadline_warning(value: object) -> list[str]:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return [f"must be a whole number of seconds, not {kind_of(value)}"]
+    if not 1 <= value <= MAX_BUSINESS_WARNING_S:
+        return [
+            f"must be from 1 s to 7 days ({MAX_BUSINESS_WARNING_S} s) before the business deadline, not {value}; "
+            "leave it out for no warning"
+        ]
+    return []
+
+
 def key_checks() -> dict[str, Callable[[object], list[str]]]:
     """Each key's check. Lengths mirror the model's columns, which PostgreSQL enforces.
 
@@ -374,4 +390,5 @@ def key_checks() -> dict[str, Callable[[object], list[str]]]:
         "approval_mode": lambda v: _choice(v, allowed=ProviderProfile.ApprovalMode.values),
         "extension_options": _extension_options,
         "max_extensions": lambda v: _integer(v, minimum=0, maximum=INT32_MAX),
+        "business_deadline_warning_s": _business_deadline_warning,
     }

@@ -66,6 +66,7 @@ class ProfileSpec:
     approval_mode: str
     extension_options: list[dict[str, int]]
     max_extensions: int
+    business_deadline_warning_s: int | None
 
     def model_values(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

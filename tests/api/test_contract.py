@@ -10,6 +10,7 @@ import pytest
 
 from operations.api.schemas import ListOut, OperationOut
 from operations.models import AuditEntry, IdempotencyKey, Operation
+from operations.representation import rfc3339
 from operations.vocabulary import TERMINAL_STATUSES
 from tests.support import T0, job_id
 
@@ -167,6 +168,21 @@ def test_needs_attention_says_a_human_is_deciding(api, register, drive):
     assert (
         "/wait" not in obj["agent_hint"] and f"GET /api/v1/operations/{obj['id']} no earlier than" in obj["agent_hint"]
     )
+
+
+def test_a_passed_business_deadline_says_a_human_is_deciding_whether_the_result_is_still_wanted(
+    api, register, drive, clock
+):
+    business = T0 + timedelta(minutes=2)
+    created = register(
+        "never_finishes", deadline=rfc3339(T0 + timedelta(minutes=30)), business_deadline=rfc3339(business)
+    )
+    drive(Operation.objects.get(pk=created["id"]))
+    obj = check_operation(api.get(f"/api/v1/operations/{created['id']}").json())
+    assert obj["status"] == "needs_attention" and obj["hint_code"] == "not_done_needs_human"
+    assert obj["escalation"]["reason"] == "business_deadline_passed"
+    assert "(Business deadline passed) and a human is deciding whether the result is still wanted" in obj["agent_hint"]
+    assert obj["business_deadline"] == rfc3339(business) and obj["done"] is False
 
 
 def test_another_agents_operation_is_not_found(api, other_api, register):

@@ -122,7 +122,9 @@ def test_the_story_reads_like_the_incident_timeline(lived):
     assert text[3].endswith("(request 2 of 2)")
     assert text[4] == "10:02:00 escalated: request budget exhausted (2 of 2 requests)"
     assert text[5] == "10:10:00 alice inspected the job at the provider console"
-    assert text[6] == "10:10:00 alice extended by 15 min / 4 checks (new deadline 10:55:00 UTC)"
+    assert text[6] == (
+        "10:10:00 alice extended by 15 min / 4 checks (a check about every 11 min, new deadline 10:55:00 UTC)"
+    )
     assert text[7] == "10:10:00 bob tried “Extend 15 min / 4 checks”: refused — state changed"
     assert text[8] == "10:10:00 received 200 'succeeded': the job succeeded (request 3 of 6)"
     assert {line.actor for line in story} >= {"controller", "alice", "bob", "operator:test"}

@@ -38,7 +38,7 @@ def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user
     card = page.locator(f"#card-{esc.pk}")
     expect(card).to_contain_text("Why it stopped")
     extend = card.get_by_role("button", name="Extend 15 min / 4 checks")
-    expect(extend).to_contain_text("+4 requests, new deadline")
+    expect(extend).to_contain_text("+4 requests: 4 checks, about every")
     shoot(page, artifacts, "card-desktop")
     extend.click()
     expect(extend).to_contain_text("Confirm: Extend 15 min / 4 checks")  # two-step: nothing sent yet

@@ -225,3 +225,40 @@ def test_crowded_labels_take_more_rows_and_never_overlap() -> None:
     # More than three rows of labels: the band above the plot grew, the plot kept its height.
     assert chart.top > 40 and chart.plot_height == 250 - 40 - 34
     assert max(line.label_y for line in chart.lines) < chart.top - 4
+
+
+def test_the_checks_still_to_come_in_an_extensions_window_are_hollow_marks_after_the_last_request() -> None:
+    checks = [check(0, "local_backoff"), check(5, "local_backoff"), check(300, "manual_extension")]
+    planned = [T + timedelta(seconds=s) for s in (500, 725, 950)]
+    chart = request_chart(
+        checks=checks,
+        authorizations=[auth(1, 0, 5, 2), auth(2, 300, 20, 6, by="user:alice")],
+        created_at=T,
+        deadline_at=T + timedelta(minutes=20),
+        business_deadline_at=None,
+        now=T + timedelta(seconds=400),
+        planned=planned,
+        check_spacing_s=225.0,
+    )
+    assert len(chart.planned) == 3
+    xs = [x for x, _, _ in chart.planned]
+    assert xs == sorted(xs) and xs[0] > chart.marks[-1].x
+    # Each stands where its request will count: 4, 5 and 6 of the budget of 6.
+    ys = [y for _, y, _ in chart.planned]
+    assert ys == sorted(ys, reverse=True) and ys[0] < chart.marks[-1].y
+    assert chart.planned[0][2].startswith("planned check 1 of 3 (request 4) · by about 2026-12-01 10:08:20 UTC")
+    assert "paced about every 4 min" in chart.planned[0][2]
+    svg = render_svg(chart)
+    assert svg.count('class="mark planned"') == 3
+    # Outside a window nothing is planned.
+    assert (
+        request_chart(
+            checks=checks,
+            authorizations=[auth(1, 0, 5, 12)],
+            created_at=T,
+            deadline_at=T + timedelta(minutes=5),
+            business_deadline_at=None,
+            now=T,
+        ).planned
+        == []
+    )

@@ -68,6 +68,7 @@ def test_an_extension_grants_new_chained_bounds_and_the_next_poll_happens_with_m
     op = reload(esc.operation)
     assert esc.reason == Reason.DEADLINE_EXCEEDED and op.status == Status.NEEDS_ATTENTION
     sent_before = len(status_requests(fake_provider, op))
+    used, attempt = op.status_requests_used, op.backoff_attempt
     decided_at = T0 + timedelta(minutes=5)
     clock.move_to(decided_at, tick=False)
 
@@ -77,22 +78,25 @@ def test_an_extension_grants_new_chained_bounds_and_the_next_poll_happens_with_m
     op = reload(op)
     assert op.status == Status.RUNNING
     assert op.deadline_at == decided_at + timedelta(minutes=15)
-    assert op.max_status_requests == 104
+    # Exactly the 4 checks from now, paced across the 15 minutes; backoff is not restarted.
+    assert op.max_status_requests == used + 4
     assert op.next_poll_at == decided_at and op.delay_source == DelaySource.MANUAL_EXTENSION
-    assert op.backoff_attempt == 0
+    assert op.backoff_attempt == attempt and op.check_spacing_s == 225.0
     chain = list(Authorization.objects.filter(operation=op).order_by("number"))
     assert [(a.number, a.kind) for a in chain] == [(1, "initial"), (2, "extension")]
     assert chain[1].previous_id == chain[0].pk and chain[1].granted_by == alice
     assert chain[1].escalation_id == esc.pk and chain[1].comment == "customer waiting on it"
+    assert chain[1].check_spacing_s == 225.0 and chain[1].max_status_requests == used + 4
     decision = result.decision
     assert decision.user == alice and decision.option == "extend:15m:4"
-    assert decision.new_deadline_at == op.deadline_at and decision.new_max_status_requests == 104
+    assert decision.new_deadline_at == op.deadline_at and decision.new_max_status_requests == used + 4
     assert decision.card_snapshot["operation"]["status"] == "needs_attention"
     assert decision.card_snapshot["options"][0]["id"] == "extend:15m:4"
     assert decision.card_version == esc.version
     assert reload(esc).state == Escalation.State.DECIDED and reload(esc).version == esc.version + 1
     [entry] = audit_data(op, "human.decision")
-    assert entry["option"] == "extend:15m:4" and entry["new_max_requests"] == 104
+    assert entry["option"] == "extend:15m:4" and entry["new_max_requests"] == used + 4
+    assert entry["check_spacing_ms"] == 225_000
     assert entry["authorization_number"] == 2 and entry["decision_id"] == decision.pk
     assert reload(decision).audit_seq is not None
 
@@ -101,7 +105,11 @@ def test_an_extension_grants_new_chained_bounds_and_the_next_poll_happens_with_m
     assert len(status_requests(fake_provider, op)) == sent_before + 1
     check = StatusCheck.objects.filter(operation=op).latest("sent_at")
     assert check.due_at == decided_at and check.sent_at == decided_at
-    assert reload(op).status == Status.RUNNING
+    op = reload(op)
+    assert op.status == Status.RUNNING
+    # The next check is paced by the window, not by backoff: within [floor, 1] x the spacing.
+    assert op.delay_source == DelaySource.MANUAL_EXTENSION
+    assert timedelta(seconds=112.5) <= op.next_poll_at - decided_at <= timedelta(seconds=225)
 
 
 def test_a_rate_limited_extension_waits_for_the_providers_pause(stopped, alice, clock):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -64,6 +65,9 @@ def expected(reason: Reason, *, cancel: bool, extensions_left: bool, rotated: bo
         Reason.PROVIDER_FAILURE,
         Reason.RATE_LIMITED,
     ):
+        return [*extend, *cancel_, "inspect", "close"]
+    if reason is Reason.BUSINESS_DEADLINE_PASSED:
+        # These facts have the technical deadline passed too: "keep waiting" needs bounds left.
         return [*extend, *cancel_, "inspect", "close"]
     if reason is Reason.UNKNOWN_STATE:
         pending = PENDING if extensions_left and text_state else []
@@ -138,14 +142,82 @@ def test_an_extension_states_its_cost_and_effect_against_the_business_deadline()
     first = bounded_options(facts=f, caps=caps())[0]
     assert first.label == "Extend 15 min / 4 checks"
     assert first.new_deadline_at == NOW + timedelta(minutes=15)
-    assert first.new_max_requests == 16 and first.extra_requests == 4
-    assert first.effect == "+4 requests, new deadline 10:15 UTC — 20 min after the business deadline"
+    # Exactly the 4 checks from now (9 used), not 4 on top of the 3 left.
+    assert first.new_max_requests == 13 and first.extra_requests == 4
+    assert first.check_spacing_s == 225.0 and first.next_poll_at == NOW
+    assert (
+        first.effect == "+4 requests: 4 checks, about every 4 min, until 10:15 UTC — 20 min after the business deadline"
+    )
     assert first.confirm is Confirm.TWO_STEP
 
     before = facts(Reason.DEADLINE_EXCEEDED, business_deadline_at=NOW + timedelta(hours=2))
     assert bounded_options(facts=before, caps=caps())[1].effect == (
-        "+8 requests, new deadline 11:00 UTC — 1 h before the business deadline"
+        "+8 requests: 8 checks, about every 8 min, until 11:00 UTC — 1 h before the business deadline"
     )
+
+
+def test_an_extension_spends_its_checks_across_the_whole_window() -> None:
+    # The budget ran out 30 min before the deadline: 15 more minutes make a 45-minute window.
+    f = facts(
+        Reason.REQUEST_BUDGET_EXHAUSTED,
+        deadline_at=NOW + timedelta(minutes=30),
+        requests_used=12,
+        business_deadline_at=NOW + timedelta(hours=1),
+    )
+    option = bounded_options(facts=f, caps=caps())[0]
+    assert option.check_spacing_s == 45 * 60 / 4
+    assert option.effect == (
+        "+4 requests: 4 checks, about every 11 min, until 10:45 UTC — 15 min before the business deadline"
+    )
+    assert option.as_dict()["check_spacing_ms"] == 675_000
+
+
+def test_an_extension_past_a_binding_business_deadline_says_polling_stops_there() -> None:
+    f = facts(Reason.REQUEST_BUDGET_EXHAUSTED, deadline_at=NOW + timedelta(minutes=30), requests_used=12)
+    business = NOW + timedelta(minutes=20)
+    effect = bounded_options(facts=replace(f, business_deadline_at=business), caps=caps())[0].effect
+    assert effect.endswith("; polling stops at the business deadline 10:20 UTC for a person to decide")
+    # Once a person chose to poll past it, it stops nothing and the option does not say it does.
+    waived = replace(f, business_deadline_at=business, business_deadline_waived=True)
+    assert "polling stops" not in bounded_options(facts=waived, caps=caps())[0].effect
+
+
+def test_a_single_check_extension_has_no_pace_to_state() -> None:
+    option = bounded_options(facts=facts(Reason.DEADLINE_EXCEEDED), caps=caps(presets=(Preset(10, 1),)))[0]
+    assert option.effect == "+1 request: 1 check, until 10:10 UTC"
+    assert option.check_spacing_s == 600.0
+
+
+def test_business_deadline_passed_offers_keep_waiting_within_the_operations_own_bounds() -> None:
+    f = facts(
+        Reason.BUSINESS_DEADLINE_PASSED,
+        deadline_at=NOW + timedelta(minutes=20),
+        business_deadline_at=NOW - timedelta(seconds=5),
+        requests_used=4,
+    )
+    options = bounded_options(facts=f, caps=caps())
+    assert [o.id for o in options] == ["keep_waiting", *EXTENDS, "cancel_at_provider", "inspect", "close"]
+    keep = options[0]
+    assert keep.kind is Kind.KEEP_WAITING and keep.label == "Keep waiting until the technical deadline"
+    # No new authority: the bounds stay as they are.
+    assert (keep.new_deadline_at, keep.new_max_requests, keep.extra_requests) == (f.deadline_at, 12, 0)
+    assert keep.next_poll_at == NOW and keep.confirm is Confirm.TWO_STEP
+    assert keep.effect == (
+        "no new requests or time: polling resumes now within the operation's own bounds (8 requests left, "
+        "deadline 10:20 UTC); you are not asked about the business deadline again"
+    )
+    # The provider's own wait is honoured.
+    asked = replace(f, provider_wait_until=NOW + timedelta(minutes=2))
+    assert bounded_options(facts=asked, caps=caps())[0].next_poll_at == NOW + timedelta(minutes=2)
+
+
+@pytest.mark.parametrize(
+    "spent", [{"deadline_at": NOW}, {"deadline_at": NOW + timedelta(minutes=5), "requests_used": 12}]
+)
+def test_keep_waiting_is_not_offered_when_the_operations_own_bounds_are_spent(spent: dict) -> None:
+    f = facts(Reason.BUSINESS_DEADLINE_PASSED, business_deadline_at=NOW - timedelta(minutes=1), **spent)
+    assert "keep_waiting" not in [o.id for o in bounded_options(facts=f, caps=caps())]
+    assert any("keep waiting" in note for note in unavailable_notes(facts=f, caps=caps()))
 
 
 def test_a_budget_extension_adds_to_a_deadline_that_has_not_passed() -> None:
@@ -154,6 +226,14 @@ def test_a_budget_extension_adds_to_a_deadline_that_has_not_passed() -> None:
     assert option.new_deadline_at == NOW + timedelta(minutes=45)
     assert option.new_max_requests == 16
     assert option.next_poll_at == NOW
+
+
+def test_an_extension_waits_for_what_the_provider_asked_on_its_last_answer() -> None:
+    asked = NOW + timedelta(seconds=90)
+    option = bounded_options(facts=facts(Reason.REQUEST_BUDGET_EXHAUSTED, provider_wait_until=asked), caps=caps())[0]
+    assert option.next_poll_at == asked
+    assert option.new_deadline_at == asked + timedelta(minutes=15)
+    assert option.check_spacing_s == 225.0
 
 
 def test_rate_limited_extension_never_polls_before_the_provider_asked() -> None:

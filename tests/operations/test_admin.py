@@ -335,6 +335,8 @@ def test_a_valid_profile_form_saves_with_account_defaulting_to_the_slug():
         ({"counts_fields": {"skipped": "x"}}, "counts_fields", "unknown count 'skipped'"),
         ({"approval_mode": "per_call", "state_field": "a b"}, "state_field", "dotted field path"),
         ({"expiry_field": "a..b"}, "expiry_field", "dotted field path"),
+        ({"business_deadline_warning_s": 0}, "business_deadline_warning_s", "must be from 1 s to 7 days"),
+        ({"business_deadline_warning_s": 604801}, "business_deadline_warning_s", "must be from 1 s to 7 days"),
     ],
 )
 def test_the_profile_form_refuses_what_loadprofiles_refuses(overrides, field, fragment):
@@ -342,6 +344,14 @@ def test_the_profile_form_refuses_what_loadprofiles_refuses(overrides, field, fr
     assert not form.is_valid()
     assert any(fragment in message for message in form.errors.get(field, [])), form.errors
     assert not ProviderProfile.objects.exists()
+
+
+def test_the_profile_form_keeps_a_business_deadline_warning_and_leaves_it_optional():
+    assert ProviderProfileForm(data=form_data()).save().business_deadline_warning_s is None
+    ProviderProfile.objects.all().delete()
+    warned = ProviderProfileForm(data=form_data(business_deadline_warning_s=900))
+    assert warned.is_valid(), warned.errors
+    assert warned.save().business_deadline_warning_s == 900
 
 
 def test_unparsable_input_is_reported_once_not_also_as_missing():

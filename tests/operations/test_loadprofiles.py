@@ -144,6 +144,18 @@ def test_one_invalid_profile_rejects_the_whole_file_and_every_problem_is_listed(
 
 
 @pytest.mark.django_db
+def test_a_business_deadline_warning_is_loaded_and_a_bad_one_is_a_listed_problem(tmp_path):
+    warned = ACME + "business_deadline_warning_s = 900\n"
+    assert load(write(tmp_path, warned)) == ["acme-export: created"]
+    assert ProviderProfile.objects.get(slug="acme-export").business_deadline_warning_s == 900
+    for bad in (0, -5, 8 * 24 * 3600):
+        with pytest.raises(CommandError) as caught:
+            load(write(tmp_path, ACME + f"business_deadline_warning_s = {bad}\n" + BETA))
+        assert "provider #1 (acme-export): business_deadline_warning_s: must be from 1 s to 7 days" in str(caught.value)
+    assert ProviderProfile.objects.get(slug="acme-export").business_deadline_warning_s == 900
+
+
+@pytest.mark.django_db
 def test_an_invalid_file_leaves_existing_profiles_untouched(tmp_path):
     load(write(tmp_path, ACME))
     with pytest.raises(CommandError):

@@ -342,6 +342,28 @@ def test_extension_options(options, fragment):
     assert_problem(valid_raw(extension_options=options), key="extension_options", fragment=fragment)
 
 
+@pytest.mark.parametrize(
+    ("warning", "fragment"),
+    [
+        (0, "must be from 1 s to 7 days (604800 s) before the business deadline, not 0"),
+        (-60, "must be from 1 s to 7 days (604800 s) before the business deadline, not -60"),
+        (7 * 24 * 3600 + 1, "must be from 1 s to 7 days (604800 s) before the business deadline, not 604801"),
+        (60.5, "must be a whole number of seconds, not a number"),
+        ("600", "must be a whole number of seconds, not a string"),
+        (True, "must be a whole number of seconds, not true/false"),
+    ],
+)
+def test_a_business_deadline_warning_outside_1_s_to_7_days_is_a_listed_problem(warning, fragment):
+    assert_problem(valid_raw(business_deadline_warning_s=warning), key="business_deadline_warning_s", fragment=fragment)
+
+
+def test_a_business_deadline_warning_is_optional_and_kept_when_valid():
+    assert validate_profile(raw=minimal_raw()).business_deadline_warning_s is None  # type: ignore[union-attr]
+    for seconds in (1, 900, 7 * 24 * 3600):
+        spec = validate_profile(raw=valid_raw(business_deadline_warning_s=seconds))
+        assert isinstance(spec, ProfileSpec) and spec.business_deadline_warning_s == seconds
+
+
 def test_every_problem_is_collected_not_just_the_first():
     raw = valid_raw(slug="bad slug", status_url="https://x.test/", jitter_floor=2, approval_mode="never", extra=1)
     del raw["name"]

@@ -1,10 +1,11 @@
 """`manage.py dispatch_polls [--once]`: the dispatcher loop (steps in operations/dispatch.py).
 
-Runs on every host next to `qcluster`; any number may run at once. Each pass sweeps deadlines,
-re-queues expired leases, claims due operations (enqueueing their poll tasks in the same
+Runs on every host next to `qcluster`; any number may run at once. Each pass sweeps deadlines
+(technical and business), re-queues expired leases, claims due operations (enqueueing their poll tasks in the same
 transaction) and hands due callbacks to workers. It loops at once while a step left work waiting
 at its batch limit, and otherwise sleeps (at most DISPATCH_IDLE_SLEEP_S, less when the next due
-time is nearer, never below DISPATCH_MIN_SLEEP_S), stops cleanly on SIGTERM or SIGINT
+time is nearer, never below DISPATCH_MIN_SLEEP_S), warns of near business deadlines every
+`dispatch.WARNINGS_EVERY_S`, stops cleanly on SIGTERM or SIGINT
 (the current step finishes, exit status 0), and survives database outages by reconnecting with a
 short backoff.
 """
@@ -42,9 +43,10 @@ class Command(BaseCommand):
         broker = get_broker()
         if once:
             result = dispatch.run_pass(owner=name, broker=broker)
+            warned = dispatch.warn_business_deadlines()
             self.stdout.write(
                 f"swept {result.swept}, requeued {result.requeued}, claimed {result.claimed}, "
-                f"callbacks {result.callbacks}"
+                f"callbacks {result.callbacks}, business deadline warnings {warned}"
             )
             return
         stop = threading.Event()
@@ -56,7 +58,7 @@ class Command(BaseCommand):
             signal.signal(sig, on_signal)
         started_at = timezone.now()
         totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0}
-        last_heartbeat = last_housekeeping = 0.0
+        last_heartbeat = last_housekeeping = last_warnings = 0.0
         backoff = 0.0
         logger.info(
             "%s started (batch %s, idle sleep <= %s s)", name, settings.DISPATCH_BATCH, settings.DISPATCH_IDLE_SLEEP_S
@@ -75,6 +77,9 @@ class Command(BaseCommand):
                 if time.monotonic() - last_heartbeat >= settings.DISPATCH_HEARTBEAT_S:
                     dispatch.record_heartbeat(name=name, started_at=started_at, info=dict(totals))
                     last_heartbeat = time.monotonic()
+                if time.monotonic() - last_warnings >= dispatch.WARNINGS_EVERY_S:
+                    dispatch.warn_business_deadlines()
+                    last_warnings = time.monotonic()
                 if time.monotonic() - last_housekeeping >= dispatch.HOUSEKEEPING_EVERY_S:
                     dispatch.housekeeping()
                     last_housekeeping = time.monotonic()

@@ -1,0 +1,164 @@
+"""Pacing of an extension's window (docs/DESIGN.md section 4, item 4): pure functions, injected clock and RNG."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from operations.polling.schedule import plan_wait
+from operations.polling.signals import Hint
+from operations.polling.window import open_window, plan_checks, upcoming_checks
+from operations.vocabulary import DelaySource
+
+NOW = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+# seconds() keeps microseconds: each wake-up may be rounded by half of one.
+TOLERANCE = timedelta(microseconds=1)
+
+
+def extension_window(*, not_before_s: float | None, old_deadline_s: float, minutes: int, checks: int):  # noqa: ANN201
+    """The window the card's extension option opens (operations/decisions/options.py, _bounds_after)."""
+    asked = None if not_before_s is None else NOW + timedelta(seconds=not_before_s)
+    first = max(NOW, asked) if asked is not None else NOW
+    ends_at = max(NOW + timedelta(seconds=old_deadline_s), first) + timedelta(minutes=minutes)
+    return open_window(now=NOW, not_before=asked, ends_at=ends_at, checks=checks)
+
+
+windows = st.builds(
+    extension_window,
+    not_before_s=st.none() | st.floats(min_value=-3600, max_value=3600),
+    old_deadline_s=st.floats(min_value=-7200, max_value=7200),
+    minutes=st.integers(min_value=1, max_value=1440),
+    checks=st.integers(min_value=1, max_value=200),
+)
+floors = st.floats(min_value=0.01, max_value=1.0)
+seeds = st.integers(min_value=0, max_value=2**32)
+
+
+# Pure arithmetic, fast; no per-example deadline, so a busy shared machine cannot fail it on timing.
+@settings(deadline=None)
+@given(window=windows, floor=floors, seed=seeds)
+def test_every_check_of_a_window_falls_inside_it_paced_at_least_floor_times_the_spacing(window, floor, seed) -> None:  # noqa: ANN001
+    planned = plan_checks(window=window, jitter_floor=floor, rng=random.Random(seed))
+    spacing = timedelta(seconds=window.spacing_s)
+    assert len(planned) == window.checks
+    assert planned[0] == window.first_at >= NOW
+    assert all(window.first_at <= moment < window.ends_at for moment in planned)
+    for earlier, later in zip(planned, planned[1:], strict=False):
+        assert floor * spacing - TOLERANCE <= later - earlier <= spacing + TOLERANCE
+    # The last check falls about one spacing before the end: the window is used, not front-loaded.
+    assert window.ends_at - planned[-1] >= spacing - TOLERANCE * window.checks
+
+
+@settings(deadline=None)
+@given(
+    window=windows,
+    floor=floors,
+    seed=seeds,
+    guidance=st.lists(st.none() | st.floats(min_value=0, max_value=20_000), max_size=200),
+)
+def test_provider_guidance_inside_a_window_is_a_minimum_and_never_pushes_a_check_past_the_end(
+    window,  # noqa: ANN001
+    floor: float,
+    seed: int,
+    guidance: list[float | None],
+) -> None:
+    planned = plan_checks(window=window, jitter_floor=floor, rng=random.Random(seed), guidance_s=guidance)
+    spacing = timedelta(seconds=window.spacing_s)
+    assert 1 <= len(planned) <= window.checks
+    assert all(window.first_at <= moment < window.ends_at for moment in planned)
+    for index, (earlier, later) in enumerate(zip(planned, planned[1:], strict=False)):
+        gap = later - earlier
+        assert gap >= floor * spacing - TOLERANCE
+        asked = guidance[index] if index < len(guidance) else None
+        if asked is not None:
+            assert gap >= timedelta(seconds=asked) - TOLERANCE
+        else:
+            assert gap <= spacing + TOLERANCE
+    if len(planned) < window.checks:
+        # A check is dropped only because the provider's wait carried it to the end of the window.
+        assert any(g is not None and g > window.spacing_s for g in guidance[: len(planned)])
+
+
+def test_the_first_check_goes_out_at_once_or_when_the_provider_asked() -> None:
+    window = open_window(now=NOW, not_before=None, ends_at=NOW + timedelta(minutes=15), checks=4)
+    assert (window.first_at, window.spacing_s) == (NOW, 225.0)
+    past = open_window(now=NOW, not_before=NOW - timedelta(minutes=1), ends_at=NOW + timedelta(minutes=15), checks=4)
+    assert past.first_at == NOW
+    asked = NOW + timedelta(minutes=3)
+    later = open_window(now=NOW, not_before=asked, ends_at=asked + timedelta(minutes=15), checks=3)
+    assert (later.first_at, later.spacing_s) == (asked, 300.0)
+    with pytest.raises(ValueError, match="at least one check"):
+        open_window(now=NOW, not_before=None, ends_at=NOW + timedelta(minutes=1), checks=0)
+
+
+def test_five_minutes_three_checks_send_one_at_once_and_at_most_one_more_in_the_first_minute() -> None:
+    # The case the issue measured: "Extend 5 min / 3 checks" once sent all three within seconds.
+    window = open_window(now=NOW, not_before=None, ends_at=NOW + timedelta(minutes=5), checks=3)
+    for seed in range(500):
+        planned = plan_checks(window=window, jitter_floor=0.5, rng=random.Random(seed))
+        assert planned[0] == NOW
+        assert sum(moment < NOW + timedelta(minutes=1) for moment in planned) <= 2
+        assert planned[1] - planned[0] >= timedelta(seconds=50)
+
+
+def paced(**overrides: object):  # noqa: ANN201
+    args: dict[str, object] = {
+        "now": NOW,
+        "deadline_at": NOW + timedelta(minutes=15),
+        "retry_after": None,
+        "poll_hint": None,
+        "base_s": 5.0,
+        "max_s": 120.0,
+        "jitter_floor": 0.5,
+        "backoff_attempt": 3,
+        "hint_floor_s": 1.0,
+        "hint_cap_s": 900.0,
+        "rng": random.Random(7),
+        "paced_spacing_s": 200.0,
+    }
+    args.update(overrides)
+    return plan_wait(**args)  # type: ignore[arg-type]
+
+
+def test_inside_a_window_the_pacing_replaces_backoff_which_neither_restarts_nor_moves_on() -> None:
+    delays = [paced(rng=random.Random(seed)) for seed in range(200)]
+    assert all(100_000 <= wait.delay_ms <= 200_000 for wait in delays)
+    assert {wait.delay_source for wait in delays} == {DelaySource.MANUAL_EXTENSION}
+    assert {wait.backoff_attempt for wait in delays} == {3}
+
+
+def test_inside_a_window_provider_guidance_wins_only_when_it_asks_for_longer() -> None:
+    longer = paced(retry_after=Hint(400.0))
+    assert (longer.delay_ms, longer.delay_source) == (400_000, DelaySource.PROVIDER_RETRY_AFTER)
+    assert longer.guidance_s == 400.0
+    hinted = paced(poll_hint=Hint(500.0))
+    assert (hinted.delay_ms, hinted.delay_source) == (500_000, DelaySource.PROVIDER_POLL_HINT)
+    # A provider that says "look again in 5 s" does not make a window spend its checks early.
+    sooner = paced(poll_hint=Hint(5.0))
+    assert sooner.delay_source is DelaySource.MANUAL_EXTENSION and sooner.delay_ms >= 100_000
+    assert sooner.guidance_s == 5.0
+
+
+def test_a_paced_wake_up_never_falls_after_the_deadline() -> None:
+    wait = paced(deadline_at=NOW + timedelta(seconds=30))
+    assert wait.next_poll_at == NOW + timedelta(seconds=30)
+    assert any("capped at the deadline" in note for note in wait.notes)
+
+
+def test_the_checks_still_to_come_are_shown_one_spacing_apart_within_the_window() -> None:
+    ends = NOW + timedelta(minutes=10)
+    assert upcoming_checks(next_poll_at=NOW, spacing_s=120, checks_left=3, ends_at=ends) == [
+        NOW,
+        NOW + timedelta(minutes=2),
+        NOW + timedelta(minutes=4),
+    ]
+    assert upcoming_checks(next_poll_at=NOW, spacing_s=240, checks_left=5, ends_at=ends) == [
+        NOW,
+        NOW + timedelta(minutes=4),
+        NOW + timedelta(minutes=8),
+    ]
+    assert upcoming_checks(next_poll_at=NOW, spacing_s=60, checks_left=0, ends_at=ends) == []
