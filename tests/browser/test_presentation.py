@@ -107,7 +107,7 @@ def test_a_viewer_in_los_angeles_with_a_dark_system_sees_local_times_in_the_dark
     effect = card.locator("[data-option-index='1'] .opt-effect")
     expect(effect).to_contain_text(re.compile(r"until (\w{3} \d+ )?\d\d:\d\d P[SD]T"))
     expect(effect).not_to_contain_text("UTC")
-    assert effect.locator("time").get_attribute("title").endswith(" UTC")
+    assert effect.locator("time").first.get_attribute("title").endswith(" UTC")
     shoot(page, artifacts, "dark-la-inbox-card")
 
     page.goto(f"{live_server.url}/operations/{op.pk}/")
