@@ -50,6 +50,11 @@ class ProviderProfile(models.Model):
     approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.SESSION)
     extension_options = models.JSONField(default=list, blank=True)
     max_extensions = models.PositiveIntegerField(default=3)
+    # The name of the escalation policy that tells people about this profile's cards; empty: the
+    # default policy (docs/DESIGN.md, "Reaching on-call"). A name, like the TOML key, so the profile
+    # machinery stays one table; the loader and the admin check that the policy exists, and a
+    # policy named by a profile cannot be deleted.
+    escalation_policy = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

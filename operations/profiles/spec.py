@@ -66,6 +66,7 @@ class ProfileSpec:
     approval_mode: str
     extension_options: list[dict[str, int]]
     max_extensions: int
+    escalation_policy: str
 
     def model_values(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
