@@ -1,66 +1,36 @@
-"""Telling people a card needs a decision: email and a Slack-compatible JSON webhook.
+"""Telling on-call that an agent's completion callback gave up, by email and the Slack-compatible webhook.
 
-A card's notification is enqueued (django-q2, ORM broker) inside the transaction that opens it
-and sent by a worker afterwards, so a slow mail server or webhook never holds a database lock and
-a rolled-back escalation never notifies anyone. Reminders repeat every NOTIFY_REMINDER_S while a
-card stays undecided; they only remind — nothing is ever decided by timeout.
-
-Messages carry the facts of the card and a deep link to it, never a credential; what the agent
-wrote comes after the link as quoted, defanged data (escalations.agent_text). Caps bound what
-reaches people: NOTIFY_MAX_PER_CARD per card and NOTIFY_MAX_PER_HOUR in all, beyond which a
-notification is counted as skipped, not sent. The webhook URL itself is a secret (it authorises
-posting to a channel): it is registered with the log redactor and never logged.
+Cards reach people through their escalation policy (escalations.oncall); a callback that could not
+be delivered is not a card (the operation may be done), so its one message goes to NOTIFY_EMAILS
+and NOTIFY_WEBHOOK_URL, queued in the transaction that gave up and sent by a worker. It carries
+pollerdash's link first and quotes the agent's callback address as defanged data after it;
+every message to people counts against NOTIFY_MAX_PER_HOUR (`hourly_slot`). The webhook URL is a
+secret: it is registered with the log redactor and never logged.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 import httpx
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
-from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.agent_text import one_line, quoted, slack_escaped
+from escalations.agent_text import quoted, slack_escaped
+from escalations.oncall.email import ascii_subject
 from operations import ratelimit
-from operations.decisions.options import human_duration
-from operations.models import CallbackDelivery, Escalation
+from operations.models import CallbackDelivery
 from operations.redaction import register_secret
-from operations.vocabulary import REASON_LABELS, Reason
 
 logger = logging.getLogger(__name__)
 
-OPENED = "opened"
-REMINDER = "reminder"
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
-REMINDERS_PER_RUN = 100
-SUBJECT_MAX = 180
-LAST_NOTICE = (
-    "This is the last message about this card (NOTIFY_MAX_PER_CARD): it stays in the inbox until someone decides."
-)
 
 
 def configured() -> bool:
     return bool(settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL)
-
-
-def enqueue(*, escalation_id: int, kind: str) -> None:
-    """Queue the notification task; call inside the transaction that opened (or claimed) the card."""
-    if not configured():
-        return
-    from django_q.tasks import async_task
-
-    async_task("escalations.tasks.notify_escalation", escalation_id, kind, task_name=f"notify-{escalation_id}-{kind}")
-
-
-def on_card_opened(*, escalation: Escalation, **_: object) -> None:
-    """operations.events.card_opened: queue the card's first notification in the opening transaction."""
-    enqueue(escalation_id=escalation.pk, kind=OPENED)
 
 
 def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:
@@ -80,11 +50,7 @@ def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: o
 
 
 def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
-    """Tell on-call that an agent's callback endpoint gave up, by the same channels as cards.
-
-    The reason can quote the agent's callback address: it follows pollerdash's link as quoted,
-    defanged data. Counted against NOTIFY_MAX_PER_HOUR like every message to people.
-    """
+    """Tell on-call that an agent's callback endpoint gave up. Returns a short outcome."""
     if not hourly_slot():
         logger.warning(
             "operation %s: callback failure notification skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
@@ -99,119 +65,16 @@ def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type:
         f"{operation_id}.\n\n{link}\n\nThe agent can still read the outcome (the operation stays in "
         f"its open list until acknowledged); check the agent's callback endpoint.\n\n{why}"
     )
-    message = Message(
-        subject=f"[pollerdash] Callback not delivered: {operation_id}",
-        text=text,
-        chat=f"*Callback not delivered* for <{link}|{operation_id}>\n{slack_escaped(why)}",
-        link=link,
-    )
-    return _send(message=message, kind="callback_failed", what=f"callback {delivery_id}")
-
-
-def card_link(escalation: Escalation) -> str:
-    path = reverse("operation_detail", args=[escalation.operation_id])
-    return f"{settings.SITE_URL}{path}#card-{escalation.pk}"
-
-
-@dataclass(frozen=True)
-class Message:
-    subject: str
-    text: str
-    chat: str  # Slack mrkdwn, with user data escaped
-    link: str
-
-
-def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = False) -> Message:
-    """The notification for one card (escalation with operation and provider loaded).
-
-    pollerdash's own words and link come first; what the agent wrote (job id, purpose) follows,
-    each on one line, quoted and defanged (escalations.agent_text), so it can neither pose as
-    pollerdash nor offer a link of its own. `last`: no more messages follow for this card.
-    """
-    op = escalation.operation
-    try:
-        label = REASON_LABELS[Reason(escalation.reason)]
-    except ValueError:
-        label = escalation.reason
-    link = card_link(escalation)
-    waited = human_duration(now - escalation.opened_at)
-    head = "Decision needed" if kind == OPENED else f"Reminder: still undecided after {waited}"
-    subject = one_line(f"[pollerdash] {head}: {label} — {op.provider.slug} ({op.pk})")[:SUBJECT_MAX]
-    if op.business_deadline_at is None:
-        business = "none"
-    elif op.business_deadline_at > now:
-        business = f"{_utc(op.business_deadline_at)} (in {human_duration(op.business_deadline_at - now)})"
-    else:
-        business = f"{_utc(op.business_deadline_at)} (passed {human_duration(now - op.business_deadline_at)} ago)"
-    job_id = f"Provider job id (from the agent): {quoted(op.provider_job_id)}"
-    purpose = f"Purpose (from the agent): {quoted(op.purpose) if op.purpose else '—'}"
-    closing = LAST_NOTICE if last else "The card offers bounded options only; nothing is decided by timeout."
-    lines = [
-        "pollerdash stopped waiting on a job and a person must decide what happens next."
-        if kind == OPENED
-        else f"This card has waited {waited} for a decision.",
-        "",
-        f"Decide on the card: {link}",
-        "",
-        f"Reason:            {label}",
-        f"Why it stopped:    {one_line(escalation.detail)}",
-        f"Operation:         {op.pk}",
-        f"Provider:          {op.provider.slug}",
-        f"Requests used:     {op.status_requests_used} of {op.max_status_requests}",
-        f"Business deadline: {business}",
-        f"Open since:        {_utc(escalation.opened_at)}",
-        "",
-        "Supplied when the job was registered, not written by pollerdash (links disabled):",
-        job_id,
-        purpose,
-        "",
-        closing,
-    ]
-    chat = (
-        f"*{slack_escaped(head)}* — {slack_escaped(label)}: <{link}|{slack_escaped(op.pk)}>"
-        f" · {slack_escaped(op.provider.slug)} · {op.status_requests_used}/{op.max_status_requests} requests"
-        f" · business deadline {slack_escaped(business)}"
-        f"\n{slack_escaped(purpose)} · {slack_escaped(job_id)}"
-    )
-    if last:
-        chat += f"\n{slack_escaped(LAST_NOTICE)}"
-    return Message(subject=subject, text="\n".join(lines), chat=chat, link=link)
-
-
-def deliver(*, escalation_id: int, kind: str) -> str:
-    """Send one card's notification by every configured channel. Returns a short outcome.
-
-    Within the caps only: NOTIFY_MAX_PER_CARD messages per card and NOTIFY_MAX_PER_HOUR in all;
-    beyond them the notification is counted on the card as skipped and nothing is sent.
-    """
-    escalation = Escalation.objects.select_related("operation__provider").filter(pk=escalation_id).first()
-    if escalation is None or escalation.state != Escalation.State.OPEN:
-        return "skipped: card no longer open"
-    per_card = settings.NOTIFY_MAX_PER_CARD
-    if per_card > 0 and escalation.notifications_sent >= per_card:
-        return _skipped(escalation_id, f"NOTIFY_MAX_PER_CARD ({per_card}) reached")
-    if not hourly_slot():
-        return _skipped(escalation_id, f"NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached")
-    last = per_card > 0 and escalation.notifications_sent + 1 >= per_card
-    message = compose(escalation=escalation, kind=kind, now=timezone.now(), last=last)
-    outcome = _send(message=message, kind=kind, what=f"escalation {escalation_id}")
-    update = {"notifications_sent": F("notifications_sent") + 1}
-    if kind == OPENED:
-        update["last_notified_at"] = timezone.now()
-    Escalation.objects.filter(pk=escalation_id).update(**update)
-    return outcome
-
-
-def _send(*, message: Message, kind: str, what: str) -> str:
-    """One message by every configured channel; a failed channel does not stop the other."""
     sent = []
     if settings.NOTIFY_EMAILS:
+        subject = ascii_subject(f"[pollerdash] Callback not delivered: {operation_id}")
         try:
-            send_mail(message.subject, message.text, settings.DEFAULT_FROM_EMAIL, list(settings.NOTIFY_EMAILS))
+            send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, list(settings.NOTIFY_EMAILS))
             sent.append("email")
         except Exception as exc:  # noqa: BLE001 - one failed channel must not stop the other
-            logger.warning("%s: notification email failed (%s)", what, type(exc).__name__)
-    if settings.NOTIFY_WEBHOOK_URL and post_webhook(url=settings.NOTIFY_WEBHOOK_URL, message=message, kind=kind):
+            logger.warning("callback %s: notification email failed (%s)", delivery_id, type(exc).__name__)
+    chat = f"*Callback not delivered* for <{link}|{operation_id}>\n{slack_escaped(why)}"
+    if settings.NOTIFY_WEBHOOK_URL and _post_webhook(url=settings.NOTIFY_WEBHOOK_URL, chat=chat, link=link):
         sent.append("webhook")
     return "sent: " + (", ".join(sent) or "nothing (every channel failed)")
 
@@ -224,16 +87,10 @@ def hourly_slot() -> bool:
     return ratelimit.take(key="notifications", limit=limit, window_s=3600, now=timezone.now()) is None
 
 
-def _skipped(escalation_id: int, why: str) -> str:
-    Escalation.objects.filter(pk=escalation_id).update(notifications_skipped=F("notifications_skipped") + 1)
-    logger.warning("escalation %s: notification skipped, %s", escalation_id, why)
-    return f"skipped: {why}"
-
-
-def post_webhook(*, url: str, message: Message, kind: str) -> bool:
+def _post_webhook(*, url: str, chat: str, link: str) -> bool:
     """POST `{"text": ...}` (Slack-compatible) plus a structured copy; True on a 2xx answer."""
     register_secret(url)
-    payload = {"text": message.chat, "pollerdash": {"event": f"escalation.{kind}", "url": message.link}}
+    payload = {"text": chat, "pollerdash": {"event": "escalation.callback_failed", "url": link}}
     try:
         with httpx.Client(timeout=WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False) as client:
             response = client.post(url, json=payload)
@@ -244,36 +101,3 @@ def post_webhook(*, url: str, message: Message, kind: str) -> bool:
         logger.warning("notification webhook answered HTTP %s", response.status_code)
         return False
     return True
-
-
-def enqueue_due_reminders(*, now: datetime, limit: int = REMINDERS_PER_RUN) -> int:
-    """Claim open cards whose last notification is older than NOTIFY_REMINDER_S; queue a reminder each.
-
-    The claim is a compare-and-set on `last_notified_at`, so two schedulers never remind twice.
-    """
-    if not configured() or settings.NOTIFY_REMINDER_S <= 0:
-        return 0
-    cutoff = now - timedelta(seconds=settings.NOTIFY_REMINDER_S)
-    due = Escalation.objects.filter(state=Escalation.State.OPEN)
-    if settings.NOTIFY_MAX_PER_CARD > 0:
-        # A card that had its last message gets no more reminders.
-        due = due.filter(notifications_sent__lt=settings.NOTIFY_MAX_PER_CARD)
-    due = (
-        due.filter(Q(last_notified_at__lte=cutoff) | Q(last_notified_at__isnull=True, opened_at__lte=cutoff))
-        .order_by("opened_at")
-        .values_list("pk", "last_notified_at")[:limit]
-    )
-    queued = 0
-    for pk, last in due:
-        with transaction.atomic():
-            claimed = Escalation.objects.filter(pk=pk, state=Escalation.State.OPEN, last_notified_at=last).update(
-                last_notified_at=now
-            )
-            if claimed:
-                enqueue(escalation_id=pk, kind=REMINDER)
-                queued += 1
-    return queued
-
-
-def _utc(value: datetime) -> str:
-    return value.strftime("%Y-%m-%d %H:%M UTC")

@@ -133,14 +133,20 @@ def policies_save(
     users = {u.get_username(): u for u in get_user_model().objects.all()}
     groups = {g.name: g for g in Group.objects.all()}
     with transaction.atomic():
-        existing = {p.name: p for p in EscalationPolicy.objects.select_for_update().filter(name__in=[p.name for p in policies])}
+        existing = {
+            p.name: p for p in EscalationPolicy.objects.select_for_update().filter(name__in=[p.name for p in policies])
+        }
         if default is not None:
             EscalationPolicy.objects.filter(is_default=True).exclude(name=default).update(is_default=False)
         for policy in policies:
             row = existing.get(policy.name)
             description = (descriptions or {}).get(policy.name, row.description if row else "")
             is_default = (policy.name == default) if default is not None else bool(row and row.is_default)
-            if row is not None and (policy_of(row), row.description, row.is_default) == (policy, description, is_default):
+            if row is not None and (policy_of(row), row.description, row.is_default) == (
+                policy,
+                description,
+                is_default,
+            ):
                 results.append(SaveResult(policy.name, "unchanged"))
                 continue
             change = "created" if row is None else "updated"
@@ -207,9 +213,7 @@ def _audit(*, actor: Mapping[str, str], name: str, change: str, policy: Policy |
 def policy_of(row: EscalationPolicy) -> Policy:
     """A stored policy as the pure code sees it (targets by username, group name, address or env name)."""
     levels = (
-        PolicyLevel.objects.filter(policy=row)
-        .order_by("order")
-        .prefetch_related("targets__user", "targets__group")
+        PolicyLevel.objects.filter(policy=row).order_by("order").prefetch_related("targets__user", "targets__group")
     )
     return Policy(
         name=row.name,
@@ -218,7 +222,8 @@ def policy_of(row: EscalationPolicy) -> Policy:
             Level(
                 wait_s=level.wait_s,
                 targets=tuple(
-                    Target(kind=TargetKind(t.kind), ref=t.ref) for t in sorted(level.targets.all(), key=lambda t: t.position)
+                    Target(kind=TargetKind(t.kind), ref=t.ref)
+                    for t in sorted(level.targets.all(), key=lambda t: t.position)
                 ),
             )
             for level in levels
@@ -272,4 +277,3 @@ def policy_for(*, profile: ProviderProfile) -> Policy | None:
     if row is not None:
         return policy_of(row)
     return settings_policy()
-
