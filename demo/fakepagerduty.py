@@ -8,6 +8,8 @@ the script says. A valid one is answered by the next scripted step:
 - ``"202"`` (the default once the script runs out): ``{"status": "success", ...}``
 - ``"400"``, ``"429"`` (with ``Retry-After`` when given as ``"429:30"``), ``"500"``, ``"503"``
 - ``"hang"``: never answer (until stop()); ``"drop"``: close without answering.
+- ``"400:echo"``: a 400 whose ``errors`` quote the routing key back, as a careless compatible
+  receiver might (the sender must scrub it before recording the refusal).
 
 Every request is recorded, valid or not, with the routing key replaced by whether it was one of
 the accepted keys (the fake never keeps the secret). ``events(dedup_key)`` returns the events
@@ -142,7 +144,8 @@ class _Handler(FakeHandler):
         with state.lock:
             step = "400" if errors else (state.script.popleft() if state.script else "202")
             seq = len(state.log) + 1
-        code, _, retry_after = step.partition(":")
+        echo = step == "400:echo"
+        code, _, retry_after = ("400", "", "") if echo else step.partition(":")
         status = int(code) if code.isdigit() else None
         with state.lock:
             state.log.append(Received(seq, time.time(), status, key_ok, event, tuple(errors)))
@@ -153,7 +156,8 @@ class _Handler(FakeHandler):
         if status == 202:
             answer = {"status": "success", "message": "Event processed", "dedup_key": event.get("dedup_key", "")}
         elif status == 400:
-            answer = {"status": "invalid event", "message": "Event object is invalid", "errors": errors or ["Forced"]}
+            reasons = errors or ([f"Routing key {body.get('routing_key')} is not valid"] if echo else ["Forced"])
+            answer = {"status": "invalid event", "message": "Event object is invalid", "errors": reasons}
         else:
             answer = {"status": "error", "message": f"HTTP {status}"}
         headers = {"Retry-After": retry_after} if retry_after else {}

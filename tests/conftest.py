@@ -20,9 +20,22 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from hypothesis import settings as hypothesis_settings
 
-from tests.support import CANARY, T0, canary_emails, canary_log_handler, canary_rows, has_canary, job_id
+from tests.support import (
+    CANARY,
+    CANARY_PD_KEY,
+    T0,
+    canary_emails,
+    canary_log_handler,
+    canary_rows,
+    has_canary,
+    job_id,
+)
 
 os.environ["PROVIDER_FAKE_TOKEN"] = CANARY
+# A routing key named by the tests' policies (ONCALL_*): the guard below proves it never reaches a
+# row, a log line, a response or an email. Tests that post to a Slack webhook put CANARY_SLACK_HOOK
+# in its URL; the Slack app's secrets are set per test (tests/escalations/oncall_support.py).
+os.environ["ONCALL_PD_CANARY"] = CANARY_PD_KEY
 # Property tests draw the same examples on every run, so a failure in CI reproduces on a laptop.
 hypothesis_settings.register_profile("pollerdash", derandomize=True, database=None)
 hypothesis_settings.load_profile("pollerdash")

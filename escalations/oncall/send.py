@@ -48,6 +48,7 @@ Verdict = pagerduty.Verdict
 # Messages that reach people (and count against the caps), as opposed to follow-ups of a stream.
 TO_PEOPLE = frozenset({Event.LEVEL, Event.REASSIGNED, Event.AWAITING_SECOND})
 SLACK_RESPONSE_HOSTS = frozenset({"hooks.slack.com"})
+FOLLOWED_UP = frozenset({Channel.PAGERDUTY, Channel.SLACK_CHANNEL})
 NOTES = {
     Event.REASSIGNED: "This card was handed to you",
     Event.AWAITING_SECOND: "An acceptance on this card needs a second, different responder",
@@ -114,7 +115,9 @@ def _held_back(row: NotificationDelivery, *, escalation: Escalation, now: dateti
     """Why a message to people is not sent after all (closed, acknowledged, a cap), or ""."""
     if escalation.state != Escalation.State.OPEN:
         return "the card was closed before it was sent"
-    if row.event == Event.LEVEL:
+    if row.event == Event.LEVEL and row.channel not in FOLLOWED_UP:
+        # A retry still due when someone acknowledged: nobody needs it any more. A PagerDuty
+        # trigger or a Slack-app post goes out all the same, since its acknowledge follows it.
         status = PolicyRun.objects.filter(pk=escalation.pk).values_list("status", flat=True).first()
         if status == PolicyRun.Status.ACKNOWLEDGED:
             return "acknowledged before it was sent"

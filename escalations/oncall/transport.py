@@ -49,9 +49,9 @@ def url_problem(url: str, *, what: str) -> str | None:
     return None
 
 
-def post(url: str, *, body: bytes, headers: Mapping[str, str], read_timeout_s: float = READ_TIMEOUT_S) -> Answer:
+def post(url: str, *, body: bytes, headers: Mapping[str, str]) -> Answer:
     timeout = httpx.Timeout(
-        connect=CONNECT_TIMEOUT_S, read=read_timeout_s, write=read_timeout_s, pool=CONNECT_TIMEOUT_S
+        connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S, write=READ_TIMEOUT_S, pool=CONNECT_TIMEOUT_S
     )
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
