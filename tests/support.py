@@ -29,9 +29,7 @@ def _encoded(value: str) -> set[str]:
 
 
 # Unpadded base64 is a prefix of the padded form, so it finds both.
-CANARY_FORMS = tuple(
-    sorted({form for canary in CANARIES for form in _encoded(canary) | _encoded(f"Bearer {canary}")})
-)
+CANARY_FORMS = tuple(sorted({form for canary in CANARIES for form in _encoded(canary) | _encoded(f"Bearer {canary}")}))
 _CANARY_BYTES = tuple(form.encode() for form in CANARY_FORMS)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import timedelta
 
 import pytest
 from django.db import transaction
@@ -17,7 +16,7 @@ from escalations.oncall import transport
 from operations import events
 from operations.decisions.services import escalation_decide
 from operations.models import Escalation, NotificationDelivery, PolicyRun
-from tests.support import CANARY_PD_KEY, CANARY_SLACK_HOOK
+from tests.support import CANARY_SLACK_HOOK
 
 pytestmark = pytest.mark.django_db
 Event, State = NotificationDelivery.Event, NotificationDelivery.State

@@ -111,8 +111,7 @@ def test_a_pasted_secret_is_refused_without_being_echoed():
         ),
         (
             {"name": "p", "levels": [{"wait_s": 60, "targets": [{"slack_channel": "C0123456789"}]}]},
-            "levels[0].targets[0].slack_channel: needs the Slack app (SLACK_BOT_TOKEN);"
-            " use slack_webhook without it",
+            "levels[0].targets[0].slack_channel: needs the Slack app (SLACK_BOT_TOKEN); use slack_webhook without it",
         ),
         (
             {"name": "p", "levels": [{"wait_s": 60, "targets": [{"email": "not an address"}]}]},

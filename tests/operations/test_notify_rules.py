@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+from operations.notify.policy import Notify, Target, TargetKind
+from operations.notify.recipients import Channel, People, Person, expand
 from operations.notify.rules import (
     SCHEDULE_S,
     Event,
@@ -17,8 +19,6 @@ from operations.notify.rules import (
     on_end,
     retry_delay_s,
 )
-from operations.notify.policy import Notify, Target, TargetKind
-from operations.notify.recipients import Channel, People, Person, expand
 
 PEOPLE = People(
     by_username={
@@ -51,7 +51,8 @@ def test_an_empty_group_says_so_instead_of_silently_waiting_out_the_level():
 
 def test_secret_targets_keep_only_the_variable_name():
     rows = expand(
-        [notify(TargetKind.PAGERDUTY, "ONCALL_PD_KEY"), notify(TargetKind.SLACK_WEBHOOK, "ONCALL_SLACK_HOOK")], people=PEOPLE
+        [notify(TargetKind.PAGERDUTY, "ONCALL_PD_KEY"), notify(TargetKind.SLACK_WEBHOOK, "ONCALL_SLACK_HOOK")],
+        people=PEOPLE,
     )
     assert [(r.channel, r.address) for r in rows] == [
         (Channel.PAGERDUTY, "ONCALL_PD_KEY"),
