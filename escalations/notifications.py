@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import reverse
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from escalations.agent_text import quoted, slack_escaped
 from escalations.oncall.email import ascii_subject
@@ -37,8 +38,6 @@ def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: o
     """operations.events.callback_undeliverable: queue a message to on-call with the transaction."""
     if not configured():
         return
-    from django_q.tasks import async_task
-
     async_task(
         "escalations.tasks.notify_callback_failed",
         delivery.operation_id,

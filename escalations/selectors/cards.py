@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from escalations.selectors.notifications import Notified, card_notifications
 from operations.decisions.cards import Card, load_card, reason_label
 from operations.models import Decision, Escalation, Operation
 from operations.vocabulary import Reason
 
+RUN_STATUSES = ("", "running", "acknowledged", "exhausted", "ended")
 REASONS = [(reason.value, reason_label(reason.value)) for reason in Reason]
 
 
@@ -16,19 +18,24 @@ REASONS = [(reason.value, reason_label(reason.value)) for reason in Reason]
 class CardView:
     card: Card
     decisions: list[Decision]
+    notified: Notified
 
     @property
     def etag(self) -> str:
-        """Changes whenever anything on the card changes (version, or a new recorded look/attempt)."""
+        """Changes whenever anything on the card changes (version, a new recorded look/attempt, a
+        notification sent, failed or skipped, a policy step)."""
         last = self.decisions[-1].pk if self.decisions else 0
-        return f"{self.card.escalation.version}.{last}"
+        told = self.notified
+        settled = sum(1 for line in told.lines if line.state != "pending")
+        step = RUN_STATUSES.index(told.status) if told.status in RUN_STATUSES else 0
+        return f"{self.card.escalation.version}.{last}.{len(told.lines)}.{settled}.{step}"
 
 
 def card_view(*, escalation: Escalation, now: datetime) -> CardView:
-    """The card of an escalation loaded with its operation and provider: four more queries."""
+    """The card of an escalation loaded with its operation and provider: six more queries."""
     decisions = list(Decision.objects.filter(escalation=escalation).order_by("decided_at", "pk"))
     card = load_card(escalation=escalation, operation=escalation.operation, now=now, decisions=decisions)
-    return CardView(card=card, decisions=decisions)
+    return CardView(card=card, decisions=decisions, notified=card_notifications(escalation_id=escalation.pk))
 
 
 def card_by_id(*, escalation_id: int, now: datetime) -> CardView | None:

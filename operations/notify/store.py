@@ -123,12 +123,15 @@ def policies_save(
     policies: Sequence[Policy],
     actor: Mapping[str, str],
     descriptions: Mapping[str, str] | None = None,
-    default: str | None = None,
+    default: bool | None = None,
 ) -> list[SaveResult]:
     """Create or replace policies by name in one transaction (levels and targets written anew).
 
-    `default`: the name to mark as the admin's default (None leaves the marks as they are).
+    `default`: True makes the (one) policy given the default for profiles that name none, False
+    makes it not the default, None leaves the marks as they are.
     """
+    if default and len(policies) != 1:
+        raise ValueError("policies_save: only one policy can be made the default")
     results: list[SaveResult] = []
     users = {u.get_username(): u for u in get_user_model().objects.all()}
     groups = {g.name: g for g in Group.objects.all()}
@@ -136,12 +139,12 @@ def policies_save(
         existing = {
             p.name: p for p in EscalationPolicy.objects.select_for_update().filter(name__in=[p.name for p in policies])
         }
-        if default is not None:
-            EscalationPolicy.objects.filter(is_default=True).exclude(name=default).update(is_default=False)
+        if default:
+            EscalationPolicy.objects.filter(is_default=True).exclude(name=policies[0].name).update(is_default=False)
         for policy in policies:
             row = existing.get(policy.name)
             description = (descriptions or {}).get(policy.name, row.description if row else "")
-            is_default = (policy.name == default) if default is not None else bool(row and row.is_default)
+            is_default = default if default is not None else bool(row and row.is_default)
             if row is not None and (policy_of(row), row.description, row.is_default) == (
                 policy,
                 description,

@@ -120,9 +120,7 @@ def make_policy(db: None) -> Callable[..., object]:
             "levels": [{"wait_s": wait, "targets": targets} for wait, targets in levels],
         }
         [policy] = store.validate_all([raw])
-        store.policies_save(
-            policies=[policy], actor={"kind": "operator", "id": "test"}, default=name if default else None
-        )
+        store.policies_save(policies=[policy], actor={"kind": "operator", "id": "test"}, default=default or None)
         return policy
 
     return make
