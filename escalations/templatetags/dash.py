@@ -136,3 +136,9 @@ def isotext(value: object) -> str:
         return _utc(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
     except ValueError:
         return str(value or "—")
+
+
+@register.filter
+def seconds(value: float | None) -> str:
+    """A duration given in seconds, in words: "45 s", "12 min", "1 h 5 min"."""
+    return "—" if value is None else human_duration(timedelta(seconds=value))
