@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from escalations.views import cards, operations, system
+from escalations.views import cards, operations, slack, system
 
 urlpatterns = [
     path("", cards.inbox, name="inbox"),
@@ -26,4 +26,5 @@ urlpatterns = [
     ),
     path("operations/<str:operation_id>/report/", operations.operation_report, name="operation_report"),
     path("system/", system.system, name="system"),
+    path("slack/interactions", slack.interactions, name="slack_interactions"),
 ]
