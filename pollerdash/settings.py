@@ -333,6 +333,9 @@ ESCALATION_DEFAULT_POLICY = env_str("ESCALATION_DEFAULT_POLICY", "")
 # never held back by them.
 NOTIFY_MAX_PER_CARD = env_int("NOTIFY_MAX_PER_CARD", 24)
 NOTIFY_MAX_PER_HOUR = env_int("NOTIFY_MAX_PER_HOUR", 60)
+# Delay before each attempt of one notification (seconds, jittered +-20 %; Retry-After is honoured
+# up to 15 min): six attempts over about 18 minutes, then the row is failed and the card says so.
+NOTIFY_RETRY_SCHEDULE_S = [float(s) for s in env_list("NOTIFY_RETRY_SCHEDULE_S", "0,30,60,120,300,600")]
 # host:port pairs notification URLs (webhooks, the PagerDuty events URL, Slack's API and response
 # URLs) may use over plain http or off Slack's hosts: local receivers in tests and the demo only.
 NOTIFY_ALLOWED_HOSTS = env_list("NOTIFY_ALLOWED_HOSTS")

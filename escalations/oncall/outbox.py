@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django_q.tasks import async_task
@@ -123,7 +124,12 @@ def retry_later(
     rng: random.Random | None = None,
 ) -> str:
     """Schedule the next attempt on the retry schedule, or give up as failed when it ran out."""
-    delay = rules.retry_delay_s(attempts_made=delivery.attempts, retry_after_s=retry_after_s, rng=rng or _rng)
+    delay = rules.retry_delay_s(
+        attempts_made=delivery.attempts,
+        retry_after_s=retry_after_s,
+        rng=rng or _rng,
+        schedule=settings.NOTIFY_RETRY_SCHEDULE_S,
+    )
     if delay is None:
         finish(
             delivery=delivery,

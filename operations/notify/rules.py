@@ -50,11 +50,13 @@ RETRY_AFTER_CAP_S = 15 * 60
 CLAIM_LEASE_S = 60
 
 
-def retry_delay_s(*, attempts_made: int, retry_after_s: float | None, rng: random.Random) -> float | None:
+def retry_delay_s(
+    *, attempts_made: int, retry_after_s: float | None, rng: random.Random, schedule: Sequence[float] = SCHEDULE_S
+) -> float | None:
     """Seconds until the next attempt after `attempts_made` attempts, or None: give up."""
-    if attempts_made >= len(SCHEDULE_S):
+    if attempts_made >= len(schedule):
         return None
-    delay = SCHEDULE_S[attempts_made] * rng.uniform(1 - JITTER, 1 + JITTER)
+    delay = schedule[attempts_made] * rng.uniform(1 - JITTER, 1 + JITTER)
     if retry_after_s is not None:
         delay = max(delay, min(max(retry_after_s, 0.0), RETRY_AFTER_CAP_S))
     return delay
