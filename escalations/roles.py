@@ -15,8 +15,9 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render, resolve_url
 
-VIEWER = "viewer"
-RESPONDER = "responder"
+from operations.responders import RESPONDER, VIEWER
+
+__all__ = ["RESPONDER", "VIEWER", "can_decide", "can_read", "responder_required", "roles_of", "viewer_required"]
 
 
 def roles_of(user: object) -> frozenset[str]:

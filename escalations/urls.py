@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from django.urls import path
 
-from escalations.views import cards, operations, slack, system
+from escalations.views import cards, operations, system
 
 urlpatterns = [
     path("", cards.inbox, name="inbox"),
     path("cards/<int:escalation_id>/", cards.card, name="escalation_card"),
     path("cards/<int:escalation_id>/decide/", cards.decide, name="escalation_decide"),
+    path("cards/<int:escalation_id>/acknowledge/", cards.acknowledge, name="escalation_acknowledge"),
+    path("cards/<int:escalation_id>/unacknowledge/", cards.unacknowledge, name="escalation_unacknowledge"),
+    path("cards/<int:escalation_id>/reassign/", cards.reassign, name="escalation_reassign"),
+    path("cards/<int:escalation_id>/notes/", cards.add_note, name="escalation_note"),
+    # The former "Take this card" / "Give it back": acknowledge / unacknowledge (kept for old links).
     path("cards/<int:escalation_id>/assign/", cards.assign, name="escalation_assign"),
     path("history/", cards.history, name="decision_history"),
     path("history/decisions.csv", cards.history_csv, name="decision_history_csv"),
@@ -26,5 +31,4 @@ urlpatterns = [
     ),
     path("operations/<str:operation_id>/report/", operations.operation_report, name="operation_report"),
     path("system/", system.system, name="system"),
-    path("slack/interactions", slack.interactions, name="slack_interactions"),
 ]

@@ -12,7 +12,8 @@ from django.dispatch import Signal
 
 # A decision card opened: kwargs `escalation` (with its operation loaded).
 card_opened = Signal()
-# A responder acknowledged a card ("I'm on it"): kwargs `escalation`, `user`.
+# A responder acknowledged a card ("I'm on it"): kwargs `escalation`, `user`, and `previous` (the
+# user who held the card before and was taken over from, or None).
 card_acknowledged = Signal()
 # The acknowledgement was withdrawn: kwargs `escalation`, `user`.
 card_unacknowledged = Signal()

@@ -74,20 +74,22 @@ class Email:
     html: str
 
 
-def card_email(*, facts: CardFacts, first: bool, now: datetime, last: bool = False, note: str = "") -> Email:
+def card_email(
+    *, facts: CardFacts, first: bool, now: datetime, last: bool = False, head: str = "", intro: str = ""
+) -> Email:
     """The email of a level send: the first says "Decision needed", later ones how long it waited.
 
-    `last`: no more messages follow for this card (NOTIFY_MAX_PER_CARD). `note`: pollerdash's own
-    words for a message outside the levels (a card handed to someone, an acceptance to confirm).
+    `last`: no more messages follow for this card (NOTIFY_MAX_PER_CARD). `head` and `intro`:
+    pollerdash's own words for a message outside the levels (a card handed to someone, taken over
+    from them, an acceptance to confirm).
     """
     waited = human_duration(now - facts.opened_at)
-    head = "Decision needed" if first else f"Still undecided after {waited}"
-    if note:
-        head = note
+    if not head:
+        head = "Decision needed" if first else f"Still undecided after {waited}"
     subject = ascii_subject(f"[pollerdash] {head}: {facts.reason_label} - {facts.provider_slug} ({facts.operation_id})")
-    opening = (
+    opening = intro or (
         "pollerdash stopped waiting on a job and a person must decide what happens next."
-        if first and not note
+        if first
         else f"This card has waited {waited} for a decision."
     )
     rows = [
@@ -110,7 +112,6 @@ def card_email(*, facts: CardFacts, first: bool, now: datetime, last: bool = Fal
     width = max(len(label) for label, _ in rows) + 2
     text = "\n".join(
         [
-            *([note + "."] if note else []),
             opening,
             "",
             f"Decide on the card: {facts.card_url}",
@@ -129,8 +130,7 @@ def card_email(*, facts: CardFacts, first: bool, now: datetime, last: bool = Fal
     )
     html = (
         '<!doctype html><html><body><div lang="en">'
-        + (f"<p><strong>{escape(note)}.</strong></p>" if note else "")
-        + f"<p>{escape(opening)}</p>"
+        f"<p>{escape(opening)}</p>"
         f'<p><a href="{escape(facts.card_url, quote=True)}"><strong>Open the card and decide</strong></a></p>'
         f'<table cellpadding="4">{cells}</table>'
         "<p>Supplied when the job was registered, not written by pollerdash (links disabled):</p>"

@@ -94,7 +94,6 @@ def card_status(*, escalation: Escalation) -> CardStatus:
         )
     if escalation.state == Escalation.State.SUPERSEDED:
         return CardStatus("superseded", at=escalation.closed_at, outcome=escalation.closed_reason)
-    acknowledged_by = getattr(escalation, "acknowledged_by", None)
-    if acknowledged_by is not None:
-        return CardStatus("acknowledged", by=acknowledged_by.get_username(), at=escalation.acknowledged_at)  # type: ignore[attr-defined]
+    if escalation.acknowledged_by is not None:
+        return CardStatus("acknowledged", by=escalation.acknowledged_by.get_username(), at=escalation.acknowledged_at)
     return CardStatus("open")

@@ -144,7 +144,7 @@ def _write(run: PolicyRun, *, old: RunState, new: RunState, now: datetime) -> bo
 
 
 def _insert(
-    escalation_id: int, recipients: Sequence[Recipient], *, now: datetime, event: str = Event.LEVEL
+    escalation_id: int, recipients: Sequence[Recipient], *, now: datetime, event: str = Event.LEVEL, note: str = ""
 ) -> list[NotificationDelivery]:
     rows = [
         NotificationDelivery(
@@ -161,6 +161,7 @@ def _insert(
             created_at=now,
             finished_at=now if r.skip_reason else None,
             detail=r.skip_reason,
+            note=note[:500],
         )
         for r in recipients
     ]
@@ -277,9 +278,18 @@ def _rule_row(row: NotificationDelivery) -> rules.Row:
 # --- messages outside the levels ------------------------------------------------------------------------
 
 
-def tell(*, escalation: Escalation, users: Sequence[object], event: str, now: datetime) -> list[NotificationDelivery]:
-    """Email each of `users` about the card (reassigned to them, an acceptance to confirm): recorded
-    like a level's messages, skipped with the reason when someone cannot be reached."""
+def tell(
+    *,
+    escalation: Escalation,
+    event: str,
+    note: str,
+    now: datetime,
+    users: Sequence[object] = (),
+    addresses: Sequence[str] = (),
+) -> list[NotificationDelivery]:
+    """Email people about the card outside its levels (handed to them, taken over from them, an
+    acceptance to confirm): recorded like a level's messages, skipped with the reason when someone
+    cannot be reached. `note`: the message's head and first sentence, in pollerdash's words."""
     people = People(
         by_username={
             u.get_username(): Person(  # type: ignore[attr-defined]
@@ -293,14 +303,13 @@ def tell(*, escalation: Escalation, users: Sequence[object], event: str, now: da
         group_members={},
     )
     counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, event=event).count() + 1
-    notes = [
-        Notify(round=0, level=OUTSIDE_LEVELS, repetition=counter, target=Target(TargetKind.USER, name))
-        for name in people.by_username
-    ]
-    return _insert(escalation.pk, expand(notes, people=people), now=now, event=event)
+    targets = [Target(TargetKind.USER, name) for name in people.by_username]
+    targets += [Target(TargetKind.EMAIL, address) for address in addresses]
+    notes = [Notify(round=0, level=OUTSIDE_LEVELS, repetition=counter, target=target) for target in targets]
+    return _insert(escalation.pk, expand(notes, people=people), now=now, event=event, note=note)
 
 
-def reply_to_click(*, escalation: Escalation, response_url: str, reply: str, now: datetime) -> NotificationDelivery:
+def reply_to_click(*, escalation: Escalation, response_url: str, note: str, now: datetime) -> NotificationDelivery:
     """The answer to a click in Slack, sent by a worker through the click's response_url: "replace"
     shows the card's state in place of the message, any other text is an ephemeral reply."""
     counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, channel=Channel.SLACK_REPLY).count() + 1
@@ -316,7 +325,7 @@ def reply_to_click(*, escalation: Escalation, response_url: str, reply: str, now
         next_attempt_at=now,
         created_at=now,
         response_url=response_url,
-        reply=reply[:500],
+        note=note[:500],
     )
 
 

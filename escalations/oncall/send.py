@@ -46,13 +46,9 @@ Event = NotificationDelivery.Event
 State = NotificationDelivery.State
 Verdict = pagerduty.Verdict
 # Messages that reach people (and count against the caps), as opposed to follow-ups of a stream.
-TO_PEOPLE = frozenset({Event.LEVEL, Event.REASSIGNED, Event.AWAITING_SECOND})
+TO_PEOPLE = frozenset({Event.LEVEL, Event.REASSIGNED, Event.TAKEN_OVER, Event.AWAITING_SECOND})
 SLACK_RESPONSE_HOSTS = frozenset({"hooks.slack.com"})
 FOLLOWED_UP = frozenset({Channel.PAGERDUTY, Channel.SLACK_CHANNEL})
-NOTES = {
-    Event.REASSIGNED: "This card was handed to you",
-    Event.AWAITING_SECOND: "An acceptance on this card needs a second, different responder",
-}
 
 
 class Unsendable(Exception):
@@ -164,7 +160,8 @@ def _email(row: NotificationDelivery, *, facts: CardFacts, now: datetime) -> pag
         first=(row.round, row.level, row.repetition) == (0, 0, 0),
         now=now,
         last=row.event == Event.LEVEL and per_card > 0 and _sent_to_people(row.escalation_id) + 1 >= per_card,
-        note=NOTES.get(row.event, ""),
+        head=_note(row)[0],
+        intro=_note(row)[1],
     )
     mail = EmailMultiAlternatives(message.subject, message.text, settings.DEFAULT_FROM_EMAIL, [row.address])
     mail.attach_alternative(message.html, "text/html")
@@ -216,9 +213,15 @@ def _classified(answer: transport.Answer, *, now: datetime) -> pagerduty.Outcome
 # --- Slack ------------------------------------------------------------------------------------------------
 
 
+def _note(row: NotificationDelivery) -> tuple[str, str]:
+    """A message outside the levels: its head (the subject's start) and its first sentence."""
+    head, _, intro = row.note.partition("\n")
+    return head, intro
+
+
 def _head(row: NotificationDelivery, *, facts: CardFacts, now: datetime) -> str:
-    if row.event in NOTES:
-        return NOTES[row.event]
+    if row.note:
+        return _note(row)[0]
     if (row.round, row.level, row.repetition) == (0, 0, 0):
         return "Decision needed"
     return f"Still undecided after {human_duration(now - facts.opened_at)}"
@@ -310,10 +313,10 @@ def _slack_reply(
     problem = response_url_problem(row.response_url)
     if problem:
         raise Unsendable(problem)
-    if row.reply == "replace":
+    if row.note == "replace":
         body = slack_blocks.replacement(facts=facts, status=card_status(escalation=escalation))
     else:
-        body = slack_blocks.ephemeral(row.reply)
+        body = slack_blocks.ephemeral(row.note)
     answer = transport.post(
         row.response_url, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )

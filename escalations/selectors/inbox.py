@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
-from django.db.models import BooleanField, Case, Count, F, QuerySet, Value, When
+from django.db.models import BooleanField, Case, Count, F, Q, QuerySet, Value, When
 
 from escalations.selectors.cards import REASONS
 from escalations.selectors.paging import PAGE_SIZE, page_number, with_count
@@ -21,6 +21,9 @@ INBOX_FIELDS = (
     "opened_at",
     "operation",
     "assignee",
+    "acknowledged_by",
+    "acknowledged_at",
+    "assigned_at",
     "operation__id",
     "operation__purpose",
     "operation__provider_job_id",
@@ -92,8 +95,10 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
     """Open cards needing a decision, most urgent first: business deadline soonest, then oldest."""
     open_cards = Escalation.objects.filter(state=Escalation.State.OPEN)
     user_id = getattr(user, "pk", None)
+    # "Mine": the cards I acknowledged or that were handed to me.
+    mine_q = Q(assignee_id=user_id) | Q(acknowledged_by_id=user_id) if user_id is not None else Q(pk__in=[])
     is_mine = (
-        Case(When(assignee_id=user_id, then=Value(True)), default=Value(False), output_field=BooleanField())
+        Case(When(mine_q, then=Value(True)), default=Value(False), output_field=BooleanField())
         if user_id is not None
         else Value(False, output_field=BooleanField())
     )
@@ -108,7 +113,7 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
     )
     query: QuerySet[Escalation] = open_cards
     if filters.mine:
-        query = query.filter(assignee_id=user_id)
+        query = query.filter(mine_q)
     if filters.reason:
         query = query.filter(reason=filters.reason)
     if filters.provider:

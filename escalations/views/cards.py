@@ -25,6 +25,7 @@ from escalations.selectors import history as history_selectors
 from escalations.selectors import inbox as inbox_selectors
 from operations.audit import checkpoints
 from operations.audit import export as audit_export
+from operations.decisions import ownership as ownership_services
 from operations.decisions import services
 from operations.decisions.options import Kind, parse_option_id
 from operations.models import Escalation
@@ -151,21 +152,105 @@ def _too_many_decisions(request: HttpRequest, *, escalation_id: int, exc: servic
     return response
 
 
-@responder_required
-@require_POST
-def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
+# --- holding a card and writing on it: acts that decide nothing ------------------------------------------
+
+
+def _card_act(request: HttpRequest, escalation_id: int, act: Callable[[], object], *, done: str) -> HttpResponse:
+    """Run one ownership act and answer with the card as it is now.
+
+    A refusal (closed card 409, someone else holds it 409, a bad note or hand-over 422, too many
+    acts 429) shows its reason above the current card and writes nothing.
+    """
+    flash, status, takeover = {"kind": "ok", "text": done}, 200, False
     try:
-        services.escalation_assign(escalation_id=escalation_id, user=request.user, take=request.POST.get("take") == "1")
+        act()
     except Escalation.DoesNotExist:
         raise Http404("no such card") from None
+    except services.TooManyDecisions as exc:
+        return _too_many_decisions(request, escalation_id=escalation_id, exc=exc)
+    except ownership_services.OwnershipRefused as exc:
+        flash, status = {"kind": "error", "text": exc.message}, exc.status
+        takeover = isinstance(exc, ownership_services.TakeoverNeeded)
     view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
     assert view is not None
     if request.htmx:
         where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
-        return render(request, "escalations/_card.html", card_context(request, view, where=where))
-    return HttpResponseRedirect(
-        f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}", status=303
+        context = card_context(request, view, where=where, flash=flash) | {"takeover_open": takeover}
+        return _on_page(render(request, "escalations/_card.html", context, status=status), where=where)
+    card_url = f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}"
+    if status != 200:
+        return render(
+            request, "escalations/card_refused.html", {"message": flash["text"], "back": card_url}, status=status
+        )
+    messages.success(request, done)
+    return HttpResponseRedirect(card_url, status=303)
+
+
+@responder_required
+@require_POST
+def acknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    return _acknowledge(request, escalation_id)
+
+
+def _acknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    return _card_act(
+        request,
+        escalation_id,
+        lambda: ownership_services.card_acknowledge(
+            escalation_id=escalation_id, user=request.user, takeover_of=request.POST.get("takeover")
+        ),
+        done="You acknowledged this card: it is yours, and no reminders are sent for it.",
     )
+
+
+@responder_required
+@require_POST
+def unacknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    return _unacknowledge(request, escalation_id)
+
+
+def _unacknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    return _card_act(
+        request,
+        escalation_id,
+        lambda: ownership_services.card_unacknowledge(escalation_id=escalation_id, user=request.user),
+        done="You gave the card back: nobody holds it, and reminders resume.",
+    )
+
+
+@responder_required
+@require_POST
+def reassign(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    to = request.POST.get("to", "")
+    return _card_act(
+        request,
+        escalation_id,
+        lambda: ownership_services.card_reassign(escalation_id=escalation_id, by=request.user, to=to),
+        done=f"Card handed to {to.strip()[:150]}; they are told.",
+    )
+
+
+@responder_required
+@require_POST
+def add_note(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    return _card_act(
+        request,
+        escalation_id,
+        lambda: ownership_services.card_note(
+            escalation_id=escalation_id, user=request.user, text=request.POST.get("note", "")
+        ),
+        done="Note added to the card.",
+    )
+
+
+@responder_required
+@require_POST
+def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    """The URL of the former "Take this card" (take=1) / "Give it back" (take=0): acknowledge and
+    unacknowledge now, with the same confirmation for taking over someone else's card."""
+    if request.POST.get("take") == "1":
+        return _acknowledge(request, escalation_id)
+    return _unacknowledge(request, escalation_id)
 
 
 def with_history_filters(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -30,6 +30,8 @@ from django.views.decorators.http import require_POST
 from escalations.oncall import runs, slack
 from escalations.oncall.transport import url_problem
 from escalations.roles import can_decide
+from operations.decisions import ownership
+from operations.decisions.services import TooManyDecisions
 from operations.models import Escalation, SlackRefusal
 from operations.redaction import register_secret
 
@@ -74,19 +76,28 @@ def interactions(request: HttpRequest) -> HttpResponse:
     matched = slack.match_clicker(click=click, info=info, accounts=accounts)
     with transaction.atomic():
         if isinstance(matched, slack.NotMatched):
-            runs.reply_to_click(escalation=escalation, response_url=click.response_url, reply=matched.message, now=now)
+            runs.reply_to_click(escalation=escalation, response_url=click.response_url, note=matched.message, now=now)
             return HttpResponse(status=200)
         user = get_user_model().objects.get(username=matched.username)
-        reply = _acknowledge(escalation=escalation, user=user, slack_user=click.slack_user_id, now=now)
-        runs.reply_to_click(escalation=escalation, response_url=click.response_url, reply=reply, now=now)
+        reply = _acknowledge(escalation=escalation, user=user, slack_user=click.slack_user_id)
+        runs.reply_to_click(escalation=escalation, response_url=click.response_url, note=reply, now=now)
     return HttpResponse(status=200)
 
 
-def _acknowledge(*, escalation: Escalation, user: object, slack_user: str, now: datetime) -> str:
-    """Acknowledge as `user`; the reply to the click: "replace" (the message shows the card's state)."""
-    if escalation.state != Escalation.State.OPEN:
+def _acknowledge(*, escalation: Escalation, user: object, slack_user: str) -> str:
+    """Acknowledge as `user`, audited as them (operations.decisions.ownership, the same act as the
+    card's button); the reply to the click: "replace" (the message then shows the card's state)
+    or words only the clicker sees."""
+    try:
+        ownership.card_acknowledge(escalation_id=escalation.pk, user=user)
+    except ownership.CardNotOpen:
         return "replace"
-    return "Acknowledging from Slack arrives with the acknowledge action on cards; acknowledge on the card for now."
+    except ownership.TakeoverNeeded as exc:
+        return f"{exc.holder} holds this card. To take it over, open the card: it asks you to confirm."
+    except TooManyDecisions:
+        return "You acted on cards too often in the last minute; nothing was changed. Try again shortly."
+    logger.info("card %s acknowledged from Slack by %s (Slack user %s)", escalation.pk, user, slack_user)
+    return "replace"
 
 
 def _users_info(slack_user_id: str) -> slack.SlackUser | str | None:

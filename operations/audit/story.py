@@ -192,6 +192,27 @@ def _human_refused(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return f"{actor}'s {option} was refused: {data.get('reason') or 'not applied'}"
 
 
+def _human_acknowledged(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    if data.get("previous_holder"):
+        return f"{actor} took over the card from {data['previous_holder']} and is on it"
+    return f"{actor} acknowledged the card: on it (no more reminders)"
+
+
+def _human_unacknowledged(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} gave the card back: nobody holds it (reminders resume)"
+
+
+def _human_reassigned(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    text = f"{actor} handed the card to {data.get('to')}"
+    if data.get("previous_holder") and data.get("previous_holder") != actor:
+        text += f" (held by {data['previous_holder']} before)"
+    return text
+
+
+def _human_note(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} noted: {_quote(data.get('text') or '')}"
+
+
 def _cancel_response(data: Mapping[str, object], actor: str, at: datetime) -> str:
     status = data.get("http_status")
     answered = f"HTTP {status}" if status is not None else "no answer"
@@ -286,6 +307,10 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "human.decision": _human_decision,
     "human.inspect": _human_inspect,
     "human.refused": _human_refused,
+    "human.acknowledged": _human_acknowledged,
+    "human.unacknowledged": _human_unacknowledged,
+    "human.reassigned": _human_reassigned,
+    "human.note": _human_note,
     "provider.cancel_response": _cancel_response,
     "provider.paused": _paused,
     "operation.cancelled": _cancelled,

@@ -71,6 +71,13 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url"),
     "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason"),
+    # Ownership and notes (operations/lifecycle/ownership.py): they decide nothing and move no card
+    # version; `activity_id` is the CardActivity row, `previous_holder` the username that held the
+    # card before (a take-over or a hand-over), `to` the username it was handed to.
+    "human.acknowledged": ("escalation_id", "activity_id", "previous_holder", "card_version"),
+    "human.unacknowledged": ("escalation_id", "activity_id", "card_version"),
+    "human.reassigned": ("escalation_id", "activity_id", "to", "previous_holder", "card_version"),
+    "human.note": ("escalation_id", "activity_id", "text", "card_version"),
     # cancel_at_provider: the provider's answer to the one cancel request a human decided to send.
     "provider.cancel_response": (
         "escalation_id",

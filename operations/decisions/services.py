@@ -28,7 +28,6 @@ from operations.decisions.check import (
 )
 from operations.decisions.options import Kind, parse_option_id
 from operations.lifecycle import humans
-from operations.lifecycle.cards import assign_card
 from operations.models import Decision, Escalation
 from operations.provider_cancel import send_provider_cancel
 from operations.vocabulary import CONTROL_CHARACTERS, CancelState
@@ -66,11 +65,6 @@ class DecideResult:
     @property
     def stale(self) -> bool:
         return self.refused and self.decision.refusal_reason == STALE
-
-
-def escalation_assign(*, escalation_id: int, user: object, take: bool) -> Escalation:
-    """Take a card ("mine") or give it back."""
-    return assign_card(escalation_id=escalation_id, user=user, take=take)
 
 
 def escalation_decide(

@@ -9,8 +9,10 @@ transaction or opens its own, and appends its audit entry last in that transacti
 - `registration`: a validated registration becomes an operation and its first Authorization;
 - `claims`: the dispatcher's claims, expired leases, releases, the charge before a request, deferrals;
 - `polls`: a poll's outcome (fenced), a late answer after a terminal status, account pauses;
-- `cards`: opening, superseding and assigning decision cards, escalating without a request;
+- `cards`: opening, superseding and closing decision cards, escalating without a request;
 - `humans`: what responders do on a card (grants, closes, acceptances, cancels, refusals, inspections);
+- `ownership`: who holds a card (acknowledge, unacknowledge, reassign) and its notes — acts that
+  decide nothing (also importable from `humans`);
 - `agents`: what agents do (acknowledge, cancel the watch) and what follows (the cancel forward,
   callback warnings).
 

@@ -118,16 +118,3 @@ def new_card_version(*, escalation: Escalation) -> None:
     """Something shown on the card changed without ending it (a first acceptance, a cancel sent)."""
     escalation.version += 1
     escalation.save(update_fields=["version"])
-
-
-def assign_card(*, escalation_id: int, user: object, take: bool) -> Escalation:
-    """Take a card ("mine") or give it back. Not a decision: it changes no bounds or version."""
-    with transaction.atomic():
-        escalation = Escalation.objects.select_for_update().get(pk=escalation_id)
-        if escalation.state == Escalation.State.OPEN:
-            if take:
-                escalation.assignee = user  # type: ignore[assignment]
-            elif escalation.assignee_id == getattr(user, "pk", None):
-                escalation.assignee = None
-            escalation.save(update_fields=["assignee"])
-    return escalation

@@ -14,11 +14,18 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
+from operations import events
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.decisions.cards import Card, snapshot_sha256
 from operations.decisions.options import Kind, Option
 from operations.lifecycle.cards import close_card, new_card_version
+
+# Ownership and notes live in their own module; they are part of what responders do on a card.
+from operations.lifecycle.ownership import acknowledge as acknowledge
+from operations.lifecycle.ownership import add_note as add_note
+from operations.lifecycle.ownership import reassign as reassign
+from operations.lifecycle.ownership import unacknowledge as unacknowledge
 from operations.models import Authorization, Decision, Escalation, Operation
 from operations.provider_cancel import CancelResult
 from operations.representation import rfc3339
@@ -293,7 +300,7 @@ def accept_output(*, card: Card, option: Option, user: object, comment: str, now
     if first is None:
         # The card now shows who accepted and waits for a second person: a new version.
         new_card_version(escalation=escalation)
-        return _record(
+        waiting = _decision_row(
             card=card,
             user=user,
             option_id=option.id,
@@ -302,6 +309,10 @@ def accept_output(*, card: Card, option: Option, user: object, comment: str, now
             snapshot=snapshot,
             card_version=version,
         )
+        # The other responders are told (the dashboard's receiver queues it with this transaction).
+        events.card_awaiting_second.send(sender=Escalation, escalation=escalation, first=waiting)
+        _decision_entry(waiting, user=user)
+        return waiting
     first_name = first.username
     _finish(
         operation,

@@ -4,7 +4,7 @@ from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead
 from operations.models.authorization import Authorization
 from operations.models.callback import CallbackDelivery, CallbackEndpoint
 from operations.models.credential import CredentialFingerprint
-from operations.models.escalation import Decision, Escalation
+from operations.models.escalation import CardActivity, Decision, Escalation
 from operations.models.heartbeat import ProcessHeartbeat
 from operations.models.notify import (
     CardResponseCounter,
@@ -29,6 +29,7 @@ __all__ = [
     "Authorization",
     "CallbackDelivery",
     "CallbackEndpoint",
+    "CardActivity",
     "CardResponseCounter",
     "CredentialFingerprint",
     "Decision",

@@ -38,9 +38,21 @@ class Escalation(models.Model):
     credential_fingerprint = models.CharField(max_length=32, blank=True)
     # Facts at the moment pollerdash stopped (HTTP status, provider state, hint...), shown on the card.
     context = models.JSONField(default=dict, blank=True)
+    # Who holds the card: the responder who acknowledged it, or the one it was handed to.
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # Who said "I'm on it", and since when: an acknowledged card gets no reminders. A card handed
+    # to someone is not acknowledged until they say so themselves.
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    # Who handed the card to its assignee (null when they took it themselves), and when it became theirs.
+    assigned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    assigned_at = models.DateTimeField(null=True, blank=True)
     last_notified_at = models.DateTimeField(null=True, blank=True)
     notifications_sent = models.PositiveIntegerField(default=0)
     # Notifications not sent because a cap was reached (NOTIFY_MAX_PER_CARD, NOTIFY_MAX_PER_HOUR).
@@ -134,3 +146,43 @@ class Decision(models.Model):
         if not self.username:
             self.username = self.user.get_username()
         super().save(*args, **kwargs)
+
+
+class CardActivity(models.Model):
+    """What people did on a card that decides nothing: acknowledged it, gave it back, handed it to
+    someone, or wrote a note. Never deleted; each row has its `human.*` audit entry."""
+
+    class Kind(models.TextChoices):
+        ACKNOWLEDGED = "acknowledged"
+        UNACKNOWLEDGED = "unacknowledged"
+        REASSIGNED = "reassigned"
+        NOTE = "note"
+
+    escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="activities")
+    operation = models.ForeignKey("operations.Operation", on_delete=models.CASCADE, related_name="card_activities")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # Names as they were at the time (like Decision.username): a later rename rewrites nothing.
+    username = models.CharField(max_length=150)
+    at = models.DateTimeField()
+    # reassigned: the responder the card was handed to.
+    to_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    to_username = models.CharField(max_length=150, blank=True)
+    # acknowledged (a take-over) and reassigned: who held the card before.
+    previous_username = models.CharField(max_length=150, blank=True)
+    # note: the text, plain, length-bounded (operations.decisions.ownership.NOTE_MAX).
+    text = models.TextField(blank=True)
+    audit_seq = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+        indexes = [
+            models.Index(fields=["escalation", "at"], name="card_activity_card_idx"),
+            models.Index(fields=["operation", "at"], name="card_activity_operation_idx"),
+            models.Index(fields=["at"], name="card_activity_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.username} on card {self.escalation_id}"

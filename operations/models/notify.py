@@ -165,6 +165,7 @@ class NotificationDelivery(models.Model):
         ACKNOWLEDGED = "acknowledged"  # PagerDuty acknowledge; a Slack app message updated in place
         ENDED = "ended"  # PagerDuty resolve; a Slack app message updated in place
         REASSIGNED = "reassigned"  # the responder a card was handed to is told
+        TAKEN_OVER = "taken_over"  # the responder a card was taken over from is told
         AWAITING_SECOND = "awaiting_second"  # an acceptance needs a second responder
         SLACK_REPLY = "slack_reply"  # the answer to a click in Slack, through its response_url
 
@@ -194,8 +195,10 @@ class NotificationDelivery(models.Model):
     provider_ref = models.CharField(max_length=64, blank=True)
     # slack_reply only: the click's response_url (a short-lived capability), blanked once the row finishes.
     response_url = models.CharField(max_length=2000, blank=True)
-    # slack_reply only: "replace" (the message shows the card's new state) or an ephemeral text.
-    reply = models.CharField(max_length=500, blank=True)
+    # What a message outside the levels says beyond the card's facts, in pollerdash's words: a
+    # hand-over ("alice handed you this card"), a take-over, an acceptance to confirm; for a
+    # slack_reply, "replace" (the message shows the card's new state) or the ephemeral text.
+    note = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["created_at", "pk"]

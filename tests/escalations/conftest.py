@@ -154,13 +154,10 @@ def pump() -> Callable[..., list[str]]:
 
 @pytest.fixture
 def acknowledge() -> Callable[[Escalation, object], None]:
-    """An acknowledgement as the lifecycle announces it, in its own transaction."""
-    from django.db import transaction
-
-    from operations import events
+    """A responder acknowledges the card, through the lifecycle (as the card's button does)."""
+    from operations.lifecycle import humans
 
     def ack(escalation: Escalation, user: object) -> None:
-        with transaction.atomic():
-            events.card_acknowledged.send(sender=Escalation, escalation=escalation, user=user)
+        humans.acknowledge(escalation_id=escalation.pk, user=user, now=timezone.now())
 
     return ack

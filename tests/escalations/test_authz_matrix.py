@@ -12,13 +12,13 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from operations.models import Decision, Escalation
+from operations.models import CardActivity, Decision, Escalation
 
 pytestmark = pytest.mark.django_db
 
 # Everything outside the dashboard has its own access rules: the admin, the login/logout pages,
 # the agent API (bearer tokens) and static files.
-NOT_DASHBOARD = ("admin/", "accounts/", "api/", "static/", "metrics")
+NOT_DASHBOARD = ("admin/", "accounts/", "api/", "static/", "metrics", "slack/")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,10 @@ ENDPOINTS = [
     Endpoint("escalation_card", "GET", "read", htmx=True),
     Endpoint("escalation_decide", "POST", "decide"),
     Endpoint("escalation_assign", "POST", "decide"),
+    Endpoint("escalation_acknowledge", "POST", "decide"),
+    Endpoint("escalation_unacknowledge", "POST", "decide"),
+    Endpoint("escalation_reassign", "POST", "decide"),
+    Endpoint("escalation_note", "POST", "decide"),
     Endpoint("decision_history", "GET", "read"),
     Endpoint("decision_history_csv", "GET", "read"),
     Endpoint("decision_history_jsonl", "GET", "read"),
@@ -81,6 +85,10 @@ def url_for(endpoint: Endpoint, esc: Escalation) -> str:
 def post_data(endpoint: Endpoint, esc: Escalation) -> dict[str, str]:
     if endpoint.name == "escalation_decide":
         return {"option": "extend:15m:4", "version": str(esc.version)}
+    if endpoint.name == "escalation_reassign":
+        return {"to": "alice"}
+    if endpoint.name == "escalation_note":
+        return {"note": "on the phone with the vendor"}
     return {"take": "1"}
 
 
@@ -138,7 +146,7 @@ def test_a_viewer_reads_everything_and_every_decision_post_is_403(
     detail = client.get(reverse("operation_detail", args=[card.operation_id]))
     assert b"Needs a decision" in detail.content
     assert b'name="option"' not in detail.content and b"Deciding needs the" in detail.content
-    assert Decision.objects.count() == 0
+    assert Decision.objects.count() == 0 and not CardActivity.objects.exists()
     assert Escalation.objects.get(pk=card.pk).assignee is None
 
 
@@ -157,7 +165,14 @@ def test_a_responder_reads_and_decides(client: Client, alice, card: Escalation, 
 
 def test_decision_endpoints_accept_only_post(client: Client, alice, card: Escalation) -> None:  # noqa: ANN001
     client.force_login(alice)
-    for name in ("escalation_decide", "escalation_assign"):
+    for name in (
+        "escalation_decide",
+        "escalation_assign",
+        "escalation_acknowledge",
+        "escalation_unacknowledge",
+        "escalation_reassign",
+        "escalation_note",
+    ):
         assert client.get(reverse(name, args=[card.pk])).status_code == 405
     for endpoint in ENDPOINTS:
         if endpoint.kind == "read":
@@ -171,7 +186,7 @@ def test_a_post_without_the_csrf_token_is_403_and_records_nothing(alice, card: E
         if endpoint.method == "POST":
             response = call(client, endpoint, card)
             assert response.status_code == 403, endpoint.name
-    assert Decision.objects.count() == 0
+    assert Decision.objects.count() == 0 and not CardActivity.objects.exists()
     # The same POST with the token from the page goes through.
     page = client.get(reverse("operation_detail", args=[card.operation_id]))
     token = page.context["csrf_token"]

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from escalations.mailfiles import EmailBackend
 from escalations.oncall import transport
-from operations import events
 from operations.decisions.services import escalation_decide
+from operations.lifecycle import humans
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from tests.support import CANARY_SLACK_HOOK
 
@@ -125,8 +125,7 @@ def test_unacknowledging_starts_the_policy_again_from_level_one(
     pump()
     acknowledge(esc, alice)
     clock.shift(30)
-    with transaction.atomic():
-        events.card_unacknowledged.send(sender=Escalation, escalation=esc, user=alice)
+    humans.unacknowledge(escalation_id=esc.pk, user=alice, now=timezone.now())
     pump()
     run = PolicyRun.objects.get(pk=esc.pk)
     assert (run.status, run.round, run.level) == ("running", 1, 0)
@@ -357,14 +356,26 @@ def test_a_card_gets_at_most_notify_max_per_card_messages_and_the_last_says_so(
 # --- outside the levels -----------------------------------------------------------------------------------------
 
 
-def test_the_responder_a_card_is_handed_to_is_told(two_levels, stopped, pump, bob, alice, mailoutbox) -> None:  # noqa: ANN001
+def test_the_responder_a_card_is_handed_to_is_told_and_the_policy_goes_on(
+    two_levels, stopped, pump, bob, alice, mailoutbox
+) -> None:  # noqa: ANN001
     esc = stopped()
-    with transaction.atomic():
-        events.card_reassigned.send(sender=Escalation, escalation=esc, by=alice, to=bob)
+    humans.reassign(escalation_id=esc.pk, by=alice, to=bob, now=timezone.now())
     pump()
     [handed] = [m for m in mailoutbox if m.to == ["bob@example.test"]]
-    assert handed.subject.startswith("[pollerdash] This card was handed to you: Deadline exceeded")
+    assert handed.subject.startswith("[pollerdash] alice handed you a card: Deadline exceeded")
+    assert handed.body.startswith("alice handed you this card: it is yours now.")
     assert NotificationDelivery.objects.get(escalation=esc, event="reassigned").state == "sent"
+    assert PolicyRun.objects.get(pk=esc.pk).status == "running"
+
+
+def test_taking_over_a_card_tells_the_person_who_held_it(two_levels, stopped, pump, bob, alice, mailoutbox) -> None:  # noqa: ANN001
+    esc = stopped()
+    humans.acknowledge(escalation_id=esc.pk, user=alice, now=timezone.now())
+    humans.acknowledge(escalation_id=esc.pk, user=bob, now=timezone.now())
+    pump()
+    [told] = [m for m in mailoutbox if m.subject.startswith("[pollerdash] bob took over your card")]
+    assert told.to == ["alice@example.test"] and "you need do nothing more" in told.body
 
 
 def test_a_policy_changed_while_a_card_runs_does_not_change_that_card(

@@ -215,3 +215,46 @@ def test_an_unknown_slack_user_gets_an_ephemeral_answer_and_nothing_changes(
     assert PolicyRun.objects.get(pk=esc.pk).status == "running"
     reply = NotificationDelivery.objects.get(escalation=esc, event="slack_reply")
     assert reply.state == "sent" and reply.response_url == ""  # the capability is not kept
+
+
+@pytest.mark.django_db
+def test_a_responder_acknowledges_from_slack_audited_as_themselves_and_the_message_is_replaced(
+    client, slack_app, settings, fake_slack, stopped, pump, make_policy, profile, alice, fake_pd
+) -> None:  # noqa: ANN001
+    from operations.models import AuditEntry, Escalation
+
+    settings.SLACK_BOT_TOKEN = CANARY_SLACK_BOT
+    alice.email = "Alice@Example.test"
+    alice.save()
+    fake_slack.state.users["U123"] = {
+        "id": "U123",
+        "team_id": TEAM,
+        "profile": {"email": "alice@example.test"},
+        "is_email_confirmed": True,
+    }
+    make_policy(
+        "chat",
+        (300, [{"slack_webhook": "ONCALL_SLACK"}, {"pagerduty": "ONCALL_PD_CANARY"}]),
+        (300, [{"email": "x@y.test"}]),
+    )
+    profile.escalation_policy = "chat"
+    profile.save()
+    esc = stopped()
+    pump()
+    [posted] = fake_slack.posted("webhook")
+    assert [b["action_id"] for b in posted.body["blocks"][-1]["elements"]] == ["pollerdash_open", ACK_ACTION_ID]
+    url = fake_slack.new_response_url(replaces="webhook-1")
+    body = interaction(
+        user_id="U123", team_id=TEAM, app_id=APP, action_id=ACK_ACTION_ID, value=str(esc.pk), response_url=url
+    )
+    assert post(client, body, signed(body=body, secret=SECRET, timestamp=int(time.time()))).status_code == 200
+    card = Escalation.objects.get(pk=esc.pk)
+    assert card.acknowledged_by == alice
+    [entry] = AuditEntry.objects.filter(type="human.acknowledged")
+    assert b'"actor":{"id":"alice","kind":"user"}' in bytes(entry.body)
+    assert PolicyRun.objects.get(pk=esc.pk).status == "acknowledged"
+    pump()
+    shown = fake_slack.messages()["webhook-1"]
+    assert shown["blocks"][0]["text"]["text"].startswith("Acknowledged")
+    assert "Acknowledged by alice" in str(shown) and ACK_ACTION_ID not in str(shown)
+    assert [e["event_action"] for e in fake_pd.events()] == ["trigger", "acknowledge"]

@@ -12,13 +12,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.db import transaction
 from django.utils import timezone
 
 from demo.fakepagerduty import FakePagerDuty
 from demo.fakeslack import FakeSlack
-from operations import events
 from operations.decisions.services import escalation_decide
+from operations.lifecycle import humans
 from operations.models import Escalation, NotificationDelivery, Operation, PolicyRun
 from operations.registration import operation_register
 from tests.integration.support import wait_until
@@ -141,8 +140,7 @@ def test_an_acknowledgement_before_the_wait_means_level_two_is_never_sent_and_pa
     esc = open_card(profile)
     wait_until(lambda: "alice@example.test" in mailed(mail), timeout=60, what="level 1", processes=processes)
     alice = get_user_model().objects.get(username="alice")
-    with transaction.atomic():
-        events.card_acknowledged.send(sender=Escalation, escalation=esc, user=alice)
+    humans.acknowledge(escalation_id=esc.pk, user=alice, now=timezone.now())
     wait_until(
         lambda: [e["event_action"] for e in pd.events()] == ["trigger", "acknowledge"],
         timeout=60,

@@ -7,6 +7,7 @@ admin, django-q2's real scheduler and its real worker loop.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from multiprocessing import Queue, Value
 from pathlib import Path
@@ -52,12 +53,15 @@ def run_in_worker(tasks: list[dict]) -> list[dict]:
         task_queue.put(task)
     task_queue.put("STOP")
     worker(task_queue, result_queue, Value("f", -1))
+    # One result per task; the queue's feeder thread can lag behind on a busy machine.
     results = []
-    while True:
+    deadline = time.monotonic() + 60
+    while len(results) < len(tasks) and time.monotonic() < deadline:
         try:
-            results.append(result_queue.get(timeout=2))
+            results.append(result_queue.get(timeout=1))
         except Empty:
-            return results
+            continue
+    return results
 
 
 # --- the admin --------------------------------------------------------------------------------------

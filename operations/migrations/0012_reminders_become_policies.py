@@ -26,7 +26,7 @@ def backwards(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operations", "0010_escalation_policies"),
+        ("operations", "0011_escalation_policies"),
         ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more"),
     ]
 

@@ -1,0 +1,245 @@
+"""Who holds a card, and the notes written on it: acts that decide nothing (docs/DESIGN.md section 7).
+
+Each act locks the card row, writes its fields and one CardActivity row, appends its `human.*` audit
+entry last, and sends its signal from operations.events inside the transaction (the dashboard's
+receivers queue notifications that commit with the act or not at all). None of them moves the
+card's version: a decision posted against the card stays valid whoever holds it.
+
+- acknowledge: "I'm on it". The card shows who and since when; reminders stop for it. Taking over a
+  card someone else holds is this same act (the caller asks the person to confirm first, naming
+  the holder, who is told).
+- unacknowledge: the holder gives the card back; reminders resume.
+- reassign: hand the card to a named responder, who is told; until they acknowledge it themselves
+  the card is theirs but not acknowledged, so reminders go on.
+- add_note: a comment on the card, in its thread, in the history, the exports and the report.
+
+On a card that is no longer open each act raises CardNotOpen and writes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+
+from operations import events
+from operations.audit import entries as audit
+from operations.models import CardActivity, Escalation
+from operations.responders import is_responder
+from operations.vocabulary import CONTROL_CHARACTERS
+
+NOTE_MAX = 2000
+
+
+class OwnershipRefused(Exception):
+    """The act was refused and nothing was written; `message` says why in words for the person."""
+
+    status = 422
+
+    def __init__(self, message: str, *, escalation: Escalation | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.escalation = escalation
+
+
+class CardNotOpen(OwnershipRefused):
+    """The card was decided or superseded: there is nothing to hold or note any more."""
+
+    status = 409
+
+    def __init__(self, escalation: Escalation) -> None:
+        how = escalation.closed_reason or escalation.state
+        super().__init__(f"This card is no longer open ({escalation.state}: {how}); nothing was changed.")
+        self.escalation = escalation
+
+
+class NotAResponder(OwnershipRefused):
+    """A card can be handed only to an active account with the responder role."""
+
+
+class NotHolder(OwnershipRefused):
+    """Only the person who holds a card gives it back."""
+
+
+class InvalidNote(OwnershipRefused):
+    """The note is empty, too long, or holds control characters."""
+
+
+def clean_note(text: object) -> str:
+    """The note as stored: plain text up to NOTE_MAX characters, line breaks allowed; anything else
+    (control or hidden characters, nothing to say, too long) raises InvalidNote naming the field."""
+    if not isinstance(text, str):
+        raise InvalidNote("note: write some text")
+    normalised = text.replace("\r\n", "\n").strip()
+    if not normalised:
+        raise InvalidNote("note: write some text")
+    if len(normalised) > NOTE_MAX:
+        raise InvalidNote(f"note: at most {NOTE_MAX} characters ({len(normalised)} given)")
+    if CONTROL_CHARACTERS.search(normalised) or "\r" in normalised:
+        raise InvalidNote("note: control or hidden characters are not allowed (plain text and line breaks only)")
+    return normalised
+
+
+def _username(user: object) -> str:
+    return str(user.get_username())  # type: ignore[attr-defined]
+
+
+def _lock_open(escalation_id: int) -> Escalation:
+    escalation = Escalation.objects.select_for_update(of=("self",)).select_related("assignee").get(pk=escalation_id)
+    if escalation.state != Escalation.State.OPEN:
+        raise CardNotOpen(escalation)
+    return escalation
+
+
+def _activity(
+    *,
+    escalation: Escalation,
+    kind: str,
+    user: object,
+    now: datetime,
+    entry_type: str,
+    data: dict[str, object],
+    **fields: object,
+) -> CardActivity:
+    """The activity row and its audit entry, the last write of the act."""
+    activity = CardActivity.objects.create(
+        escalation=escalation,
+        operation_id=escalation.operation_id,
+        kind=kind,
+        user=user,
+        username=_username(user),
+        at=now,
+        **fields,
+    )
+    entry = audit.append(
+        entry_type=entry_type,
+        actor=audit.user_actor(user),
+        operation_id=escalation.operation_id,
+        data={"escalation_id": escalation.pk, "activity_id": activity.pk, "card_version": escalation.version, **data},
+        at=now,
+    )
+    CardActivity.objects.filter(pk=activity.pk).update(audit_seq=entry.seq)
+    activity.audit_seq = entry.seq
+    return activity
+
+
+def acknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalation:
+    """The person is on it: they hold the card (taking it over from whoever held it) and reminders stop.
+
+    Acknowledging a card one already acknowledged changes nothing and records nothing.
+    """
+    with transaction.atomic():
+        escalation = _lock_open(escalation_id)
+        user_id = getattr(user, "pk", None)
+        if escalation.acknowledged_by_id == user_id and escalation.assignee_id == user_id:
+            return escalation
+        previous = escalation.assignee if escalation.assignee_id not in (None, user_id) else None
+        if escalation.assignee_id != user_id:
+            escalation.assignee = user  # type: ignore[assignment]
+            escalation.assigned_by = None
+            escalation.assigned_at = now
+        escalation.acknowledged_by = user  # type: ignore[assignment]
+        escalation.acknowledged_at = now
+        escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
+        previous_name = _username(previous) if previous is not None else ""
+        events.card_acknowledged.send(sender=Escalation, escalation=escalation, user=user, previous=previous)
+        _activity(
+            escalation=escalation,
+            kind=CardActivity.Kind.ACKNOWLEDGED,
+            user=user,
+            now=now,
+            entry_type="human.acknowledged",
+            data={"previous_holder": previous_name or None},
+            previous_username=previous_name,
+        )
+    return escalation
+
+
+def unacknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalation:
+    """The holder gives the card back: nobody holds it, reminders resume.
+
+    Raises NotHolder for anyone but the person who holds it (taking it over is `acknowledge`).
+    """
+    with transaction.atomic():
+        escalation = _lock_open(escalation_id)
+        user_id = getattr(user, "pk", None)
+        if user_id is None or user_id not in (escalation.assignee_id, escalation.acknowledged_by_id):
+            holder = escalation.assignee
+            raise NotHolder(
+                f"Only the person who holds this card gives it back; {_username(holder)} holds it."
+                if holder is not None
+                else "Nobody holds this card; there is nothing to give back.",
+                escalation=escalation,
+            )
+        escalation.assignee = None
+        escalation.assigned_by = None
+        escalation.assigned_at = None
+        escalation.acknowledged_by = None
+        escalation.acknowledged_at = None
+        escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
+        events.card_unacknowledged.send(sender=Escalation, escalation=escalation, user=user)
+        _activity(
+            escalation=escalation,
+            kind=CardActivity.Kind.UNACKNOWLEDGED,
+            user=user,
+            now=now,
+            entry_type="human.unacknowledged",
+            data={},
+        )
+    return escalation
+
+
+def reassign(*, escalation_id: int, by: object, to: object, now: datetime) -> Escalation:
+    """Hand the card to `to`, a responder, who is told. It is theirs but not acknowledged until they
+    say so, so reminders go on meanwhile.
+
+    Raises NotAResponder when `to` is not an active responder. Handing a card to the person who
+    already holds it changes nothing and records nothing.
+    """
+    with transaction.atomic():
+        escalation = _lock_open(escalation_id)
+        if not is_responder(to):
+            raise NotAResponder(
+                f"{_username(to)} cannot be handed a card: they do not have the responder role.",
+                escalation=escalation,
+            )
+        to_id = getattr(to, "pk", None)
+        if escalation.assignee_id == to_id:
+            return escalation
+        previous = escalation.assignee
+        previous_name = _username(previous) if previous is not None else ""
+        escalation.assignee = to  # type: ignore[assignment]
+        escalation.assigned_by = by if getattr(by, "pk", None) != to_id else None  # type: ignore[assignment]
+        escalation.assigned_at = now
+        escalation.acknowledged_by = None
+        escalation.acknowledged_at = None
+        escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
+        events.card_reassigned.send(sender=Escalation, escalation=escalation, by=by, to=to)
+        _activity(
+            escalation=escalation,
+            kind=CardActivity.Kind.REASSIGNED,
+            user=by,
+            now=now,
+            entry_type="human.reassigned",
+            data={"to": _username(to), "previous_holder": previous_name or None},
+            to_user=to,
+            to_username=_username(to),
+            previous_username=previous_name,
+        )
+    return escalation
+
+
+def add_note(*, escalation_id: int, user: object, text: str, now: datetime) -> CardActivity:
+    """A note in the card's thread; decides nothing. Raises InvalidNote for text `clean_note` refuses."""
+    note = clean_note(text)
+    with transaction.atomic():
+        escalation = _lock_open(escalation_id)
+        return _activity(
+            escalation=escalation,
+            kind=CardActivity.Kind.NOTE,
+            user=user,
+            now=now,
+            entry_type="human.note",
+            data={"text": note},
+            text=note,
+        )
