@@ -22,11 +22,3 @@ def notify_callback_failed(operation_id: str, delivery_id: str, event_type: str,
     return notifications.deliver_callback_failure(
         operation_id=operation_id, delivery_id=delivery_id, event_type=event_type, reason=reason
     )
-
-
-def notify_people(escalation_id: int, kind: str, actor_id: int | None, recipient_ids: list[int]) -> str:
-    """Tell named people about a card: handed to them, taken over from them, or awaiting a second
-    responder (operations.events receivers in escalations.notifications)."""
-    return notifications.deliver_to_people(
-        escalation_id=escalation_id, kind=kind, actor_id=actor_id, recipient_ids=recipient_ids
-    )

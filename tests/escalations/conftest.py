@@ -127,32 +127,6 @@ def make_policy(db: None) -> Callable[..., object]:
 
 
 @pytest.fixture
-def pump() -> Callable[..., list[str]]:
-    """What `dispatch_polls` and the workers do, in-process: step due policies, claim due
-    notifications, run their tasks; again until nothing is left to run now. Returns the outcomes."""
-    from django_q.models import OrmQ
-    from django_q.signing import SignedPackage
-
-    from escalations import tasks
-    from escalations.oncall import receivers
-
-    def run(*, rounds: int = 10) -> list[str]:
-        outcomes: list[str] = []
-        for _ in range(rounds):
-            receivers.on_dispatcher_pass(now=timezone.now(), limit=100)
-            queued = [(row.pk, SignedPackage.loads(row.payload)) for row in OrmQ.objects.order_by("id")]
-            runnable = [(pk, task) for pk, task in queued if task["func"] == "escalations.tasks.deliver_notification"]
-            if not runnable:
-                break
-            for pk, task in runnable:
-                OrmQ.objects.filter(pk=pk).delete()
-                outcomes.append(tasks.deliver_notification(*task["args"]))
-        return outcomes
-
-    return run
-
-
-@pytest.fixture
 def acknowledge() -> Callable[[Escalation, object], None]:
     """A responder acknowledges the card, through the lifecycle (as the card's button does)."""
     from operations.lifecycle import humans
