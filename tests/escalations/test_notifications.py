@@ -15,8 +15,8 @@ from escalations.mailfiles import EmailBackend
 from escalations.oncall import transport
 from operations.decisions.services import escalation_decide
 from operations.lifecycle import humans
-from operations.models import Escalation, NotificationDelivery, PolicyRun
-from tests.support import CANARY_SLACK_HOOK
+from operations.models import Escalation, EscalationPolicy, NotificationDelivery, PolicyRun
+from tests.support import CANARY_SLACK_HOOK, has_canary
 
 pytestmark = pytest.mark.django_db
 Event, State = NotificationDelivery.Event, NotificationDelivery.State
@@ -399,3 +399,48 @@ def test_the_dispatcher_steps_a_level_once_even_when_two_passes_race(two_levels,
     assert runs.advance_due(now=now) == 1
     assert runs.advance_due(now=now) == 0
     assert NotificationDelivery.objects.filter(escalation=esc, level=1).count() == 1
+
+
+def test_no_notification_path_stores_logs_shows_or_exports_a_secret(
+    two_levels, make_policy, stopped, pump, fake_pd, fake_slack, settings, admin_client, client, signing_key
+) -> None:  # noqa: ANN001
+    """The canary guard (tests/conftest.py) checks every row, log record, response and email of this
+    test for the routing key, the webhook URL's secret and the Slack app's secrets: here every path
+    that handles them runs, and every page and export that could show them is read."""
+    from tests.support import CANARY_SLACK_BOT, CANARY_SLACK_SECRET
+
+    settings.SLACK_SIGNING_SECRET, settings.SLACK_BOT_TOKEN = CANARY_SLACK_SECRET, CANARY_SLACK_BOT
+    make_policy("chat", (300, [{"slack_webhook": "ONCALL_SLACK"}, {"pagerduty": "ONCALL_PD_CANARY"}]), default=True)
+    two_levels.escalation_policy = ""
+    two_levels.save()
+    fake_pd.answer("400:echo")
+    fake_slack.answer("404:no_service")
+    esc = stopped()
+    pump()
+    refused = client.post(
+        "/slack/interactions",
+        b"payload=%7B%7D",
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_SLACK_REQUEST_TIMESTAMP=str(int(timezone.now().timestamp())),
+        HTTP_X_SLACK_SIGNATURE="v0=" + "0" * 64,
+    )
+    assert refused.status_code == 401
+    assert set(NotificationDelivery.objects.values_list("state", flat=True)) == {"failed"}
+    for url in (
+        f"/operations/{esc.operation_id}/",
+        f"/operations/{esc.operation_id}/report/",
+        f"/operations/{esc.operation_id}/audit.jsonl",
+        "/system/",
+        "/admin/operations/escalationpolicy/",
+        f"/admin/operations/escalationpolicy/{EscalationPolicy.objects.get(name='chat').pk}/change/",
+        "/admin/operations/notificationdelivery/",
+        "/admin/operations/policyrun/",
+        "/metrics",
+    ):
+        response = admin_client.get(url, REMOTE_ADDR="127.0.0.1")
+        assert response.status_code == 200, url
+        if getattr(response, "streaming", False):
+            assert not has_canary(b"".join(response.streaming_content)), url
+    page = admin_client.get(f"/operations/{esc.operation_id}/").content.decode()
+    assert "refused (HTTP 400): Routing key [redacted] is not valid" in page
+    assert "refused (HTTP 404): no_service" in page
