@@ -1,4 +1,4 @@
-"""Who was told about a card, and where its escalation policy stands: two queries per card."""
+"""Who was told about a card, and where its escalation policy stands: one query per card."""
 
 from __future__ import annotations
 
@@ -54,9 +54,17 @@ class Notified:
 
 
 def card_notifications(*, escalation_id: int) -> Notified:
-    run = PolicyRun.objects.filter(pk=escalation_id).first()
-    rows = NotificationDelivery.objects.filter(escalation_id=escalation_id).order_by("created_at", "pk")
+    """One query: the card's messages, with its run joined (a run always wrote its first level)."""
+    rows = list(
+        NotificationDelivery.objects.filter(escalation_id=escalation_id)
+        .select_related("escalation__policy_run")
+        .order_by("created_at", "pk")
+    )
     lines = [_line(row) for row in rows]
+    try:
+        run = rows[0].escalation.policy_run if rows else None
+    except PolicyRun.DoesNotExist:
+        run = None
     if run is None:
         return Notified(policy="", levels=0, status="", level=0, next_step_at=None, lines=lines)
     return Notified(
