@@ -34,11 +34,17 @@ var/demo.env:
 	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
 	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1:$(CALLBACK_PORT),localhost:$(CALLBACK_PORT)' \
 	  'NOTIFY_EMAILS=oncall@example.invalid' \
+	  'EMAIL_BACKEND=escalations.mailfiles.EmailBackend' \
+	  'EMAIL_FILE_PATH=var/mail' \
 	  'Q_WORKERS=2' > $@
 
-# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place.
+# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place. Mail
+# goes to files under var/mail with one line printed per message (an older var/demo.env gains it),
+# so the one-time logins stay on screen.
 demo: $(STAMP) var/demo.env
 	@sed -i 's/^FAKE_PROVIDER_TOKEN=/PROVIDER_FAKE_TOKEN=/' var/demo.env
+	@grep -q '^EMAIL_BACKEND=' var/demo.env || \
+	  printf '%s\n' 'EMAIL_BACKEND=escalations.mailfiles.EmailBackend' 'EMAIL_FILE_PATH=var/mail' >> var/demo.env
 	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
 	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \

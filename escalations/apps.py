@@ -10,18 +10,33 @@ class EscalationsConfig(AppConfig):
     verbose_name = "Escalations (dashboard and notifications)"
 
     def ready(self) -> None:
-        from escalations import notifications
-        from operations import events
+        from django.conf import settings
+        from django.db.models.signals import post_migrate
 
-        events.card_opened.connect(notifications.on_card_opened, dispatch_uid="notify-card-opened")
-        events.card_reassigned.connect(notifications.on_card_reassigned, dispatch_uid="notify-card-reassigned")
-        events.card_acknowledged.connect(notifications.on_card_acknowledged, dispatch_uid="notify-card-taken-over")
-        events.card_awaiting_second.connect(
-            notifications.on_card_awaiting_second, dispatch_uid="notify-card-awaiting-second"
+        from escalations import notifications
+        from escalations.oncall import receivers, runs
+        from operations import events
+        from operations.redaction import register_secret
+
+        # Escalation policies (escalations.oncall): started, stopped, restarted and ended by the
+        # card's own events, inside the transactions that change the card.
+        for signal, receiver, uid in (
+            (events.card_opened, receivers.on_card_opened, "oncall-card-opened"),
+            (events.card_acknowledged, receivers.on_card_acknowledged, "oncall-card-acknowledged"),
+            (events.card_unacknowledged, receivers.on_card_unacknowledged, "oncall-card-unacknowledged"),
+            (events.card_closed, receivers.on_card_closed, "oncall-card-closed"),
+            (events.card_reassigned, receivers.on_card_reassigned, "oncall-card-reassigned"),
+            (events.card_awaiting_second, receivers.on_card_awaiting_second, "oncall-card-awaiting-second"),
+            (events.dispatcher_pass, receivers.on_dispatcher_pass, "oncall-dispatcher-pass"),
+        ):
+            signal.connect(receiver, dispatch_uid=uid)
+        events.callback_undeliverable.connect(
+            notifications.on_callback_undeliverable, dispatch_uid="notify-callback-undeliverable"
         )
         events.business_deadline_near.connect(
             notifications.on_business_deadline_near, dispatch_uid="notify-business-deadline-near"
         )
-        events.callback_undeliverable.connect(
-            notifications.on_callback_undeliverable, dispatch_uid="notify-callback-undeliverable"
-        )
+        post_migrate.connect(runs.adopt_open_cards, sender=self, dispatch_uid="oncall-adopt-open-cards")
+        # Secrets of the notification settings: scrubbed from every log line of every process.
+        for secret in (settings.NOTIFY_WEBHOOK_URL, settings.SLACK_SIGNING_SECRET, settings.SLACK_BOT_TOKEN):
+            register_secret(secret)

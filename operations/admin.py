@@ -12,8 +12,10 @@ that hold the credentials. pollerdash writes the schedules it needs itself (task
 
 from __future__ import annotations
 
+import tomllib
+
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -32,12 +34,17 @@ from operations.models import (
     CallbackDelivery,
     Decision,
     Escalation,
+    EscalationPolicy,
     IdempotencyKey,
+    NotificationDelivery,
     Operation,
+    PolicyRun,
     ProviderAccount,
     ProviderProfile,
     StatusCheck,
 )
+from operations.notify import store as policy_store
+from operations.notify.policy import ENV_PREFIX, SECRET_REF_KINDS, validate_policy
 from operations.profiles import (
     FIELD_TO_KEY,
     KEY_TO_FIELD,
@@ -109,6 +116,9 @@ class ProviderProfileForm(forms.ModelForm):
                     continue
                 self.add_error(field_name if field_name in self.fields else None, f"{problem.key}: {problem.message}")
             return cleaned
+        if policy_store.missing_policies(names={result.escalation_policy} - {""}):
+            self.add_error("escalation_policy", f"escalation_policy: no policy named {result.escalation_policy!r}")
+            return cleaned
         # Save exactly what loadprofiles would: defaults filled in, floats as floats.
         cleaned.update(result.model_values())
         return cleaned
@@ -179,6 +189,7 @@ class ProviderProfileAdmin(admin.ModelAdmin):
                 )
             },
         ),
+        ("Reaching on-call", {"fields": ("escalation_policy",)}),
         ("Record", {"fields": ("created_at", "updated_at")}),
     )
 
@@ -193,6 +204,127 @@ class ProviderProfileAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ProviderProfile]) -> None:
         for profile in queryset:
             profile_delete(profile=profile, actor=audit.user_actor(request.user))
+
+
+# --- escalation policies --------------------------------------------------------------------------------
+
+
+class EscalationPolicyForm(forms.ModelForm):
+    """A policy edited as loadpolicies reads it: the levels as TOML, validated whole by the same
+    function (operations.notify.policy.validate_policy), so the two surfaces refuse the same things."""
+
+    levels = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 12, "cols": 90, "spellcheck": "false"}),
+        help_text=(
+            "[[levels]] tables, in order: wait_s (whole seconds before the next level, 1-86400) and targets, "
+            'e.g. targets = [{ user = "alice" }, { group = "oncall" }, { email = "team@example.com" }, '
+            '{ slack_webhook = "ONCALL_SLACK_PAYMENTS" }, { pagerduty = "ONCALL_PD_PAYMENTS" }]. '
+            "Webhook URLs and routing keys are never entered here: name the ONCALL_* environment variable "
+            "that holds them."
+        ),
+    )
+
+    class Meta:
+        model = EscalationPolicy
+        fields = ("name", "description", "repeat_last_level", "is_default")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and not self.is_bound:
+            self.initial["levels"] = policy_store.levels_toml(policy_store.policy_of(self.instance))
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean()
+        name = cleaned.get("name") or self.instance.name
+        try:
+            levels = tomllib.loads(str(cleaned.get("levels", ""))).get("levels")
+        except tomllib.TOMLDecodeError as exc:
+            self.add_error("levels", f"levels: not valid TOML: {exc}")
+            return cleaned
+        raw = {"name": name, "repeat_last_level": cleaned.get("repeat_last_level", 0), "levels": levels}
+        result = validate_policy(raw, directory=policy_store.directory())
+        if isinstance(result, list):
+            self._forget_pasted_secrets(levels)
+            for problem in result:
+                field = problem.key.split("[", 1)[0].split(".", 1)[0]
+                self.add_error(field if field in self.fields else None, str(problem))
+            return cleaned
+        cleaned["policy"] = result
+        return cleaned
+
+    def _forget_pasted_secrets(self, levels: object) -> None:
+        """A webhook URL or routing key pasted where its variable's name belongs is refused; the form
+        shown again must not carry it back to the page (or to whoever looks over the shoulder)."""
+        pasted = [
+            str(value)
+            for level in (levels if isinstance(levels, list) else [])
+            if isinstance(level, dict)
+            for target in (level.get("targets") if isinstance(level.get("targets"), list) else [])
+            if isinstance(target, dict)
+            for kind, value in target.items()
+            if kind in SECRET_REF_KINDS and not str(value).startswith(ENV_PREFIX)
+        ]
+        if not pasted:
+            return
+        data = self.data.copy()
+        text = str(data.get("levels", ""))
+        for value in pasted:
+            text = text.replace(value, "ONCALL_NAME_OF_THE_VARIABLE")
+        data["levels"] = text
+        self.data = data
+
+
+@admin.register(EscalationPolicy)
+class EscalationPolicyAdmin(admin.ModelAdmin):
+    form = EscalationPolicyForm
+    list_display = ("name", "is_default", "repeat_last_level", "updated_at")
+    search_fields = ("name", "description")
+    readonly_fields = ("updated_at",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: EscalationPolicy | None = None) -> tuple[str, ...]:
+        # A rename would detach the policy from the profiles that name it: make a new one instead.
+        return ("name", "updated_at") if obj is not None else ("updated_at",)
+
+    def save_model(self, request: HttpRequest, obj: EscalationPolicy, form: forms.ModelForm, change: bool) -> None:
+        policy = form.cleaned_data["policy"]
+        policy_store.policies_save(
+            policies=[policy],
+            actor=audit.user_actor(request.user),
+            descriptions={policy.name: form.cleaned_data.get("description", "")},
+            default=bool(form.cleaned_data.get("is_default")),
+        )
+        obj.pk = EscalationPolicy.objects.get(name=policy.name).pk
+
+    def save_related(self, request: HttpRequest, form: forms.ModelForm, formsets: object, change: bool) -> None:
+        """Levels and targets were written by the store with the policy."""
+
+    def delete_model(self, request: HttpRequest, obj: EscalationPolicy) -> None:
+        try:
+            policy_store.policy_delete(row=obj, actor=audit.user_actor(request.user))
+        except policy_store.PoliciesInvalid as exc:
+            self.message_user(request, str(exc), level=messages.ERROR)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[EscalationPolicy]) -> None:
+        for row in queryset:
+            self.delete_model(request, row)
+
+
+@admin.register(PolicyRun)
+class PolicyRunAdmin(ViewOnlyAdmin):
+    """A card's progress through its policy: written only by the policy steps."""
+
+    list_display = ("escalation", "policy_name", "status", "level", "repetition", "next_step_at")
+    list_filter = ("status", "policy_name")
+
+
+@admin.register(NotificationDelivery)
+class NotificationDeliveryAdmin(ViewOnlyAdmin):
+    """Every message sent, failed or skipped about a card: a record, never edited."""
+
+    # A click's response_url is a short-lived capability to post into a Slack channel.
+    hidden_fields = ("response_url",)
+    list_display = ("escalation", "event", "channel", "display", "state", "attempts", "created_at")
+    list_filter = ("state", "channel", "event")
 
 
 @admin.register(ProviderAccount)

@@ -11,10 +11,13 @@ class OperationsConfig(AppConfig):
         from django.db.models.signals import post_migrate
         from django_q.signals import pre_enqueue
 
-        from operations import people, task_registry
+        from operations import events, figures, people, task_registry
 
         # Only pollerdash's own functions enter the task queue; its schedules are written by code.
         pre_enqueue.connect(task_registry.guard_task, dispatch_uid="pollerdash.guard_task")
         post_migrate.connect(task_registry.schedules_ensure, sender=self, dispatch_uid="pollerdash.schedules_ensure")
         # Changes to the people who decide (accounts, roles) are audit entries, whoever makes them.
         people.connect()
+        # Time to acknowledge / to decide, counted in the transaction of the act (operations.figures).
+        events.card_acknowledged.connect(figures.on_card_acknowledged, dispatch_uid="figures-card-acknowledged")
+        events.card_closed.connect(figures.on_card_closed, dispatch_uid="figures-card-closed")

@@ -31,6 +31,7 @@ RESERVED_PREFIXES = (
     "METRICS_",
     "NOTIFY_",
     "OIDC_",
+    "ONCALL_",
     "OPERATION_",
     "PAGERDUTY_",
     "POLL_",

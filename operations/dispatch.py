@@ -18,6 +18,8 @@ runs these steps in a loop on every host (any number of dispatchers may run at o
    PostgreSQL and a compare-and-set update on SQLite. Per provider account, no more claims are
    admitted than the rate allowance has room for right now, and none while the account is paused.
 4. `dispatch_callbacks`: hands due completion callbacks to workers.
+5. `events.dispatcher_pass`: the layers above do their own due work (escalation policies and
+   notifications, escalations.oncall), without the domain importing them.
 
 Every step returns how much work it did, so tests call one step at a time and the loop goes round
 again at once while a step stopped at its batch limit, sleeping otherwise (`idle_sleep_s`).
@@ -42,7 +44,7 @@ from django_q.brokers import Broker, get_broker
 from django_q.models import Failure, OrmQ
 from django_q.tasks import async_task
 
-from operations import pacing
+from operations import events, pacing
 from operations.callbacks.delivery import dispatch_due_callbacks
 from operations.lifecycle.business import warn_business_deadline
 from operations.lifecycle.cards import escalate
@@ -295,12 +297,14 @@ class PassResult:
     requeued: int = 0
     claimed: int = 0
     callbacks: int = 0
+    # Work done by the layers above in this pass (events.dispatcher_pass): policy steps, notifications.
+    notifications: int = 0
     # A step stopped at its batch limit: more of its work is waiting right now.
     backlog: bool = False
 
     @property
     def did_work(self) -> bool:
-        return bool(self.swept or self.requeued or self.claimed or self.callbacks)
+        return bool(self.swept or self.requeued or self.claimed or self.callbacks or self.notifications)
 
 
 def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None = None) -> PassResult:
@@ -311,11 +315,14 @@ def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None =
     result.requeued = requeue_expired_leases(now=now, limit=REQUEUE_LIMIT)
     result.claimed = len(claim_due(owner=owner, now=now, broker=broker))
     result.callbacks = dispatch_callbacks(limit=settings.DISPATCH_BATCH)
+    above = [done for _, done in events.dispatcher_pass.send(sender=PassResult, now=now, limit=settings.DISPATCH_BATCH)]
+    result.notifications = sum(done for done in above if isinstance(done, int))
     result.backlog = (
         result.swept >= SWEEP_LIMIT
         or result.requeued >= REQUEUE_LIMIT
         or result.claimed >= settings.DISPATCH_BATCH
         or result.callbacks >= settings.DISPATCH_BATCH
+        or any(isinstance(done, int) and done >= settings.DISPATCH_BATCH for done in above)
     )
     return result
 

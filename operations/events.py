@@ -29,3 +29,9 @@ card_awaiting_second = Signal()
 business_deadline_near = Signal()
 # A completion callback could not be delivered and gave up: kwargs `delivery`, `reason`.
 callback_undeliverable = Signal()
+# Sent by every pass of `dispatch_polls`, outside any transaction, after the domain's own steps: a
+# layer above does its own due work here (the human layer steps escalation policies and hands due
+# notifications to workers), each item in a short transaction of its own, no I/O. kwargs `now`, `limit`;
+# a receiver returns how many items it handled, and returning `limit` or more says more are waiting
+# (the dispatcher then goes round again at once).
+dispatcher_pass = Signal()

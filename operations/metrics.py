@@ -20,12 +20,20 @@ from django.db import connection
 from django.db.models import Count, Min
 from django.utils import timezone
 from django_q.models import OrmQ
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from operations import figures
 from operations.audit.health import audit_protection_checks
 from operations.lifecycle.claims import due_unclaimed
-from operations.models import Escalation, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
+from operations.models import (
+    Escalation,
+    NotificationDelivery,
+    Operation,
+    ProcessHeartbeat,
+    ProviderAccount,
+    StatusCheck,
+)
 from operations.vocabulary import NOT_DONE_STATUSES, Reason
 
 LAG_WINDOW = timedelta(minutes=5)
@@ -199,7 +207,7 @@ def _not_done() -> dict[str, int]:
 class PollerdashCollector(Collector):
     """Prometheus collector: one database snapshot per scrape."""
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
         snap = snapshot()
         lag = GaugeMetricFamily(
             "pollerdash_dispatch_lag_seconds",
@@ -256,12 +264,30 @@ class PollerdashCollector(Collector):
             "kind",
             snap.live_processes or {"dispatcher": 0},
         )
+        yield from figures.histograms()
+        yield _labelled(
+            "pollerdash_notifications_failed_24h",
+            "Notifications that failed for good in the last 24 hours, by channel",
+            "channel",
+            notifications_failed(now=snap.at),
+        )
         yield _labelled(
             "pollerdash_audit_protection_ok",
             "Audit log protection checks (1 ok, 0 failing)",
             "check",
             {check.name: 1 if check.ok else 0 for check in audit_protection_checks()},
         )
+
+
+def notifications_failed(*, now: datetime, window: timedelta = timedelta(hours=24)) -> dict[str, float]:
+    """Notifications that ended failed within `window`, by channel (an indexed window)."""
+    rows = (
+        NotificationDelivery.objects.filter(state=NotificationDelivery.State.FAILED, finished_at__gte=now - window)
+        .values("channel")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return {row["channel"]: row["n"] for row in rows}
 
 
 def _gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:

@@ -40,8 +40,6 @@ class ProjectSchedule:
 SCHEDULES = (
     # Workers hold the credentials, so they publish their fingerprints (operations/credentials.py).
     ProjectSchedule("pollerdash: credential fingerprints", "operations.tasks.publish_credential_fingerprints", 1),
-    # Reminders for undecided cards (escalations/notifications.py).
-    ProjectSchedule("pollerdash: escalation reminders", "escalations.tasks.send_due_reminders", 1),
 )
 
 

@@ -314,16 +314,43 @@ allowed_endpoints(tuple(CALLBACK_ALLOWED_HOSTS))
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 
-# --- Notifications ----------------------------------------------------------------------------------
+# --- Notifications (docs/DESIGN.md "Reaching on-call") ---------------------------------------------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "pollerdash@localhost")
+# A mail server that never answers frees the worker after this long (Django's default is no timeout).
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+# escalations.mailfiles.EmailBackend (the demo): one .eml file per message here, one line printed.
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
+# Without an escalation policy: the implicit "settings" policy tells these, every NOTIFY_REMINDER_S.
 NOTIFY_EMAILS = env_list("NOTIFY_EMAILS")
 NOTIFY_WEBHOOK_URL = env_secret("NOTIFY_WEBHOOK_URL")
 NOTIFY_REMINDER_S = env_int("NOTIFY_REMINDER_S", 15 * 60)
+# The policy a profile without its own follows (a name; else the one marked default in the admin).
+ESCALATION_DEFAULT_POLICY = env_str("ESCALATION_DEFAULT_POLICY", "")
 # Caps on messages to people, beyond which a notification is recorded as skipped, not sent (0 turns
-# one off): per card (the first notice and its reminders; the last one says so) and per hour in all.
+# one off): per card (its policy's levels and repeats; the last one says so) and per hour in all.
+# Follow-ups that close what was sent (PagerDuty acknowledge/resolve, a Slack message updated) are
+# never held back by them.
 NOTIFY_MAX_PER_CARD = env_int("NOTIFY_MAX_PER_CARD", 24)
 NOTIFY_MAX_PER_HOUR = env_int("NOTIFY_MAX_PER_HOUR", 60)
+# Delay before each attempt of one notification (seconds, jittered +-20 %; Retry-After is honoured
+# up to 15 min): six attempts over about 18 minutes, then the row is failed and the card says so.
+NOTIFY_RETRY_SCHEDULE_S = [float(s) for s in env_list("NOTIFY_RETRY_SCHEDULE_S", "0,30,60,120,300,600")]
+# host:port pairs notification URLs (webhooks, the PagerDuty events URL, Slack's API and response
+# URLs) may use over plain http or off Slack's hosts: local receivers in tests and the demo only.
+NOTIFY_ALLOWED_HOSTS = env_list("NOTIFY_ALLOWED_HOSTS")
+# PagerDuty Events API v2 (or a compatible receiver); routing keys come from ONCALL_* variables
+# named by policy targets. The dedup_key prefix defaults to SITE_URL's host.
+PAGERDUTY_EVENTS_URL = env_str("PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue")
+PAGERDUTY_DEDUP_PREFIX = env_str("PAGERDUTY_DEDUP_PREFIX", "")
+# The Slack app (optional): the signing secret enables the Acknowledge button and POST
+# /slack/interactions; the bot token enables slack_channel targets (updated in place) and matching
+# a clicker by their verified email (users:read.email).
+SLACK_SIGNING_SECRET = env_secret("SLACK_SIGNING_SECRET")
+SLACK_BOT_TOKEN = env_secret("SLACK_BOT_TOKEN")
+SLACK_TEAM_ID = env_str("SLACK_TEAM_ID", "")
+SLACK_APP_ID = env_str("SLACK_APP_ID", "")
+SLACK_API_URL = env_str("SLACK_API_URL", "https://slack.com/api").rstrip("/")
 
 # --- Dashboard --------------------------------------------------------------------------------------
 # Decision POSTs one person may make per minute (429 beyond it, nothing written), and how long

@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
+from escalations.views.slack import interactions as slack_interactions
 from operations.metrics_endpoint import prometheus_metrics
 
 urlpatterns = [
@@ -17,6 +18,8 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
     path("metrics", prometheus_metrics, name="metrics"),
+    # Slack's signed requests (not a dashboard page: no session, the signature is the credential).
+    path("slack/interactions", slack_interactions, name="slack_interactions"),
     path("api/v1/", include("operations.api.routes")),
     path("", include("escalations.urls")),
 ]

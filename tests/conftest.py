@@ -20,9 +20,22 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from hypothesis import settings as hypothesis_settings
 
-from tests.support import CANARY, T0, canary_emails, canary_log_handler, canary_rows, has_canary, job_id
+from tests.support import (
+    CANARY,
+    CANARY_PD_KEY,
+    T0,
+    canary_emails,
+    canary_log_handler,
+    canary_rows,
+    has_canary,
+    job_id,
+)
 
 os.environ["PROVIDER_FAKE_TOKEN"] = CANARY
+# A routing key named by the tests' policies (ONCALL_*): the guard below proves it never reaches a
+# row, a log line, a response or an email. Tests that post to a Slack webhook put CANARY_SLACK_HOOK
+# in its URL; the Slack app's secrets are set per test (tests/escalations/oncall_support.py).
+os.environ["ONCALL_PD_CANARY"] = CANARY_PD_KEY
 # Property tests draw the same examples on every run, so a failure in CI reproduces on a laptop.
 hypothesis_settings.register_profile("pollerdash", derandomize=True, database=None)
 hypothesis_settings.load_profile("pollerdash")
@@ -260,6 +273,33 @@ def drive(clock: object, rng: random.Random) -> Callable[..., list[str]]:
                 clock.move_to(op.next_poll_at, tick=False)  # type: ignore[attr-defined]
             results.append(str(poll_once(operation_id=op.pk, fence=op.fence, rng=rng)))
         return results
+
+    return run
+
+
+@pytest.fixture
+def pump() -> Callable[..., list[str]]:
+    """What `dispatch_polls` and the workers do, in-process: step due policies, claim due
+    notifications, run their tasks; again until nothing is left to run now. Returns the outcomes."""
+    from django.utils import timezone
+    from django_q.models import OrmQ
+    from django_q.signing import SignedPackage
+
+    from escalations import tasks
+    from escalations.oncall import receivers
+
+    def run(*, rounds: int = 10) -> list[str]:
+        outcomes: list[str] = []
+        for _ in range(rounds):
+            receivers.on_dispatcher_pass(now=timezone.now(), limit=100)
+            queued = [(row.pk, SignedPackage.loads(row.payload)) for row in OrmQ.objects.order_by("id")]
+            runnable = [(pk, task) for pk, task in queued if task["func"] == "escalations.tasks.deliver_notification"]
+            if not runnable:
+                break
+            for pk, task in runnable:
+                OrmQ.objects.filter(pk=pk).delete()
+                outcomes.append(tasks.deliver_notification(*task["args"]))
+        return outcomes
 
     return run
 

@@ -13,6 +13,13 @@ from django.db import connection
 # A credential that must never appear in any response, log record, stored row, email or error
 # text: not as is, and not in the forms a provider echoing it might use (CANARY_FORMS).
 CANARY = "canary-secret-7f3e9a1c55d24b08"
+# The notification secrets, guarded the same way: a PagerDuty routing key, the secret part of a
+# Slack webhook URL, the Slack app's signing secret and bot token (planted in tests/conftest.py).
+CANARY_PD_KEY = "canary-pdkey-3b9d0e6f41a27c58"
+CANARY_SLACK_HOOK = "canary-slackhook-8e21c4a9d07f3b66"
+CANARY_SLACK_SECRET = "canary-slacksign-5c0a7e93b1d84f22"
+CANARY_SLACK_BOT = "xoxb-canary-slackbot-2f6e8d1a9c3b5704"
+CANARIES = (CANARY, CANARY_PD_KEY, CANARY_SLACK_HOOK, CANARY_SLACK_SECRET, CANARY_SLACK_BOT)
 
 
 def _encoded(value: str) -> set[str]:
@@ -22,7 +29,7 @@ def _encoded(value: str) -> set[str]:
 
 
 # Unpadded base64 is a prefix of the padded form, so it finds both.
-CANARY_FORMS = tuple(sorted(_encoded(CANARY) | _encoded(f"Bearer {CANARY}")))
+CANARY_FORMS = tuple(sorted({form for canary in CANARIES for form in _encoded(canary) | _encoded(f"Bearer {canary}")}))
 _CANARY_BYTES = tuple(form.encode() for form in CANARY_FORMS)
 
 
@@ -64,17 +71,46 @@ canary_log_handler = _CanaryLogHandler()
 
 
 def canary_rows() -> list[str]:
-    from operations.models import AuditEntry, CallbackDelivery, Decision, Escalation, Operation, StatusCheck
+    from django_q.models import OrmQ
+    from django_q.signing import SignedPackage
+
+    from operations.models import (
+        AuditEntry,
+        CallbackDelivery,
+        Decision,
+        Escalation,
+        NotificationDelivery,
+        Operation,
+        PolicyRun,
+        PolicyTarget,
+        SlackRefusal,
+        StatusCheck,
+    )
 
     found = []
     try:
-        for model in (Operation, StatusCheck, Escalation, Decision, CallbackDelivery):
+        models = (
+            Operation,
+            StatusCheck,
+            Escalation,
+            Decision,
+            CallbackDelivery,
+            PolicyTarget,
+            PolicyRun,
+            NotificationDelivery,
+            SlackRefusal,
+        )
+        for model in models:
             for row in model.objects.all().values():
                 if has_canary(repr(row)):
                     found.append(f"{model.__name__} row")
         for body in AuditEntry.objects.values_list("body", flat=True):
             if has_canary(bytes(body)):
                 found.append("AuditEntry body")
+        # Tasks waiting in the queue: their arguments, signed and pickled.
+        for payload in OrmQ.objects.values_list("payload", flat=True):
+            if has_canary(repr(SignedPackage.loads(payload))):
+                found.append("queued task")
     except Exception:  # noqa: BLE001 - the test's own transaction may be unusable; its failure shows
         connection.close_if_unusable_or_obsolete()
     return found

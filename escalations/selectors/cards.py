@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from escalations.selectors.notifications import Notified, card_notifications
 from operations.decisions.cards import Card, load_card, reason_label
 from operations.models import CardActivity, Decision, Escalation, Operation
 from operations.responders import responders
 from operations.vocabulary import Reason
 
+RUN_STATUSES = ("", "running", "acknowledged", "exhausted", "ended")
 REASONS = [(reason.value, reason_label(reason.value)) for reason in Reason]
 
 
@@ -17,6 +19,7 @@ REASONS = [(reason.value, reason_label(reason.value)) for reason in Reason]
 class CardView:
     card: Card
     decisions: list[Decision]
+    notified: Notified
     # Acknowledgements, hand-overs and notes, oldest first.
     activities: list[CardActivity] = field(default_factory=list)
     # Open cards: the responders it can be handed to (everyone but its holder).
@@ -25,10 +28,13 @@ class CardView:
     @property
     def etag(self) -> str:
         """Changes whenever anything on the card changes (version, a new recorded look or attempt,
-        who holds it, a note)."""
+        who holds it, a note, a notification sent, failed or skipped, a policy step)."""
         last = self.decisions[-1].pk if self.decisions else 0
         activity = self.activities[-1].pk if self.activities else 0
-        return f"{self.card.escalation.version}.{last}.{activity}"
+        told = self.notified
+        settled = sum(1 for line in told.lines if line.state != "pending")
+        step = RUN_STATUSES.index(told.status) if told.status in RUN_STATUSES else 0
+        return f"{self.card.escalation.version}.{last}.{activity}.{len(told.lines)}.{settled}.{step}"
 
     @property
     def notes(self) -> list[CardActivity]:
@@ -41,7 +47,8 @@ def card_view(*, escalation: Escalation, now: datetime) -> CardView:
     activities = list(CardActivity.objects.filter(escalation=escalation).order_by("at", "pk"))
     card = load_card(escalation=escalation, operation=escalation.operation, now=now, decisions=decisions)
     choices = reassign_choices(escalation=escalation) if card.is_open else []
-    return CardView(card=card, decisions=decisions, activities=activities, reassign_to=choices)
+    notified = card_notifications(escalation_id=escalation.pk)
+    return CardView(card=card, decisions=decisions, notified=notified, activities=activities, reassign_to=choices)
 
 
 def card_by_id(*, escalation_id: int, now: datetime) -> CardView | None:

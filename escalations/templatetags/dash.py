@@ -205,3 +205,9 @@ def at_text(value: object) -> str:
     except ValueError:
         return str(value or "—")
     return at(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
+@register.filter
+def seconds(value: float | None) -> str:
+    """A duration given in seconds, in words: "45 s", "12 min", "1 h 5 min"."""
+    return "—" if value is None else human_duration(timedelta(seconds=value))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from escalations.roles import viewer_required
-from operations import metrics
+from operations import figures, metrics
 from operations.audit.health import audit_protection_checks
+from operations.models import SlackRefusal
 from operations.vocabulary import REASON_LABELS, Reason
 
+REASON_VALUES = frozenset(reason.value for reason in Reason)
 # What the panel calls out, with the thresholds an on-call engineer would page on.
 LAG_WARN_S = 1.0
 OLDEST_DUE_WARN_S = 5.0
@@ -21,7 +25,14 @@ QUEUE_WAIT_WARN_S = 5.0
 @require_GET
 def system(request: HttpRequest) -> HttpResponse:
     snap = metrics.snapshot()
+    responses = figures.response_figures(now=snap.at)
     context = {
+        "responses": _response_tables(responses),
+        "per_responder": responses.per_responder,
+        "notifications_failed": metrics.notifications_failed(now=snap.at),
+        "slack_refusals": list(
+            SlackRefusal.objects.filter(hour__gte=snap.at - timedelta(hours=24)).order_by("-hour", "reason")
+        ),
         "snap": snap,
         "checks": audit_protection_checks(),
         "escalations": [(REASON_LABELS[Reason(r)], n) for r, n in snap.open_escalations.items()],
@@ -31,6 +42,21 @@ def system(request: HttpRequest) -> HttpResponse:
     }
     template = "operations/_system_panel.html" if request.htmx else "operations/system.html"
     return render(request, template, context)
+
+
+def _response_tables(responses: figures.ResponseFigures) -> list[dict[str, object]]:
+    """One table per (measure, grouping): rows of group label, 24 h and 7 d figures, waiting cards."""
+    tables = []
+    for measure, title in ((figures.ACK, "Time to acknowledge"), (figures.DECIDE, "Time to decide")):
+        for by in ("reason", "provider"):
+            day = responses.tables[("24h", measure, by)]
+            week = responses.tables[("7d", measure, by)]
+            rows = []
+            for group in sorted(set(day) | set(week)):
+                label = REASON_LABELS[Reason(group)] if by == "reason" and group in REASON_VALUES else group
+                rows.append({"label": label, "day": day.get(group), "week": week.get(group)})
+            tables.append({"title": f"{title}, by {by}", "measure": measure, "by": by, "rows": rows})
+    return tables
 
 
 def _warnings(snap: metrics.Snapshot) -> list[str]:

@@ -282,6 +282,14 @@ def _profile_changed(data: Mapping[str, object], actor: str, at: datetime) -> st
     return f"{actor} {data.get('change')} provider profile {data.get('slug')}" + (f" ({named})" if named else "")
 
 
+def _policy_changed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    policy = data.get("policy")
+    levels = policy.get("levels") if isinstance(policy, Mapping) else None
+    shape = f" ({len(levels)} level{'s' if len(levels) != 1 else ''})" if isinstance(levels, list) else ""
+    default = ", the default" if data.get("is_default") else ""
+    return f"{actor} {data.get('change')} escalation policy {data.get('name')}{shape}{default}"
+
+
 def _roles(roles: Mapping[str, object]) -> str:
     named = [str(group) for group in roles.get("groups") or []]  # type: ignore[union-attr]
     named += [flag.replace("is_", "") for flag in ("is_staff", "is_superuser") if roles.get(flag)]
@@ -338,6 +346,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "callback.failed": _callback_failed,
     "operation.business_deadline_near": _business_near,
     "profile.changed": _profile_changed,
+    "policy.changed": _policy_changed,
     "user.created": _user_created,
     "user.renamed": _user_renamed,
     "user.roles_changed": _user_roles_changed,

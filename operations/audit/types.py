@@ -45,6 +45,9 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "max_requests",
         "deadline",
     ),
+    # An escalation policy created, changed or deleted (operations/notify/store.py): `policy` is the
+    # whole policy after the change (levels, waits, targets by name; env names, never a secret).
+    "policy.changed": ("name", "change", "policy", "is_default"),
     "provider.paused": ("account", "paused_until", "http_status", "reason"),
     "operation.cancelled": ("state", "reason", "cancel_state", "http_status"),
     "operation.acknowledged": ("state",),

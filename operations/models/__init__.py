@@ -6,6 +6,15 @@ from operations.models.callback import CallbackDelivery, CallbackEndpoint
 from operations.models.credential import CredentialFingerprint
 from operations.models.escalation import CardActivity, Decision, Escalation
 from operations.models.heartbeat import ProcessHeartbeat
+from operations.models.notify import (
+    CardResponseCounter,
+    EscalationPolicy,
+    NotificationDelivery,
+    PolicyLevel,
+    PolicyRun,
+    PolicyTarget,
+    SlackRefusal,
+)
 from operations.models.operation import Operation
 from operations.models.profile import ProviderProfile
 from operations.models.rate_window import RateWindow
@@ -21,14 +30,21 @@ __all__ = [
     "CallbackDelivery",
     "CallbackEndpoint",
     "CardActivity",
+    "CardResponseCounter",
     "CredentialFingerprint",
     "Decision",
     "Escalation",
+    "EscalationPolicy",
     "IdempotencyKey",
+    "NotificationDelivery",
     "Operation",
+    "PolicyLevel",
+    "PolicyRun",
+    "PolicyTarget",
     "ProcessHeartbeat",
     "ProviderAccount",
     "ProviderProfile",
     "RateWindow",
+    "SlackRefusal",
     "StatusCheck",
 ]

@@ -62,6 +62,9 @@ class Escalation(models.Model):
     cancel_response = models.JSONField(null=True, blank=True)
     # Why the card closed: the decision that ended it, or what superseded it.
     closed_reason = models.CharField(max_length=300, blank=True)
+    # The first acknowledgement, or the closing decision when nobody acknowledged first: written
+    # once (operations.figures), the end of "time to acknowledge"; an unacknowledge keeps it.
+    first_response_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "escalations_escalation"
@@ -74,6 +77,8 @@ class Escalation(models.Model):
         indexes = [
             models.Index(fields=["state", "opened_at"], name="escalation_state_idx"),
             models.Index(fields=["assignee", "state"], name="escalation_assignee_idx"),
+            models.Index(fields=["first_response_at"], name="escalation_first_response_idx"),
+            models.Index(fields=["closed_at"], condition=Q(state="decided"), name="escalation_decided_idx"),
         ]
 
     def __str__(self) -> str:

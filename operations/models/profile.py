@@ -58,6 +58,11 @@ class ProviderProfile(models.Model):
         help_text="Seconds before an operation's business deadline to warn on-call while the job still runs "
         "(a notification, not a card); 1 s to 7 days, empty for no warning.",
     )
+    # The name of the escalation policy that tells people about this profile's cards; empty: the
+    # default policy (docs/DESIGN.md, "Reaching on-call"). A name, like the TOML key, so the profile
+    # machinery stays one table; the loader and the admin check that the policy exists, and a
+    # policy named by a profile cannot be deleted.
+    escalation_policy = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -55,9 +55,11 @@ KEY_TO_FIELD: dict[str, str] = {
         "extension_options",
         "max_extensions",
         "business_deadline_warning_s",
+        "escalation_policy",
     )
 }
 FIELD_TO_KEY = {field: key for key, field in KEY_TO_FIELD.items()}
+_POLICY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
 REQUIRED_KEYS = ("slug", "name", "status_url", "job_id_pattern", "state_field", "pending", "success")
 COUNT_NAMES = frozenset({"total", "succeeded", "failed"})
 CANCEL_METHODS = ("DELETE", "POST", "PUT")
@@ -391,4 +393,9 @@ def key_checks() -> dict[str, Callable[[object], list[str]]]:
         "extension_options": _extension_options,
         "max_extensions": lambda v: _integer(v, minimum=0, maximum=INT32_MAX),
         "business_deadline_warning_s": _business_deadline_warning,
+        # A policy's name; that the policy exists is checked by the loader and the admin form
+        # (operations.notify.store.missing_policies), which read the database.
+        "escalation_policy": lambda v: _text(
+            v, max_length=100, pattern=_POLICY_NAME, shape="is not a policy name (a-z, 0-9, _ and -)"
+        ),
     }

@@ -6,6 +6,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from operations.notify.store import missing_policies
 from operations.profiles.checks import kind_of
 from operations.profiles.spec import ProfileSpec, validate_profile
 
@@ -60,6 +61,13 @@ def parse_profiles(*, document: Mapping[str, object]) -> list[ProfileSpec]:
             continue
         first_index[result.slug] = index
         specs.append(result)
+    for spec in specs:
+        if spec.escalation_policy in missing_policies(names={spec.escalation_policy} - {""}):
+            index = first_index[spec.slug]
+            problems.append(
+                f"provider #{index} ({spec.slug}): escalation_policy: no policy named {spec.escalation_policy!r}"
+                " (load it with loadpolicies first)"
+            )
     if problems:
         raise ProfilesInvalid(problems)
     return specs

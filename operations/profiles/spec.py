@@ -67,6 +67,7 @@ class ProfileSpec:
     extension_options: list[dict[str, int]]
     max_extensions: int
     business_deadline_warning_s: int | None
+    escalation_policy: str
 
     def model_values(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

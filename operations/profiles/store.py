@@ -111,6 +111,7 @@ AUDITED_VALUES = (
     "state_field",
     *(f"{key}_states" for key in STATE_KEYS),
     "approval_mode",
+    "escalation_policy",
 )
 
 

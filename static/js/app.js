@@ -262,6 +262,17 @@
     const doc = new DOMParser().parseFromString(event.detail.serverResponse, "text/html");
     const title = doc.querySelector("title");
     if (title) document.title = title.textContent;
+    // Alerts in this tab (notify.js): every fresh list is announced, even one held back below.
+    if (target.id === "inbox-rows") {
+      const rows = {};
+      doc.querySelectorAll(".row[data-esc]").forEach(function (r) {
+        rows[r.dataset.esc] = {
+          title: ((r.querySelector(".provider") || {}).textContent || "") + ": " + ((r.querySelector(".row-title") || {}).textContent || "").trim(),
+          reason: (r.querySelector(".chip-reason") || {}).textContent || "",
+        };
+      });
+      document.dispatchEvent(new CustomEvent("pd:inbox", { detail: { ids: ids(doc), rows: rows } }));
+    }
     const force = forceNext;
     forceNext = false;
     if (force) {

@@ -74,3 +74,64 @@ def signing_key(tmp_path: object, settings: object) -> object:
 @pytest.fixture
 def viewer(make_user: Callable[..., object]) -> object:
     return make_user("vera", role="viewer")
+
+
+# --- reaching on-call: local receivers, policies, and the dispatcher's and workers' work in-process ----
+
+
+@pytest.fixture
+def fake_pd(settings: object) -> object:
+    """A PagerDuty-shaped receiver that checks every Events v2 payload; ONCALL_PD_CANARY is its key."""
+    from demo.fakepagerduty import FakePagerDuty
+    from tests.support import CANARY_PD_KEY
+
+    receiver = FakePagerDuty(accepted_keys=[CANARY_PD_KEY]).start()
+    host = receiver.base_url.removeprefix("http://")
+    settings.PAGERDUTY_EVENTS_URL = receiver.url  # type: ignore[attr-defined]
+    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]  # type: ignore[attr-defined]
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def fake_slack(settings: object, monkeypatch: pytest.MonkeyPatch) -> object:
+    """A Slack-shaped receiver (webhooks, response URLs, the Web API); ONCALL_SLACK is a webhook on it."""
+    from demo.fakeslack import FakeSlack
+    from tests.support import CANARY_SLACK_BOT, CANARY_SLACK_HOOK
+
+    receiver = FakeSlack(bot_token=CANARY_SLACK_BOT).start()
+    host = receiver.base_url.removeprefix("http://")
+    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]  # type: ignore[attr-defined]
+    settings.SLACK_API_URL = f"{receiver.base_url}/api"  # type: ignore[attr-defined]
+    monkeypatch.setenv("ONCALL_SLACK", receiver.webhook_url(CANARY_SLACK_HOOK))
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def make_policy(db: None) -> Callable[..., object]:
+    """Save a policy through the store (validated whole, as loadpolicies and the admin do)."""
+    from operations.notify import store
+
+    def make(name: str, *levels: tuple[int, list[dict[str, str]]], repeat: int = 0, default: bool = False) -> object:
+        raw = {
+            "name": name,
+            "repeat_last_level": repeat,
+            "levels": [{"wait_s": wait, "targets": targets} for wait, targets in levels],
+        }
+        [policy] = store.validate_all([raw])
+        store.policies_save(policies=[policy], actor={"kind": "operator", "id": "test"}, default=default or None)
+        return policy
+
+    return make
+
+
+@pytest.fixture
+def acknowledge() -> Callable[[Escalation, object], None]:
+    """A responder acknowledges the card, through the lifecycle (as the card's button does)."""
+    from operations.lifecycle import humans
+
+    def ack(escalation: Escalation, user: object) -> None:
+        humans.acknowledge(escalation_id=escalation.pk, user=user, now=timezone.now())
+
+    return ack

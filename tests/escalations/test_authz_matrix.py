@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 # Everything outside the dashboard has its own access rules: the admin, the login/logout pages,
 # the agent API (bearer tokens) and static files.
-NOT_DASHBOARD = ("admin/", "accounts/", "api/", "static/", "metrics")
+NOT_DASHBOARD = ("admin/", "accounts/", "api/", "static/", "metrics", "slack/")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import pytest
 from django.core import mail
 from django.urls import reverse
 from django.utils import timezone
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
 
 from escalations import tasks
 from escalations.chart import render_svg, request_chart
@@ -21,13 +23,18 @@ from operations.controller import poll_once
 from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Authorization, Decision, Escalation, Operation, StatusCheck
 from operations.vocabulary import Reason, Status
-from tests.escalations.test_notifications import queued
 from tests.support import T0, job_id
 
 pytestmark = pytest.mark.django_db
 
 BUSINESS = T0 + timedelta(minutes=2)
 DEADLINE = T0 + timedelta(minutes=10)
+
+
+def queued() -> list[tuple[str, tuple]]:
+    """The django-q2 tasks waiting in the queue, as (function, arguments)."""
+    tasks_ = [SignedPackage.loads(row.payload) for row in OrmQ.objects.order_by("id")]
+    return [(task["func"], task["args"]) for task in tasks_]
 
 
 def reload(obj):  # noqa: ANN001, ANN201

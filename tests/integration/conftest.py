@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.support import FAST_ENV, Processes, ProviderProcess, subprocess_database_url
-from tests.support import CANARY
+from tests.support import CANARY, has_canary
 
 
 @pytest.fixture(scope="session")
@@ -45,5 +45,5 @@ def processes(transactional_db: None, fake_provider: Any, tmp_path: Path) -> Ite
         yield group
     finally:
         group.stop_all()
-        leaked = [p.log_path.name for p in group.started if CANARY in p.log()]
+        leaked = [p.log_path.name for p in group.started if has_canary(p.log())]
         assert not leaked, f"the canary credential leaked into process output: {leaked}"

@@ -25,7 +25,6 @@ from django_q.worker import worker
 from operations.task_registry import REFUSE_TASK, SCHEDULES, task_functions
 
 FINGERPRINTS = "pollerdash: credential fingerprints"
-REMINDERS = "pollerdash: escalation reminders"
 
 
 def evil_schedule(marker: Path, **fields: object) -> Schedule:
@@ -89,7 +88,7 @@ def test_an_admin_can_list_django_q2_schedules_but_not_add_change_or_delete_them
     assert Schedule.objects.get(pk=schedule.pk).func == "operations.tasks.publish_credential_fingerprints"
 
     listing = admin_client.get("/admin/django_q/schedule/").content.decode()
-    assert FINGERPRINTS in listing and REMINDERS in listing
+    assert FINGERPRINTS in listing
     page = admin_client.get(change_url).content.decode()
     assert "operations.tasks.publish_credential_fingerprints" in page
     assert 'name="func"' not in page and 'name="_save"' not in page
@@ -120,7 +119,7 @@ def test_tasks_and_the_queue_are_view_only_too(admin_client, model):
 def test_a_schedule_for_os_system_in_the_database_is_never_run(tmp_path, fields):
     marker = tmp_path / "pwned"
     evil_schedule(marker, **fields)
-    Schedule.objects.filter(name=REMINDERS).update(next_run=timezone.now() - timedelta(seconds=1))
+    Schedule.objects.filter(name=FINGERPRINTS).update(next_run=timezone.now() - timedelta(seconds=1))
 
     scheduler(broker=get_broker())
     tasks = queued_tasks()
@@ -131,8 +130,8 @@ def test_a_schedule_for_os_system_in_the_database_is_never_run(tmp_path, fields)
     assert refused["func"] == REFUSE_TASK and refused["args"][0] == "os.system" and refused["kwargs"] == {}
     assert "hook" not in refused and "sync" not in refused
     # The project's own schedule in the same pass is unaffected.
-    assert tasks[REMINDERS]["func"] == "escalations.tasks.send_due_reminders"
-    assert results[REMINDERS]["success"] is True
+    assert tasks[FINGERPRINTS]["func"] == "operations.tasks.publish_credential_fingerprints"
+    assert results[FINGERPRINTS]["success"] is True
     assert results["evil"]["success"] is False
     assert "'os.system' is not one of pollerdash's task functions" in results["evil"]["result"]
 
@@ -170,9 +169,8 @@ def test_the_task_functions_are_exactly_the_entry_points_of_the_tasks_modules():
         "operations.tasks.deliver_callback",
         "operations.tasks.forward_provider_cancel",
         "operations.tasks.publish_credential_fingerprints",
+        "escalations.tasks.deliver_notification",
         "escalations.tasks.notify_escalation",
         "escalations.tasks.notify_callback_failed",
-        "escalations.tasks.send_due_reminders",
         "escalations.tasks.notify_business_deadline",
-        "escalations.tasks.notify_people",
     }

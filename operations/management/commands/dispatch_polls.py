@@ -1,11 +1,12 @@
 """`manage.py dispatch_polls [--once]`: the dispatcher loop (steps in operations/dispatch.py).
 
 Runs on every host next to `qcluster`; any number may run at once. Each pass sweeps deadlines
-(technical and business), re-queues expired leases, claims due operations (enqueueing their poll tasks in the same
-transaction) and hands due callbacks to workers. It loops at once while a step left work waiting
-at its batch limit, and otherwise sleeps (at most DISPATCH_IDLE_SLEEP_S, less when the next due
-time is nearer, never below DISPATCH_MIN_SLEEP_S), warns of near business deadlines every
-`dispatch.WARNINGS_EVERY_S`, stops cleanly on SIGTERM or SIGINT
+(technical and business), re-queues expired leases, claims due operations (enqueueing their poll
+tasks in the same transaction), hands due callbacks to workers, and lets the human layer step
+escalation policies and hand due notifications to workers (operations.events.dispatcher_pass). It
+loops at once while a step left work waiting at its batch limit, and otherwise sleeps (at most
+DISPATCH_IDLE_SLEEP_S, less when the next due time is nearer, never below DISPATCH_MIN_SLEEP_S),
+warns of near business deadlines every `dispatch.WARNINGS_EVERY_S`, stops cleanly on SIGTERM or SIGINT
 (the current step finishes, exit status 0), and survives database outages by reconnecting with a
 short backoff.
 """
@@ -46,7 +47,8 @@ class Command(BaseCommand):
             warned = dispatch.warn_business_deadlines()
             self.stdout.write(
                 f"swept {result.swept}, requeued {result.requeued}, claimed {result.claimed}, "
-                f"callbacks {result.callbacks}, business deadline warnings {warned}"
+                f"callbacks {result.callbacks}, notifications {result.notifications}, "
+                f"business deadline warnings {warned}"
             )
             return
         stop = threading.Event()
@@ -57,7 +59,7 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
         started_at = timezone.now()
-        totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0}
+        totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0, "notifications": 0}
         last_heartbeat = last_housekeeping = last_warnings = 0.0
         backoff = 0.0
         logger.info(
@@ -74,6 +76,7 @@ class Command(BaseCommand):
                 totals["requeued"] += result.requeued
                 totals["claimed"] += result.claimed
                 totals["callbacks"] += result.callbacks
+                totals["notifications"] += result.notifications
                 if time.monotonic() - last_heartbeat >= settings.DISPATCH_HEARTBEAT_S:
                     dispatch.record_heartbeat(name=name, started_at=started_at, info=dict(totals))
                     last_heartbeat = time.monotonic()

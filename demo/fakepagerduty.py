@@ -1,0 +1,199 @@
+"""A fake PagerDuty Events API v2 receiver for tests: strict about payloads, told how to answer.
+
+``POST /v2/enqueue`` validates the event as the documentation describes it, more strictly than
+PagerDuty itself (unknown keys are refused, so a typo in a field name fails a test instead of
+being silently ignored). An invalid event is answered 400 with PagerDuty's error shape whatever
+the script says. A valid one is answered by the next scripted step:
+
+- ``"202"`` (the default once the script runs out): ``{"status": "success", ...}``
+- ``"400"``, ``"429"`` (with ``Retry-After`` when given as ``"429:30"``), ``"500"``, ``"503"``
+- ``"hang"``: never answer (until stop()); ``"drop"``: close without answering.
+- ``"400:echo"``: a 400 whose ``errors`` quote the routing key back, as a careless compatible
+  receiver might (the sender must scrub it before recording the refusal).
+
+Every request is recorded, valid or not, with the routing key replaced by whether it was one of
+the accepted keys (the fake never keeps the secret). ``events(dedup_key)`` returns the events
+answered 202, in arrival order. No Django import: usable from benchmarks and the demo as well.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from demo.fakehttp import FakeHandler, FakeReceiver
+
+BODY_MAX = 512 * 1024
+TOP_KEYS = {"routing_key", "event_action", "dedup_key", "payload", "images", "links", "client", "client_url"}
+PAYLOAD_KEYS = {"summary", "source", "severity", "timestamp", "component", "group", "class", "custom_details"}
+SEVERITIES = {"critical", "error", "warning", "info"}
+ACTIONS = {"trigger", "acknowledge", "resolve"}
+
+
+@dataclass(frozen=True)
+class Received:
+    seq: int
+    at: float
+    status: int | None  # None: hung or dropped
+    routing_key_accepted: bool
+    event: dict[str, Any]  # the body without routing_key
+    errors: tuple[str, ...]
+
+
+def validate(body: object, *, accepted_keys: frozenset[str]) -> list[str]:
+    """Every problem with an event, in PagerDuty's words where the docs give them."""
+    if not isinstance(body, dict):
+        return ["Event object must be a JSON object"]
+    errors = [f"Unknown field '{key}'" for key in sorted(set(body) - TOP_KEYS)]
+    key = body.get("routing_key")
+    if not isinstance(key, str) or not key:
+        errors.append("'routing_key' is missing or not a string")
+    elif key not in accepted_keys:
+        errors.append("Invalid routing key")
+    action = body.get("event_action")
+    if action not in ACTIONS:
+        errors.append("'event_action' must be one of trigger, acknowledge, resolve")
+    dedup = body.get("dedup_key")
+    if dedup is not None and (not isinstance(dedup, str) or not 1 <= len(dedup) <= 255):
+        errors.append("'dedup_key' must be a string of 1 to 255 characters")
+    if action in ("acknowledge", "resolve") and dedup is None:
+        errors.append(f"'dedup_key' is required to {action}")
+    if action == "trigger":
+        errors += _payload_errors(body.get("payload"))
+    for name in ("client", "client_url"):
+        if name in body and not isinstance(body[name], str):
+            errors.append(f"'{name}' must be a string")
+    errors += _context_errors(body)
+    return errors
+
+
+def _payload_errors(payload: object) -> list[str]:
+    if not isinstance(payload, dict):
+        return ["'payload' is required to trigger and must be an object"]
+    errors = [f"Unknown field 'payload.{key}'" for key in sorted(set(payload) - PAYLOAD_KEYS)]
+    summary = payload.get("summary")
+    if not isinstance(summary, str) or not 1 <= len(summary) <= 1024:
+        errors.append("'payload.summary' must be a string of 1 to 1024 characters")
+    if not isinstance(payload.get("source"), str) or not payload["source"]:
+        errors.append("'payload.source' is required")
+    if payload.get("severity") not in SEVERITIES:
+        errors.append("'payload.severity' must be one of critical, error, warning, info")
+    if "timestamp" in payload:
+        try:
+            stamp = datetime.fromisoformat(payload["timestamp"])
+            if stamp.tzinfo is None:
+                errors.append("'payload.timestamp' needs a time zone")
+        except (TypeError, ValueError):
+            errors.append("'payload.timestamp' must be an ISO 8601 timestamp")
+    for name in ("component", "group", "class"):
+        if name in payload and not isinstance(payload[name], str):
+            errors.append(f"'payload.{name}' must be a string")
+    if "custom_details" in payload and not isinstance(payload["custom_details"], dict):
+        errors.append("'payload.custom_details' must be an object")
+    return errors
+
+
+def _context_errors(body: dict) -> list[str]:
+    errors: list[str] = []
+    for name, required in (("links", "href"), ("images", "src")):
+        if name not in body:
+            continue
+        items = body[name]
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            errors.append(f"'{name}' must be a list of objects")
+            continue
+        for index, item in enumerate(items):
+            if not isinstance(item.get(required), str) or not item[required]:
+                errors.append(f"'{name}[{index}].{required}' is required")
+            if name == "images" and isinstance(item.get("src"), str) and not item["src"].startswith("https://"):
+                errors.append(f"'images[{index}].src' must be served over HTTPS")
+    return errors
+
+
+@dataclass
+class _State:
+    accepted_keys: frozenset[str]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    script: deque[str] = field(default_factory=deque)
+    log: list[Received] = field(default_factory=list)
+
+
+class _Handler(FakeHandler):
+    server_version = "fake-pagerduty/1"
+
+    def do_POST(self) -> None:
+        state: _State = self.server.receiver.state  # type: ignore[attr-defined]
+        if self.path.partition("?")[0] != "/v2/enqueue":
+            return self.reply(404, b'{"status":"not found"}', content_type="application/json")
+        raw = self.read_body(cap=BODY_MAX)
+        if raw is None:
+            return self.reply(413, b'{"status":"too large"}', content_type="application/json")
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            body = None
+        errors = ["Invalid JSON"] if body is None else validate(body, accepted_keys=state.accepted_keys)
+        key_ok = isinstance(body, dict) and body.get("routing_key") in state.accepted_keys
+        event = {k: v for k, v in body.items() if k != "routing_key"} if isinstance(body, dict) else {}
+        with state.lock:
+            step = "400" if errors else (state.script.popleft() if state.script else "202")
+            seq = len(state.log) + 1
+        echo = step == "400:echo"
+        code, _, retry_after = ("400", "", "") if echo else step.partition(":")
+        status = int(code) if code.isdigit() else None
+        with state.lock:
+            state.log.append(Received(seq, time.time(), status, key_ok, event, tuple(errors)))
+        if step == "hang":
+            return self.hang()
+        if step == "drop":
+            return self.drop()
+        if status == 202:
+            answer = {"status": "success", "message": "Event processed", "dedup_key": event.get("dedup_key", "")}
+        elif status == 400:
+            reasons = errors or ([f"Routing key {body.get('routing_key')} is not valid"] if echo else ["Forced"])
+            answer = {"status": "invalid event", "message": "Event object is invalid", "errors": reasons}
+        else:
+            answer = {"status": "error", "message": f"HTTP {status}"}
+        headers = {"Retry-After": retry_after} if retry_after else {}
+        self.reply(status or 500, json.dumps(answer).encode(), content_type="application/json", headers=headers)
+
+
+class FakePagerDuty(FakeReceiver):
+    handler = _Handler
+    thread_name = "fake-pagerduty"
+
+    def __init__(self, *, accepted_keys: Iterable[str]) -> None:
+        super().__init__()
+        self.state = _State(accepted_keys=frozenset(accepted_keys))
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v2/enqueue"
+
+    def answer(self, *steps: str) -> None:
+        """Queue how the next valid events are answered (then 202 again)."""
+        with self.state.lock:
+            self.state.script.extend(steps)
+
+    def received(self) -> list[Received]:
+        with self.state.lock:
+            return list(self.state.log)
+
+    def events(self, dedup_key: str | None = None) -> list[dict[str, Any]]:
+        """Events answered 202, oldest first (optionally of one dedup_key)."""
+        return [
+            r.event
+            for r in self.received()
+            if r.status == 202 and (dedup_key is None or r.event.get("dedup_key") == dedup_key)
+        ]
+
+    def reset(self) -> None:
+        with self.state.lock:
+            self.state.script.clear()
+            self.state.log.clear()

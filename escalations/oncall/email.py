@@ -1,0 +1,152 @@
+"""Card emails: a plain ASCII subject, a text part and an HTML part, both with the deep link first.
+
+Why subjects used to print as ``=?utf-8?q?=5Bpollerdash=5D_Decision_needed...?=``: the subject was
+joined with an em dash, and one non-ASCII character makes Django encode the whole header as RFC
+2047 encoded words, which mail clients decode but a console or a log shows raw. Subjects are made
+ASCII here (typographic punctuation mapped to its ASCII twin, accents dropped, anything else
+replaced) and hold pollerdash's own words only; bodies stay UTF-8.
+
+What the agent wrote (job id, purpose) comes after pollerdash's link, each on one quoted, capped
+line with its links disabled (escalations.agent_text), in both parts; the HTML part escapes every
+value and its only link is the card's.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from html import escape
+
+from escalations.agent_text import one_line, quoted
+from escalations.oncall.facts import CardFacts
+from operations.decisions.options import human_duration
+
+SUBJECT_MAX = 150
+LAST_NOTICE = (
+    "This is the last message about this card (NOTIFY_MAX_PER_CARD): it stays in the inbox until someone decides."
+)
+
+_ASCII_TWINS = {
+    "\u2014": "-",
+    "\u2013": "-",
+    "\u2012": "-",
+    "\u2212": "-",
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u201a": "'",
+    "\u201c": '"',
+    "\u201d": '"',
+    "\u201e": '"',
+    "\u2026": "...",
+    "\u00a0": " ",
+    "\u202f": " ",
+    "\u00d7": "x",
+    "\u2192": "->",
+    "\u00b7": "-",
+    "\u2022": "-",
+}
+
+
+def ascii_subject(text: str, *, limit: int = SUBJECT_MAX) -> str:
+    """One line of printable ASCII, at most `limit` characters, nothing encoded."""
+    mapped = "".join(_ASCII_TWINS.get(ch, ch) for ch in text)
+    # NFKD splits "é" into "e" + a combining accent; the accent is then dropped with the rest.
+    plain = "".join(_ascii(ch) for ch in unicodedata.normalize("NFKD", mapped))
+    line = " ".join(plain.split())
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+
+
+def _ascii(ch: str) -> str:
+    if 0x20 <= ord(ch) < 0x7F:
+        return ch
+    if ch.isspace():
+        return " "
+    if unicodedata.combining(ch) or unicodedata.category(ch) == "Cc":
+        return ""
+    return "?"
+
+
+@dataclass(frozen=True)
+class Email:
+    subject: str
+    text: str
+    html: str
+
+
+def card_email(
+    *, facts: CardFacts, first: bool, now: datetime, last: bool = False, head: str = "", intro: str = ""
+) -> Email:
+    """The email of a level send: the first says "Decision needed", later ones how long it waited.
+
+    `last`: no more messages follow for this card (NOTIFY_MAX_PER_CARD). `head` and `intro`:
+    pollerdash's own words for a message outside the levels (a card handed to someone, taken over
+    from them, an acceptance to confirm).
+    """
+    waited = human_duration(now - facts.opened_at)
+    if not head:
+        head = "Decision needed" if first else f"Still undecided after {waited}"
+    subject = ascii_subject(f"[pollerdash] {head}: {facts.reason_label} - {facts.provider_slug} ({facts.operation_id})")
+    opening = intro or (
+        "pollerdash stopped waiting on a job and a person must decide what happens next."
+        if first
+        else f"This card has waited {waited} for a decision."
+    )
+    rows = [
+        ("Reason", facts.reason_label),
+        ("Why it stopped", one_line(facts.detail)),
+        ("Operation", facts.operation_id),
+        ("Provider", facts.provider_slug),
+        ("Requests used", f"{facts.requests_used} of {facts.max_requests}"),
+        ("Deadline", _utc(facts.deadline_at)),
+        ("Business deadline", _business(facts.business_deadline_at, now)),
+        ("Open since", _utc(facts.opened_at)),
+    ]
+    if facts.option_labels:
+        rows.append(("Options", "; ".join(facts.option_labels)))
+    agent = [
+        f"Provider job id (from the agent): {quoted(facts.provider_job_id)}",
+        f"Purpose (from the agent): {quoted(facts.purpose) if facts.purpose else '—'}",
+    ]
+    closing = LAST_NOTICE if last else "The card offers bounded options only; nothing is decided by timeout."
+    width = max(len(label) for label, _ in rows) + 2
+    text = "\n".join(
+        [
+            opening,
+            "",
+            f"Decide on the card: {facts.card_url}",
+            "",
+            *(f"{label + ':':<{width}} {value}" for label, value in rows),
+            "",
+            "Supplied when the job was registered, not written by pollerdash (links disabled):",
+            *agent,
+            "",
+            closing,
+        ]
+    )
+    cells = "".join(
+        f'<tr><th scope="row" align="left" valign="top">{escape(label)}</th><td>{escape(value)}</td></tr>'
+        for label, value in rows
+    )
+    html = (
+        '<!doctype html><html><body><div lang="en">'
+        f"<p>{escape(opening)}</p>"
+        f'<p><a href="{escape(facts.card_url, quote=True)}"><strong>Open the card and decide</strong></a></p>'
+        f'<table cellpadding="4">{cells}</table>'
+        "<p>Supplied when the job was registered, not written by pollerdash (links disabled):</p>"
+        + "".join(f"<p>{escape(line)}</p>" for line in agent)
+        + f"<p>{escape(closing)}</p></div></body></html>"
+    )
+    return Email(subject=subject, text=text, html=html)
+
+
+def _utc(value: datetime | None) -> str:
+    return "none" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _business(value: datetime | None, now: datetime) -> str:
+    if value is None:
+        return "none"
+    if value > now:
+        return f"{_utc(value)} (in {human_duration(value - now)})"
+    return f"{_utc(value)} (passed {human_duration(now - value)} ago)"

@@ -1,0 +1,99 @@
+"""The facts of one decision card that every notification channel renders.
+
+Read once by the sender (escalation, operation, provider, the options the card offers) and handed
+to the pure builders (email, Slack, PagerDuty), so every channel says the same thing and none of
+them queries the database. `purpose` and `provider_job_id` come from the agent and `detail` may
+quote the provider: every builder treats them as untrusted data (escalations.agent_text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.urls import reverse
+
+from operations.decisions.cards import load_card, reason_label
+from operations.models import Decision, Escalation
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    escalation_id: int
+    operation_id: str
+    reason: str
+    reason_label: str
+    detail: str
+    provider_slug: str
+    provider_account: str
+    provider_job_id: str  # untrusted
+    purpose: str  # untrusted
+    requests_used: int
+    max_requests: int
+    deadline_at: datetime | None
+    business_deadline_at: datetime | None
+    opened_at: datetime
+    card_url: str
+    inbox_url: str
+    option_labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CardStatus:
+    """Where the card stands now, for messages updated in place."""
+
+    state: str  # "open" | "acknowledged" | "decided" | "superseded"
+    by: str = ""
+    at: datetime | None = None
+    outcome: str = ""
+
+
+def card_url(escalation: Escalation) -> str:
+    return f"{settings.SITE_URL}{reverse('operation_detail', args=[escalation.operation_id])}#card-{escalation.pk}"
+
+
+def card_facts(*, escalation: Escalation, now: datetime) -> CardFacts:
+    """The facts of a card whose operation and provider are loaded."""
+    op = escalation.operation
+    card = load_card(escalation=escalation, operation=op, now=now)
+    return CardFacts(
+        escalation_id=escalation.pk,
+        operation_id=op.pk,
+        reason=escalation.reason,
+        reason_label=reason_label(escalation.reason),
+        detail=escalation.detail,
+        provider_slug=op.provider.slug,
+        provider_account=op.account,
+        provider_job_id=op.provider_job_id,
+        purpose=op.purpose,
+        requests_used=op.status_requests_used,
+        max_requests=op.max_status_requests,
+        deadline_at=op.deadline_at,
+        business_deadline_at=op.business_deadline_at,
+        opened_at=escalation.opened_at,
+        card_url=card_url(escalation),
+        inbox_url=f"{settings.SITE_URL}{reverse('inbox')}",
+        option_labels=tuple(option.label for option in card.options),
+    )
+
+
+def card_status(*, escalation: Escalation) -> CardStatus:
+    """Decided or superseded (with who and what), acknowledged (by whom), or open."""
+    if escalation.state == Escalation.State.DECIDED:
+        decision = (
+            Decision.objects.filter(escalation=escalation, outcome=Decision.Outcome.APPLIED)
+            .order_by("-decided_at", "-pk")
+            .first()
+        )
+        return CardStatus(
+            "decided",
+            by=decision.username if decision else "",
+            at=escalation.closed_at,
+            outcome=escalation.closed_reason,
+        )
+    if escalation.state == Escalation.State.SUPERSEDED:
+        return CardStatus("superseded", at=escalation.closed_at, outcome=escalation.closed_reason)
+    if escalation.acknowledged_by is not None:
+        return CardStatus("acknowledged", by=escalation.acknowledged_by.get_username(), at=escalation.acknowledged_at)
+    return CardStatus("open")

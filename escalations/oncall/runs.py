@@ -1,0 +1,348 @@
+"""Each card's run of its escalation policy, and the outbox rows every step writes.
+
+- `start` (card opened, in the opening transaction): the run begins and level 1 is written at once,
+  so a rolled-back card notifies nobody.
+- `advance_due` (the dispatcher, every pass): each due run is stepped in ONE short transaction (the
+  run row locked with SKIP LOCKED on PostgreSQL; a compare-and-set on `step_seq` everywhere) that
+  writes the next level's rows; a process killed anywhere in it commits nothing, and two
+  dispatchers never send a level twice (the unique slot of NotificationDelivery backs this up).
+- `acknowledge` / `unacknowledge` / `end` (the human act's transaction): the run stops, restarts
+  from level 1 as a new round, or ends; rows not attempted yet are skipped with the reason, and each
+  PagerDuty or Slack-app stream gets its ordered follow-up (operations.notify.rules).
+- `tell` (reassigned, awaiting a second responder) and `reply_to_click` (a Slack click's answer):
+  messages outside the levels, recorded on the card like the rest.
+
+Nothing here does I/O besides the database: workers send the rows (escalations.oncall.send).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from escalations.roles import can_decide
+from operations.models import Escalation, NotificationDelivery, PolicyRun
+from operations.notify import rules
+from operations.notify.policy import (
+    Notify,
+    Policy,
+    RunState,
+    RunStatus,
+    Target,
+    TargetKind,
+    policy_acknowledge,
+    policy_end,
+    policy_step,
+    policy_unacknowledge,
+)
+from operations.notify.recipients import Channel, People, Person, Recipient, expand
+from operations.notify.store import policy_for
+
+logger = logging.getLogger(__name__)
+
+# Follow-ups and messages outside the levels are not tied to a level.
+OUTSIDE_LEVELS = -1
+STEPS_PER_PASS = 100
+Event = NotificationDelivery.Event
+State = NotificationDelivery.State
+
+
+def should_notify_opened(*, escalation: Escalation) -> bool:
+    """Whether a newly opened card starts its own policy run.
+
+    The hook for grouped cards (issue 11): a card that joins a group whose first card is already
+    being notified returns False here, so a group notifies once. Every card notifies today.
+    """
+    return True
+
+
+# --- starting and stepping -----------------------------------------------------------------------------
+
+
+def start(*, escalation: Escalation, now: datetime) -> PolicyRun | None:
+    """The card's run, with level 1 written; None when the card notifies nobody (no policy applies)."""
+    if not should_notify_opened(escalation=escalation):
+        return None
+    policy = policy_for(profile=escalation.operation.provider)
+    if policy is None:
+        return None
+    state = RunState.start(now=now)
+    run = PolicyRun.objects.create(
+        escalation=escalation,
+        policy_name=policy.name,
+        snapshot=policy.to_json(),
+        status=str(state.status),
+        next_step_at=now,
+        updated_at=now,
+    )
+    _advance(run, state=state, policy=policy, now=now)
+    return run
+
+
+def advance_due(*, now: datetime | None = None, limit: int = STEPS_PER_PASS) -> int:
+    """Step every due run once (the dispatcher's pass); returns how many steps were taken."""
+    now = now or timezone.now()
+    due = list(
+        PolicyRun.objects.filter(status=PolicyRun.Status.RUNNING, next_step_at__lte=now)
+        .order_by("next_step_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    taken = 0
+    for escalation_id in due:
+        with transaction.atomic():
+            query = PolicyRun.objects.filter(pk=escalation_id)
+            if connection.vendor == "postgresql":
+                # Another dispatcher stepping it right now: leave it to that one.
+                query = query.select_for_update(skip_locked=True)
+            run = query.first()
+            if run is not None and _advance(run, state=_state(run), policy=Policy.from_json(run.snapshot), now=now):
+                taken += 1
+    return taken
+
+
+def _advance(run: PolicyRun, *, state: RunState, policy: Policy, now: datetime) -> bool:
+    plan = policy_step(state=state, policy=policy, now=now)
+    if plan.state == state or not _write(run, old=state, new=plan.state, now=now):
+        return False
+    _insert(run.pk, expand(plan.notify, people=_people(plan.notify)), now=now)
+    return True
+
+
+def _state(run: PolicyRun) -> RunState:
+    return RunState(
+        status=RunStatus(run.status),
+        round=run.round,
+        level=run.level,
+        repetition=run.repetition,
+        next_step_at=run.next_step_at,
+        step_seq=run.step_seq,
+    )
+
+
+def _write(run: PolicyRun, *, old: RunState, new: RunState, now: datetime) -> bool:
+    """The compare-and-set on step_seq: False when another process moved the run first."""
+    fields = {
+        "status": str(new.status),
+        "round": new.round,
+        "level": new.level,
+        "repetition": new.repetition,
+        "next_step_at": new.next_step_at,
+        "step_seq": new.step_seq,
+        "updated_at": now,
+    }
+    written = PolicyRun.objects.filter(pk=run.pk, step_seq=old.step_seq).update(**fields)
+    for name, value in fields.items():
+        setattr(run, name, value)
+    return written == 1
+
+
+def _insert(
+    escalation_id: int, recipients: Sequence[Recipient], *, now: datetime, event: str = Event.LEVEL, note: str = ""
+) -> list[NotificationDelivery]:
+    rows = [
+        NotificationDelivery(
+            escalation_id=escalation_id,
+            round=r.notify.round,
+            level=r.notify.level,
+            repetition=r.notify.repetition,
+            channel=str(r.channel),
+            address=r.address,
+            display=r.display[:150],
+            event=event,
+            state=State.SKIPPED if r.skip_reason else State.PENDING,
+            next_attempt_at=None if r.skip_reason else now,
+            created_at=now,
+            finished_at=now if r.skip_reason else None,
+            detail=r.skip_reason,
+            note=note[:500],
+        )
+        for r in recipients
+    ]
+    # Not ignore_conflicts: a slot written twice is a bug that must surface, not be hidden.
+    return NotificationDelivery.objects.bulk_create(rows)
+
+
+def _people(notifications: Iterable[Notify]) -> People:
+    """The people a step may reach, read now: someone added to a group since the card opened is paged."""
+    notifications = list(notifications)
+    usernames = {n.target.ref for n in notifications if n.target.kind is TargetKind.USER}
+    group_names = {n.target.ref for n in notifications if n.target.kind is TargetKind.GROUP}
+    members: dict[str, list[str]] = {}
+    for group in Group.objects.filter(name__in=group_names).prefetch_related("user_set"):
+        members[group.name] = [u.get_username() for u in group.user_set.all()]
+        usernames |= set(members[group.name])
+    users = get_user_model().objects.filter(username__in=usernames).prefetch_related("groups")
+    return People(
+        by_username={
+            u.get_username(): Person(
+                username=u.get_username(), email=u.email, is_active=u.is_active, is_responder=can_decide(u)
+            )
+            for u in users
+        },
+        group_members=members,
+    )
+
+
+# --- human acts ------------------------------------------------------------------------------------------
+
+
+def acknowledge(*, escalation: Escalation, now: datetime) -> None:
+    """Someone is on it: no further level goes out; pagers and Slack-app posts are told."""
+    _close(escalation=escalation, now=now, act=lambda s: policy_acknowledge(state=s), changes=rules.on_acknowledge)
+
+
+def unacknowledge(*, escalation: Escalation, now: datetime) -> None:
+    """Nobody is on it any more: the policy starts again from level 1, as a new round, at once."""
+    run = _locked_run(escalation)
+    if run is None:
+        return
+    old = _state(run)
+    new = policy_unacknowledge(state=old, now=now)
+    if new == old:
+        return
+    if not _write(run, old=old, new=new, now=now):
+        raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
+    _advance(run, state=new, policy=Policy.from_json(run.snapshot), now=now)
+
+
+def end(*, escalation: Escalation, now: datetime) -> None:
+    """The card was decided or superseded: nothing more is sent but the follow-ups that close it."""
+    _close(escalation=escalation, now=now, act=lambda s: policy_end(state=s), changes=rules.on_end)
+
+
+def _locked_run(escalation: Escalation) -> PolicyRun | None:
+    query = PolicyRun.objects.filter(pk=escalation.pk)
+    if connection.vendor == "postgresql":
+        query = query.select_for_update()
+    return query.first()
+
+
+def _close(
+    *,
+    escalation: Escalation,
+    now: datetime,
+    act: Callable[[RunState], RunState],
+    changes: Callable[..., rules.Changes],
+) -> None:
+    run = _locked_run(escalation)
+    if run is None:
+        return
+    old = _state(run)
+    new = act(old)
+    if new != old and not _write(run, old=old, new=new, now=now):
+        raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
+    rows = list(NotificationDelivery.objects.filter(escalation_id=escalation.pk).exclude(channel=Channel.SLACK_REPLY))
+    plan = changes(rows=[_rule_row(r) for r in rows])
+    by_id = {row.pk: row for row in rows}
+    for skip in plan.skip:
+        NotificationDelivery.objects.filter(pk=skip.row_id, state=State.PENDING, attempts=0).update(
+            state=State.SKIPPED, detail=skip.reason, next_attempt_at=None, finished_at=now
+        )
+    NotificationDelivery.objects.bulk_create(
+        NotificationDelivery(
+            escalation_id=escalation.pk,
+            round=run.round,
+            level=OUTSIDE_LEVELS,
+            repetition=0,
+            channel=str(follow.channel),
+            address=follow.address,
+            display=by_id[follow.after_row_id].display,
+            event=str(follow.event),
+            next_attempt_at=now,
+            after_id=follow.after_row_id,
+            created_at=now,
+        )
+        for follow in plan.add
+    )
+
+
+def _rule_row(row: NotificationDelivery) -> rules.Row:
+    return rules.Row(
+        id=row.pk,
+        channel=Channel(row.channel),
+        address=row.address,
+        event=rules.Event(row.event),
+        state=rules.State(row.state),
+        attempts=row.attempts,
+        provider_ref=row.provider_ref,
+    )
+
+
+# --- messages outside the levels ------------------------------------------------------------------------
+
+
+def tell(
+    *,
+    escalation: Escalation,
+    event: str,
+    note: str,
+    now: datetime,
+    users: Sequence[object] = (),
+    addresses: Sequence[str] = (),
+) -> list[NotificationDelivery]:
+    """Email people about the card outside its levels (handed to them, taken over from them, an
+    acceptance to confirm): recorded like a level's messages, skipped with the reason when someone
+    cannot be reached. `note`: the message's head and first sentence, in pollerdash's words."""
+    people = People(
+        by_username={
+            u.get_username(): Person(  # type: ignore[attr-defined]
+                username=u.get_username(),  # type: ignore[attr-defined]
+                email=u.email,  # type: ignore[attr-defined]
+                is_active=u.is_active,  # type: ignore[attr-defined]
+                is_responder=can_decide(u),
+            )
+            for u in users
+        },
+        group_members={},
+    )
+    counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, event=event).count() + 1
+    targets = [Target(TargetKind.USER, name) for name in people.by_username]
+    targets += [Target(TargetKind.EMAIL, address) for address in addresses]
+    notes = [Notify(round=0, level=OUTSIDE_LEVELS, repetition=counter, target=target) for target in targets]
+    return _insert(escalation.pk, expand(notes, people=people), now=now, event=event, note=note)
+
+
+def reply_to_click(*, escalation: Escalation, response_url: str, note: str, now: datetime) -> NotificationDelivery:
+    """The answer to a click in Slack, sent by a worker through the click's response_url: "replace"
+    shows the card's state in place of the message, any other text is an ephemeral reply."""
+    counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, channel=Channel.SLACK_REPLY).count() + 1
+    return NotificationDelivery.objects.create(
+        escalation_id=escalation.pk,
+        round=0,
+        level=OUTSIDE_LEVELS,
+        repetition=counter,
+        channel=str(Channel.SLACK_REPLY),
+        address="response_url",
+        display="Slack reply",
+        event=Event.SLACK_REPLY,
+        next_attempt_at=now,
+        created_at=now,
+        response_url=response_url,
+        note=note[:500],
+    )
+
+
+# --- cards open before policies existed -----------------------------------------------------------------
+
+
+def adopt_open_cards(**kwargs: object) -> int:
+    """post_migrate: open cards without a run start the policy they follow now (see migration 0011)."""
+    if PolicyRun._meta.db_table not in connection.introspection.table_names():
+        return 0
+    adopted = 0
+    now = timezone.now()
+    orphans = Escalation.objects.filter(Q(state=Escalation.State.OPEN) & Q(policy_run__isnull=True))
+    for escalation in orphans.select_related("operation__provider"):
+        with transaction.atomic():
+            if start(escalation=escalation, now=now) is not None:
+                adopted += 1
+    if adopted:
+        logger.info("started escalation policies for %s card(s) open before policies existed", adopted)
+    return adopted

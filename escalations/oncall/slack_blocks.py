@@ -1,0 +1,147 @@
+"""Slack Block Kit messages for a card: posted by a level, replaced when the card moves on.
+
+The message shows the reason, pollerdash's link to the card first, the operation, requests used,
+the deadlines (as Slack date tokens, so every reader sees their own local time, with UTC as the
+fallback text), what the agent wrote, and buttons: "Review and decide" (a link to the card) and,
+where the Slack app's interactivity is configured and the card is still open, "Acknowledge".
+Decisions stay in the browser, where the whole card is shown.
+
+Untrusted text (the agent's job id and purpose) never reaches mrkdwn: it is one plain_text line
+after the link, quoted and defanged (escalations.agent_text), so it can neither form a link or a
+mention nor pose as pollerdash. The values that do go into mrkdwn are pollerdash's own (ids,
+labels, slugs), escaped for Slack's three control characters and sent with `verbatim: true`.
+Every string is cut to Block Kit's limits, so Slack never refuses a message (invalid_blocks) and
+leaves a level unsent.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from escalations.agent_text import quoted, slack_escaped
+from escalations.oncall.facts import CardFacts, CardStatus
+
+ACK_ACTION_ID = "pollerdash_ack"
+OPEN_ACTION_ID = "pollerdash_open"
+# Block Kit limits (Block Kit reference).
+HEADER_MAX = 150
+TEXT_MAX = 3000
+FIELD_MAX = 2000
+URL_MAX = 3000
+# Below the limits on purpose: a notification is a summary, the card has the rest.
+AGENT_TEXT_MAX = 300
+DETAIL_MAX = 300
+
+HEADS = {
+    "open": "Decision needed",
+    "acknowledged": "Acknowledged",
+    "decided": "Decided",
+    "superseded": "No longer needs a decision",
+}
+
+
+def card_message(*, facts: CardFacts, status: CardStatus, interactive: bool, head: str = "") -> dict:
+    """The whole message: `text` (the notification fallback, pollerdash's words only) plus blocks."""
+    head = head or HEADS.get(status.state, "Decision needed")
+    link = f"<{facts.card_url[:URL_MAX]}|Open the decision card>"
+    blocks: list[dict] = [
+        {"type": "header", "text": _plain(_cut(f"{head}: {facts.reason_label}", HEADER_MAX))},
+        {
+            "type": "section",
+            "text": _md(
+                f"{link} · operation `{slack_escaped(facts.operation_id)}` on {slack_escaped(facts.provider_slug)}"
+            ),
+        },
+        {
+            "type": "section",
+            "fields": [
+                _md(f"*Requests used*\n{facts.requests_used} of {facts.max_requests}"),
+                _md(f"*Deadline*\n{_when(facts.deadline_at)}"),
+                _md(f"*Business deadline*\n{_when(facts.business_deadline_at)}"),
+                _md(f"*Waiting since*\n{_when(facts.opened_at)}"),
+            ],
+        },
+        {"type": "context", "elements": [_plain(_cut(f"Why it stopped: {facts.detail}", DETAIL_MAX))]},
+        {
+            "type": "context",
+            "elements": [
+                _plain(
+                    "From the agent (links disabled): job id "
+                    f"{quoted(facts.provider_job_id, limit=AGENT_TEXT_MAX)} · purpose "
+                    + (quoted(facts.purpose, limit=AGENT_TEXT_MAX) if facts.purpose.strip() else "—")
+                )
+            ],
+        },
+    ]
+    if status.state != "open":
+        blocks.append({"type": "context", "elements": [_md(_status_line(status))]})
+    blocks.append(
+        {"type": "actions", "block_id": f"card-{facts.escalation_id}", "elements": _buttons(facts, status, interactive)}
+    )
+    fallback = f"{head}: {facts.reason_label} - {facts.provider_slug} ({facts.operation_id}) {facts.card_url}"
+    return {"text": slack_escaped(_cut(fallback, 400)), "blocks": blocks, "unfurl_links": False, "unfurl_media": False}
+
+
+def replacement(*, facts: CardFacts, status: CardStatus) -> dict:
+    """The body for a click's response_url: the same message, updated, in place (no button)."""
+    return {"replace_original": True, **card_message(facts=facts, status=status, interactive=False)}
+
+
+def ephemeral(text: str) -> dict:
+    """A reply only the person who clicked sees; the original message stays as it is."""
+    return {"response_type": "ephemeral", "replace_original": False, "text": slack_escaped(_cut(text, TEXT_MAX))}
+
+
+def _buttons(facts: CardFacts, status: CardStatus, interactive: bool) -> list[dict]:
+    open_button = {
+        "type": "button",
+        "action_id": OPEN_ACTION_ID,
+        "text": _plain("Review and decide" if status.state == "open" else "Open the card"),
+        "url": facts.card_url[:URL_MAX],
+    }
+    if status.state == "open":
+        open_button["style"] = "primary"
+    buttons = [open_button]
+    if interactive and status.state == "open":
+        # Only the card id: the endpoint re-reads the card and trusts nothing else in the click.
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": ACK_ACTION_ID,
+                "text": _plain("Acknowledge"),
+                "value": str(facts.escalation_id),
+            }
+        )
+    return buttons
+
+
+def _status_line(status: CardStatus) -> str:
+    who = f" by {slack_escaped(status.by)}" if status.by else ""
+    when = f" · {_when(status.at)}" if status.at else ""
+    outcome = f": {slack_escaped(_cut(status.outcome, 300))}" if status.outcome else ""
+    if status.state == "acknowledged":
+        return f":white_check_mark: Acknowledged{who}{when}"
+    if status.state == "decided":
+        return f":ballot_box_with_check: Decided{who}{when}{outcome}"
+    return f":information_source: Closed without a decision{when}{outcome}"
+
+
+def _when(value: datetime | None) -> str:
+    """A Slack date token (shown in the reader's time zone), with UTC as the fallback text."""
+    if value is None:
+        return "none"
+    utc = value.astimezone(UTC)
+    return f"<!date^{int(utc.timestamp())}^{{date_short_pretty}} {{time}}|{utc:%Y-%m-%d %H:%M} UTC>"
+
+
+def _plain(text: str) -> dict:
+    return {"type": "plain_text", "text": _cut(text, FIELD_MAX), "emoji": False}
+
+
+def _md(text: str) -> dict:
+    return {"type": "mrkdwn", "text": _cut(text, FIELD_MAX), "verbatim": True}
+
+
+def _cut(text: str, limit: int) -> str:
+    text = "".join(ch for ch in text if ch in "\n\t" or ch.isprintable())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

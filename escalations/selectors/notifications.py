@@ -1,0 +1,102 @@
+"""Who was told about a card, and where its escalation policy stands: one query per card."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from operations.models import NotificationDelivery, PolicyRun
+from operations.notify.policy import Policy
+
+CHANNELS = {
+    "email": "email to",
+    "pagerduty": "PagerDuty",
+    "slack_webhook": "Slack",
+    "slack_channel": "Slack",
+    "slack_reply": "Slack reply",
+}
+FOLLOW_UPS = {
+    ("pagerduty", "acknowledged"): "acknowledge",
+    ("pagerduty", "ended"): "resolve",
+    ("slack_channel", "acknowledged"): "message updated (acknowledged)",
+    ("slack_channel", "ended"): "message updated (closed)",
+}
+WHY = {"reassigned": "card handed over", "awaiting_second": "second responder needed"}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One notification, as the card lists it: "level 2, email to bob 19:12 (sent)"."""
+
+    what: str
+    state: str  # pending / sent / failed / skipped
+    at: datetime  # when it finished, or when it was written
+    detail: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Notified:
+    policy: str  # "" when the card follows no policy
+    levels: int
+    status: str  # running / acknowledged / exhausted / ended
+    level: int  # 1-based level last sent (0: none yet)
+    next_step_at: datetime | None
+    lines: list[Line]
+
+    @property
+    def sent(self) -> int:
+        return sum(1 for line in self.lines if line.state == "sent")
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for line in self.lines if line.state == "failed")
+
+
+def card_notifications(*, escalation_id: int) -> Notified:
+    """One query: the card's messages, with its run joined (a run always wrote its first level)."""
+    rows = list(
+        NotificationDelivery.objects.filter(escalation_id=escalation_id)
+        .select_related("escalation__policy_run")
+        .order_by("created_at", "pk")
+    )
+    lines = [_line(row) for row in rows]
+    try:
+        run = rows[0].escalation.policy_run if rows else None
+    except PolicyRun.DoesNotExist:
+        run = None
+    if run is None:
+        return Notified(policy="", levels=0, status="", level=0, next_step_at=None, lines=lines)
+    return Notified(
+        policy=run.policy_name,
+        levels=len(Policy.from_json(run.snapshot).levels),
+        status=run.status,
+        level=run.level + 1,
+        next_step_at=run.next_step_at,
+        lines=lines,
+    )
+
+
+def _line(row: NotificationDelivery) -> Line:
+    channel = CHANNELS.get(row.channel, row.channel)
+    if row.channel == "email":
+        what = f"{channel} {row.display}"
+    elif row.channel == "slack_channel":
+        what = f"{channel} {row.address}"
+    else:
+        what = channel
+    if (row.channel, row.event) in FOLLOW_UPS:
+        what = f"{what} {FOLLOW_UPS[(row.channel, row.event)]}"
+    elif row.event in WHY:
+        what = f"{what} ({WHY[row.event]})"
+    elif row.level > 0:
+        what = f"level {row.level + 1}, {what}" + (f", repeat {row.repetition}" if row.repetition else "")
+    if row.round and row.event == "level":
+        what = f"{what} (after an unacknowledge)"
+    return Line(
+        what=what,
+        state=row.state,
+        at=row.finished_at or row.created_at,
+        detail=row.detail,
+        attempts=row.attempts,
+    )

@@ -1,0 +1,128 @@
+"""POST /slack/interactions: Slack's "Acknowledge" button (the Slack app's interactivity request URL).
+
+Only acknowledging happens here; decisions stay in the browser, where the whole card is shown. A
+request must carry a valid Slack signature made within 5 minutes (escalations.oncall.slack.verify,
+around slack_sdk's SignatureVerifier); anything else is answered 401, changes nothing, and is
+counted (SlackRefusal, one row per reason and hour, shown on /system/). The clicker is matched to
+a pollerdash responder by the email Slack has confirmed for them (users.info, bot token with
+users:read.email); anyone else gets a reply only they see, and nothing changes. The answer to
+Slack is an empty 200 at once; the message is replaced by a worker through the click's
+response_url (a notification row like any other, shown on the card).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime
+
+import httpx
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import F
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from escalations.oncall import runs, slack
+from escalations.oncall.transport import url_problem
+from escalations.roles import can_decide
+from operations.decisions import ownership
+from operations.decisions.services import TooManyDecisions
+from operations.models import Escalation, SlackRefusal
+from operations.redaction import register_secret
+
+logger = logging.getLogger(__name__)
+
+USERS_INFO_TIMEOUT = httpx.Timeout(2.0, connect=1.0)
+
+
+@csrf_exempt
+@require_POST
+def interactions(request: HttpRequest) -> HttpResponse:
+    secret = settings.SLACK_SIGNING_SECRET
+    if not secret:
+        raise Http404("the Slack app is not configured")
+    body = request.body
+    refusal = slack.verify(signing_secret=secret, body=body, headers=dict(request.headers), now=time.time())
+    if refusal is not None:
+        _record_refusal(reason=str(refusal), now=timezone.now())
+        logger.warning("Slack interaction refused (%s): answered 401, nothing changed", refusal)
+        return HttpResponse(status=401)
+    click = slack.parse_click(
+        body=body,
+        team_id=settings.SLACK_TEAM_ID,
+        app_id=settings.SLACK_APP_ID,
+        test_hosts=frozenset(host.rsplit(":", 1)[0] for host in settings.NOTIFY_ALLOWED_HOSTS),
+    )
+    if click.kind is not slack.Kind.ACKNOWLEDGE or not click.response_url:
+        if click.problem:
+            logger.info("Slack interaction ignored: %s", click.problem)
+        return HttpResponse(status=200)
+    escalation = Escalation.objects.select_related("operation__provider").filter(pk=click.escalation_id).first()
+    if escalation is None:
+        return HttpResponse(status=200)
+    now = timezone.now()
+    info = _users_info(click.slack_user_id)
+    email = info.email if isinstance(info, slack.SlackUser) else ""
+    accounts = [
+        slack.Account(username=u.get_username(), email=u.email, is_active=u.is_active, is_responder=can_decide(u))
+        for u in get_user_model().objects.filter(email__iexact=email).prefetch_related("groups")
+        if email
+    ]
+    matched = slack.match_clicker(click=click, info=info, accounts=accounts)
+    with transaction.atomic():
+        if isinstance(matched, slack.NotMatched):
+            runs.reply_to_click(escalation=escalation, response_url=click.response_url, note=matched.message, now=now)
+            return HttpResponse(status=200)
+        user = get_user_model().objects.get(username=matched.username)
+        reply = _acknowledge(escalation=escalation, user=user, slack_user=click.slack_user_id)
+        runs.reply_to_click(escalation=escalation, response_url=click.response_url, note=reply, now=now)
+    return HttpResponse(status=200)
+
+
+def _acknowledge(*, escalation: Escalation, user: object, slack_user: str) -> str:
+    """Acknowledge as `user`, audited as them (operations.decisions.ownership, the same act as the
+    card's button); the reply to the click: "replace" (the message then shows the card's state)
+    or words only the clicker sees."""
+    try:
+        ownership.card_acknowledge(escalation_id=escalation.pk, user=user)
+    except ownership.CardNotOpen:
+        return "replace"
+    except ownership.TakeoverNeeded as exc:
+        return f"{exc.holder} holds this card. To take it over, open the card: it asks you to confirm."
+    except TooManyDecisions:
+        return "You acted on cards too often in the last minute; nothing was changed. Try again shortly."
+    logger.info("card %s acknowledged from Slack by %s (Slack user %s)", escalation.pk, user, slack_user)
+    return "replace"
+
+
+def _users_info(slack_user_id: str) -> slack.SlackUser | str | None:
+    """Slack's users.info for the clicker (bot token with users:read and users:read.email), or why not."""
+    token = settings.SLACK_BOT_TOKEN
+    if not token:
+        return None
+    register_secret(token)
+    url = f"{settings.SLACK_API_URL}/users.info"
+    problem = url_problem(url, what="SLACK_API_URL")
+    if problem:
+        return problem
+    try:
+        with httpx.Client(timeout=USERS_INFO_TIMEOUT, follow_redirects=False, trust_env=False) as client:
+            response = client.post(url, data={"user": slack_user_id}, headers={"Authorization": f"Bearer {token}"})
+        answer = json.loads(response.content[:65536].decode("utf-8"))
+    except (httpx.HTTPError, UnicodeDecodeError, ValueError) as exc:
+        return f"users.info did not answer ({type(exc).__name__})"
+    return slack.parse_users_info(answer)
+
+
+def _record_refusal(*, reason: str, now: datetime) -> None:
+    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    with transaction.atomic():
+        SlackRefusal.objects.bulk_create(
+            [SlackRefusal(reason=reason, hour=hour, count=0, last_at=now)], ignore_conflicts=True
+        )
+        SlackRefusal.objects.filter(reason=reason, hour=hour).update(count=F("count") + 1, last_at=now)

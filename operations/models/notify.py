@@ -1,0 +1,258 @@
+"""Reaching on-call: escalation policies, each card's run of its policy, and every message sent for it.
+
+- EscalationPolicy / PolicyLevel / PolicyTarget: ordered levels of targets with a wait after each,
+  the last level repeated 0-10 times (written only by operations.notify.store, which validates the
+  whole policy first). A target that holds a secret (a Slack webhook URL, a PagerDuty routing key)
+  stores the NAME of the environment variable that holds it, never the value.
+- PolicyRun: the policy's progress on one card (operations.notify.policy.RunState), `step_seq` the
+  compare-and-set fence that makes a level go out once whatever process steps it.
+- NotificationDelivery: one message to one recipient, written in the transaction that decided it
+  and sent by a worker; every row ends sent, failed or skipped, with `detail` saying why, and the
+  card lists them all.
+- CardResponseCounter: the cumulative histograms of time to acknowledge and to decide (/metrics).
+- SlackRefusal: refused Slack interaction requests, counted per reason and hour.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class EscalationPolicy(models.Model):
+    """Who is told about a card, in which order, and how long each level has to acknowledge."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    repeat_last_level = models.PositiveSmallIntegerField(default=0)
+    # The admin's default for profiles that name no policy (ESCALATION_DEFAULT_POLICY overrides it).
+    is_default = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "escalation policies"
+        constraints = [
+            models.UniqueConstraint(fields=["is_default"], condition=Q(is_default=True), name="one_default_policy"),
+            models.CheckConstraint(condition=Q(repeat_last_level__lte=10), name="policy_repeat_at_most_10"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PolicyLevel(models.Model):
+    policy = models.ForeignKey(EscalationPolicy, on_delete=models.CASCADE, related_name="levels")
+    order = models.PositiveSmallIntegerField()  # 0-based
+    wait_s = models.PositiveIntegerField()  # after this level, before the next
+
+    class Meta:
+        ordering = ["policy", "order"]
+        constraints = [
+            models.UniqueConstraint(fields=["policy", "order"], name="one_level_per_order"),
+            models.CheckConstraint(condition=Q(wait_s__gte=1, wait_s__lte=86400), name="level_wait_1s_to_1d"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy_id} level {self.order + 1}"
+
+
+class PolicyTarget(models.Model):
+    class Kind(models.TextChoices):  # operations.notify.policy.TargetKind
+        USER = "user"
+        GROUP = "group"
+        EMAIL = "email"
+        SLACK_WEBHOOK = "slack_webhook"
+        SLACK_CHANNEL = "slack_channel"
+        PAGERDUTY = "pagerduty"
+
+    level = models.ForeignKey(PolicyLevel, on_delete=models.CASCADE, related_name="targets")
+    position = models.PositiveSmallIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # PROTECT: deleting a person or group a policy pages must be a conscious edit of the policy first.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    group = models.ForeignKey("auth.Group", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    email = models.EmailField(blank=True)
+    # slack_webhook / pagerduty: the NAME of the environment variable holding the URL / routing key.
+    env = models.CharField(max_length=100, blank=True)
+    channel = models.CharField(max_length=24, blank=True)  # slack_channel: posted with the Slack app's bot token
+
+    class Meta:
+        ordering = ["level", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["level", "position"], name="one_target_per_position"),
+            models.CheckConstraint(
+                name="target_fields_match_kind",
+                condition=(
+                    Q(kind="user", user__isnull=False, group__isnull=True, email="", env="", channel="")
+                    | Q(kind="group", group__isnull=False, user__isnull=True, email="", env="", channel="")
+                    | (Q(kind="email", user__isnull=True, group__isnull=True, env="", channel="") & ~Q(email=""))
+                    | (
+                        Q(
+                            kind__in=["slack_webhook", "pagerduty"],
+                            user__isnull=True,
+                            group__isnull=True,
+                            email="",
+                            channel="",
+                        )
+                        & ~Q(env="")
+                    )
+                    | (
+                        Q(kind="slack_channel", user__isnull=True, group__isnull=True, email="", env="")
+                        & ~Q(channel="")
+                    )
+                ),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.ref}"
+
+    @property
+    def ref(self) -> str:
+        """The target as the policy's TOML names it: a username, group name, address, env name or channel."""
+        if self.kind == self.Kind.USER:
+            return self.user.get_username() if self.user else ""
+        if self.kind == self.Kind.GROUP:
+            return self.group.name if self.group else ""
+        return {self.Kind.EMAIL: self.email, self.Kind.SLACK_CHANNEL: self.channel}.get(self.kind, self.env)
+
+
+class PolicyRun(models.Model):
+    """The policy's progress on one card; its fields are exactly operations.notify.policy.RunState."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        ACKNOWLEDGED = "acknowledged"
+        EXHAUSTED = "exhausted"
+        ENDED = "ended"
+
+    escalation = models.OneToOneField(
+        "operations.Escalation", on_delete=models.CASCADE, primary_key=True, related_name="policy_run"
+    )
+    policy_name = models.CharField(max_length=100)
+    # The policy as it was when the card opened: an edit never rewrites what a running card does.
+    snapshot = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices)
+    round = models.PositiveSmallIntegerField(default=0)
+    level = models.SmallIntegerField(default=-1)
+    repetition = models.PositiveSmallIntegerField(default=0)
+    next_step_at = models.DateTimeField(null=True, blank=True)
+    step_seq = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["next_step_at"], condition=Q(status="running"), name="policy_run_due_idx")]
+
+    def __str__(self) -> str:
+        return f"card {self.escalation_id}: {self.policy_name} ({self.status})"
+
+
+class NotificationDelivery(models.Model):
+    """One message to one recipient about one card: pending until a worker sent it, failed or skipped."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+
+    class Event(models.TextChoices):
+        LEVEL = "level"  # email, Slack post or PagerDuty trigger of a policy level
+        ACKNOWLEDGED = "acknowledged"  # PagerDuty acknowledge; a Slack app message updated in place
+        ENDED = "ended"  # PagerDuty resolve; a Slack app message updated in place
+        REASSIGNED = "reassigned"  # the responder a card was handed to is told
+        TAKEN_OVER = "taken_over"  # the responder a card was taken over from is told
+        AWAITING_SECOND = "awaiting_second"  # an acceptance needs a second responder
+        SLACK_REPLY = "slack_reply"  # the answer to a click in Slack, through its response_url
+
+    escalation = models.ForeignKey("operations.Escalation", on_delete=models.CASCADE, related_name="notifications")
+    round = models.PositiveSmallIntegerField()
+    # The policy level (0-based); -1 for follow-ups and messages outside the policy's levels.
+    level = models.SmallIntegerField()
+    # The last level's repetition; for messages outside the levels, a per-card counter.
+    repetition = models.PositiveIntegerField()
+    channel = models.CharField(max_length=16)  # email / slack_webhook / slack_channel / pagerduty / slack_reply
+    # An email address, a channel id or the NAME of the variable holding a secret; never a secret.
+    address = models.CharField(max_length=254)
+    display = models.CharField(max_length=150)  # "alice (oncall)", "PagerDuty", "Slack"
+    event = models.CharField(max_length=16, choices=Event.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # A follow-up waits for the row before it in its stream (trigger -> acknowledge -> resolve).
+    after = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField()
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Outcome in words, e.g. "refused (HTTP 400): Invalid routing key"; never a body, URL or secret.
+    detail = models.CharField(max_length=300, blank=True)
+    # A Slack app post: "channel/ts", which chat.update needs.
+    provider_ref = models.CharField(max_length=64, blank=True)
+    # slack_reply only: the click's response_url (a short-lived capability), blanked once the row finishes.
+    response_url = models.CharField(max_length=2000, blank=True)
+    # What a message outside the levels says beyond the card's facts, in pollerdash's words: a
+    # hand-over ("alice handed you this card"), a take-over, an acceptance to confirm; for a
+    # slack_reply, "replace" (the message shows the card's new state) or the ephemeral text.
+    note = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            # A level goes to each recipient once, whatever process stepped it.
+            models.UniqueConstraint(
+                fields=["escalation", "round", "level", "repetition", "channel", "address", "event"],
+                name="one_notification_per_slot",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["next_attempt_at"], condition=Q(state="pending"), name="notification_due_idx"),
+            models.Index(fields=["escalation", "created_at"], name="notification_card_idx"),
+            models.Index(fields=["finished_at"], name="notification_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"card {self.escalation_id}: {self.event} {self.channel} {self.display} ({self.state})"
+
+
+class CardResponseCounter(models.Model):
+    """One bucket of the time-to-acknowledge or time-to-decide histogram for one (reason, provider).
+
+    Incremented once per card in the transaction that first sets Escalation.first_response_at
+    (acknowledge) or closes the card with a decision (decide), so a scrape reads a few rows.
+    """
+
+    metric = models.CharField(max_length=8)  # "ack" | "decide"
+    reason = models.CharField(max_length=32)
+    provider = models.CharField(max_length=64)
+    bucket = models.CharField(max_length=8)  # an upper bound in seconds, or "+Inf"
+    count = models.BigIntegerField(default=0)
+    sum_s = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["metric", "reason", "provider", "bucket"], name="one_counter_per_bucket")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.reason} {self.provider} <= {self.bucket}: {self.count}"
+
+
+class SlackRefusal(models.Model):
+    """Slack interaction requests refused (bad or stale signature ...), one row per reason and hour:
+    unauthenticated junk is counted, never stored, so it cannot fill the database or the audit log."""
+
+    reason = models.CharField(max_length=32)
+    hour = models.DateTimeField()
+    count = models.PositiveIntegerField(default=0)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["reason", "hour"], name="one_slack_refusal_per_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.reason} {self.hour:%Y-%m-%d %H}:00 x{self.count}"

@@ -1,0 +1,360 @@
+"""Escalation policies: validation, the per-card policy run, and the one step function.
+
+A policy is an ordered list of levels; each level names targets and a wait before the next level;
+the last level may repeat up to ten times. Grafana OnCall's step vocabulary (notify, wait, repeat)
+is the model, without schedules or rotations.
+
+Everything here is pure: no database, no clock, no I/O. The services keep a `RunState` per card
+in the database (PolicyRun) and call `policy_step` in the transaction that advances it, writing the
+returned notifications as outbox rows in that same transaction (escalations/oncall/runs.py). Because a step is
+computed from the stored state and writes its successor with a compare-and-set on `step_seq`, a
+level is decided once and only once whatever process runs it, and a worker killed mid-step rolls
+back both the advance and its notifications together.
+
+`validate_policy` is the single definition of a valid policy: the admin form and the
+`loadpolicies` command both call it (through operations.notify.store), and it names every problem
+at once, like a profile's validation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+MAX_LEVELS = 10
+MAX_TARGETS_PER_LEVEL = 20
+REPEAT_RANGE = (0, 10)
+# A wait is whole seconds: at least 1 (a wait <= 0 is refused), at most a day (a longer silence
+# between levels is a policy nobody meant).
+WAIT_RANGE_S = (1, 24 * 3600)
+NAME_MAX = 100
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
+# The variable's name, never its value. Like a profile's credential variable it has a prefix of its
+# own (ONCALL_), so a policy can never send one of pollerdash's settings or a provider's credential
+# to a chat or a pager, and a profile can never send a routing key to a provider.
+ENV_PREFIX = "ONCALL_"
+_ENV_NAME = re.compile(r"ONCALL_[A-Z0-9_]{1,93}")
+_SLACK_CHANNEL = re.compile(r"[CGD][A-Z0-9]{6,20}")
+# Deliberately simple: one @, no spaces or control characters, a dot in the domain. Django's
+# EmailValidator runs in the admin form as well; this keeps the pure check dependency-free.
+_EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]+\.[^@\s\x00-\x1f\x7f]+")
+
+
+class TargetKind(StrEnum):
+    USER = "user"  # ref: a username; mailed at the account's address
+    GROUP = "group"  # ref: a Django group; each member with the responder role is mailed
+    EMAIL = "email"  # ref: an address outside pollerdash (a team list)
+    SLACK_WEBHOOK = "slack_webhook"  # ref: the NAME of the env variable holding the webhook URL
+    SLACK_CHANNEL = "slack_channel"  # ref: a channel id, posted with the Slack app's bot token
+    PAGERDUTY = "pagerduty"  # ref: the NAME of the env variable holding the routing key
+
+
+SECRET_REF_KINDS = frozenset({TargetKind.SLACK_WEBHOOK, TargetKind.PAGERDUTY})
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: TargetKind
+    ref: str
+
+    @property
+    def key(self) -> str:
+        """Stable identity inside a policy; carries env names, never secret values."""
+        ref = self.ref.lower() if self.kind in (TargetKind.EMAIL,) else self.ref
+        return f"{self.kind}:{ref}"
+
+
+@dataclass(frozen=True)
+class Level:
+    wait_s: int
+    targets: tuple[Target, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated policy. Stored as a snapshot on each card's run when the card opens, so an
+    edit made while a card is open never rewrites what that card is doing (OnCall's rule)."""
+
+    name: str
+    levels: tuple[Level, ...]
+    repeat_last_level: int
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "repeat_last_level": self.repeat_last_level,
+            "levels": [
+                {"wait_s": level.wait_s, "targets": [{"kind": str(t.kind), "ref": t.ref} for t in level.targets]}
+                for level in self.levels
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Policy:
+        return cls(
+            name=data["name"],
+            repeat_last_level=int(data["repeat_last_level"]),
+            levels=tuple(
+                Level(
+                    wait_s=int(level["wait_s"]),
+                    targets=tuple(Target(kind=TargetKind(t["kind"]), ref=t["ref"]) for t in level["targets"]),
+                )
+                for level in data["levels"]
+            ),
+        )
+
+    @property
+    def total_sends(self) -> int:
+        """Level steps in one round: every level once, then the last level's repetitions."""
+        return len(self.levels) + self.repeat_last_level
+
+
+# --- validation -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a policy is refused, naming where (TOML keys, as the admin form shows them)."""
+
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Directory:
+    """What exists, read by the caller before validating (the check itself stays pure)."""
+
+    usernames: Set[str]
+    groups: Set[str]
+    slack_app_configured: bool
+
+
+def validate_policy(raw: object, *, directory: Directory) -> Policy | list[Problem]:
+    """The policy, or every problem with it. The whole policy is refused if any part is wrong."""
+    if not isinstance(raw, Mapping):
+        return [Problem("policy", "must be a table")]
+    problems: list[Problem] = []
+    unknown = sorted(set(raw) - {"name", "levels", "repeat_last_level", "description"})
+    problems += [Problem(key, "is not a policy key (name, description, levels, repeat_last_level)") for key in unknown]
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        problems.append(Problem("name", "must be 1-100 of a-z 0-9 _ - starting with a letter or digit"))
+    repeat = raw.get("repeat_last_level", 0)
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not REPEAT_RANGE[0] <= repeat <= REPEAT_RANGE[1]:
+        problems.append(
+            Problem("repeat_last_level", f"must be a whole number from {REPEAT_RANGE[0]} to {REPEAT_RANGE[1]}")
+        )
+    levels_raw = raw.get("levels")
+    levels: list[Level] = []
+    if not isinstance(levels_raw, Sequence) or isinstance(levels_raw, str | bytes) or not levels_raw:
+        problems.append(Problem("levels", "needs at least one level"))
+    elif len(levels_raw) > MAX_LEVELS:
+        problems.append(Problem("levels", f"has {len(levels_raw)} levels; at most {MAX_LEVELS}"))
+    else:
+        for index, level_raw in enumerate(levels_raw):
+            level, level_problems = _level(level_raw, where=f"levels[{index}]", directory=directory)
+            problems += level_problems
+            if level is not None:
+                levels.append(level)
+    if problems:
+        return problems
+    return Policy(name=name, levels=tuple(levels), repeat_last_level=repeat)  # type: ignore[arg-type]
+
+
+def _level(raw: object, *, where: str, directory: Directory) -> tuple[Level | None, list[Problem]]:
+    if not isinstance(raw, Mapping):
+        return None, [Problem(where, "must be a table with wait_s and targets")]
+    problems = [
+        Problem(f"{where}.{key}", "is not a level key (wait_s, targets)")
+        for key in sorted(set(raw) - {"wait_s", "targets"})
+    ]
+    wait = raw.get("wait_s")
+    if isinstance(wait, bool) or not isinstance(wait, int) or not WAIT_RANGE_S[0] <= wait <= WAIT_RANGE_S[1]:
+        problems.append(
+            Problem(f"{where}.wait_s", f"must be whole seconds from {WAIT_RANGE_S[0]} to {WAIT_RANGE_S[1]}")
+        )
+    targets_raw = raw.get("targets")
+    targets: list[Target] = []
+    if not isinstance(targets_raw, Sequence) or isinstance(targets_raw, str | bytes) or not targets_raw:
+        problems.append(Problem(f"{where}.targets", "needs at least one target"))
+    elif len(targets_raw) > MAX_TARGETS_PER_LEVEL:
+        problems.append(Problem(f"{where}.targets", f"has {len(targets_raw)} targets; at most {MAX_TARGETS_PER_LEVEL}"))
+    else:
+        seen: set[str] = set()
+        for index, target_raw in enumerate(targets_raw):
+            target, problem = _target(target_raw, where=f"{where}.targets[{index}]", directory=directory)
+            if problem is not None:
+                problems.append(problem)
+            elif target is not None:
+                if target.key in seen:
+                    problems.append(Problem(f"{where}.targets[{index}]", f"repeats {target.kind} {target.ref!r}"))
+                seen.add(target.key)
+                targets.append(target)
+    if problems:
+        return None, problems
+    return Level(wait_s=wait, targets=tuple(targets)), []  # type: ignore[arg-type]
+
+
+def _target(raw: object, *, where: str, directory: Directory) -> tuple[Target | None, Problem | None]:
+    """A target is a one-key table: {user = "alice"}, {pagerduty = "PD_ROUTING_PAYMENTS"}, ..."""
+    kinds = ", ".join(str(k) for k in TargetKind)
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        return None, Problem(where, f"must be one of {{{kinds}}} = value")
+    ((kind_raw, ref),) = raw.items()
+    try:
+        kind = TargetKind(kind_raw)
+    except ValueError:
+        return None, Problem(where, f"{kind_raw!r} is not a target kind ({kinds})")
+    if not isinstance(ref, str) or not ref or ref != ref.strip():
+        return None, Problem(f"{where}.{kind}", "must be a non-empty string without surrounding spaces")
+    if kind is TargetKind.USER and ref not in directory.usernames:
+        return None, Problem(f"{where}.user", f"no user named {ref!r}")
+    if kind is TargetKind.GROUP and ref not in directory.groups:
+        return None, Problem(f"{where}.group", f"no group named {ref!r}")
+    if kind is TargetKind.EMAIL and (len(ref) > 254 or not _EMAIL.fullmatch(ref)):
+        return None, Problem(f"{where}.email", "is not an email address")
+    if kind in SECRET_REF_KINDS and not _ENV_NAME.fullmatch(ref):
+        # The commonest mistake is pasting the secret itself: say so without echoing it.
+        return None, Problem(
+            f"{where}.{kind}",
+            f"must name an environment variable ({ENV_PREFIX} then A-Z, 0-9, _), not hold the secret itself",
+        )
+    if kind in SECRET_REF_KINDS and ref.endswith("_FILE"):
+        return None, Problem(f"{where}.{kind}", "name the variable itself: its _FILE form is read too")
+    if kind is TargetKind.SLACK_CHANNEL:
+        if not _SLACK_CHANNEL.fullmatch(ref):
+            return None, Problem(f"{where}.slack_channel", "must be a Slack channel id such as C0123456789")
+        if not directory.slack_app_configured:
+            return None, Problem(
+                f"{where}.slack_channel", "needs the Slack app (SLACK_BOT_TOKEN); use slack_webhook without it"
+            )
+    return Target(kind=kind, ref=ref), None
+
+
+# --- the run of a policy on one card ------------------------------------------------------------------
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"  # a step is due at next_step_at
+    ACKNOWLEDGED = "acknowledged"  # someone is on it: no further level is sent
+    EXHAUSTED = "exhausted"  # every level and repetition went out and the last wait ran out
+    ENDED = "ended"  # the card was decided or superseded
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the database keeps per card. `level` is the index of the last level sent (-1: none
+    yet); `round` grows each time an unacknowledge restarts the policy; `step_seq` grows with
+    every change and is the compare-and-set fence of the row."""
+
+    status: RunStatus
+    round: int
+    level: int
+    repetition: int
+    next_step_at: datetime | None
+    step_seq: int
+
+    @classmethod
+    def start(cls, *, now: datetime) -> RunState:
+        _aware(now)
+        return cls(status=RunStatus.RUNNING, round=0, level=-1, repetition=0, next_step_at=now, step_seq=0)
+
+    def due(self, now: datetime) -> bool:
+        return self.status is RunStatus.RUNNING and self.next_step_at is not None and self.next_step_at <= now
+
+
+@dataclass(frozen=True)
+class Notify:
+    """One target to notify for one level send. `slot` is the outbox row's unique identity."""
+
+    round: int
+    level: int
+    repetition: int
+    target: Target
+
+    @property
+    def slot(self) -> tuple[int, int, int, str]:
+        return (self.round, self.level, self.repetition, self.target.key)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    state: RunState
+    notify: tuple[Notify, ...]
+
+
+def policy_step(*, state: RunState, policy: Policy, now: datetime) -> StepPlan:
+    """Advance a due run by one step: the next level (or the last level's next repetition), or
+    exhaustion once the last wait ran out. Not due: the same state and nothing to send, so a
+    duplicate or early call is harmless.
+
+    The next step is timed from `now`, the moment this level actually went out, not from when it
+    was due: a dispatcher that was down for an hour then sends the levels one wait apart instead
+    of all at once, so everyone paged still gets the whole wait to acknowledge.
+    """
+    _aware(now)
+    if not state.due(now):
+        return StepPlan(state=state, notify=())
+    last = len(policy.levels) - 1
+    if state.level < 0:
+        level, repetition = 0, 0
+    elif state.level < last:
+        level, repetition = state.level + 1, 0
+    elif state.repetition < policy.repeat_last_level:
+        level, repetition = last, state.repetition + 1
+    else:
+        exhausted = replace(state, status=RunStatus.EXHAUSTED, next_step_at=None, step_seq=state.step_seq + 1)
+        return StepPlan(state=exhausted, notify=())
+    chosen = policy.levels[level]
+    notify = tuple(Notify(round=state.round, level=level, repetition=repetition, target=t) for t in chosen.targets)
+    advanced = replace(
+        state,
+        level=level,
+        repetition=repetition,
+        next_step_at=now + timedelta(seconds=chosen.wait_s),
+        step_seq=state.step_seq + 1,
+    )
+    return StepPlan(state=advanced, notify=notify)
+
+
+def policy_acknowledge(*, state: RunState) -> RunState:
+    """Someone is on it: no further level goes out. Outbox rows of this run not yet attempted
+    are marked skipped by the caller in the same transaction."""
+    if state.status is not RunStatus.RUNNING:
+        return state
+    return replace(state, status=RunStatus.ACKNOWLEDGED, next_step_at=None, step_seq=state.step_seq + 1)
+
+
+def policy_unacknowledge(*, state: RunState, now: datetime) -> RunState:
+    """Nobody is on it any more: the policy starts again from its first level, as a new round
+    (so the outbox identity of every send differs from the first round's)."""
+    _aware(now)
+    if state.status is not RunStatus.ACKNOWLEDGED:
+        return state
+    return RunState(
+        status=RunStatus.RUNNING,
+        round=state.round + 1,
+        level=-1,
+        repetition=0,
+        next_step_at=now,
+        step_seq=state.step_seq + 1,
+    )
+
+
+def policy_end(*, state: RunState) -> RunState:
+    """The card was decided or superseded: nothing more is ever sent for it."""
+    if state.status is RunStatus.ENDED:
+        return state
+    return replace(state, status=RunStatus.ENDED, next_step_at=None, step_seq=state.step_seq + 1)
+
+
+def _aware(value: datetime) -> None:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timezone-aware datetimes only")

@@ -1,0 +1,118 @@
+"""Who a level reaches, and what an acknowledgement or a decision does to the outbox."""
+
+from __future__ import annotations
+
+import random
+
+from operations.notify.policy import Notify, Target, TargetKind
+from operations.notify.recipients import Channel, People, Person, expand
+from operations.notify.rules import (
+    SCHEDULE_S,
+    Event,
+    FollowUp,
+    Readiness,
+    Row,
+    Skip,
+    State,
+    follow_up_ready,
+    on_acknowledge,
+    on_end,
+    retry_delay_s,
+)
+
+PEOPLE = People(
+    by_username={
+        "alice": Person("alice", "alice@example.com", is_active=True, is_responder=True),
+        "bob": Person("bob", "", is_active=True, is_responder=True),
+        "carol": Person("carol", "carol@example.com", is_active=False, is_responder=True),
+        "dave": Person("dave", "dave@example.com", is_active=True, is_responder=False),
+    },
+    group_members={"oncall": ["alice", "bob", "carol", "dave"], "empty": []},
+)
+
+
+def notify(kind: TargetKind, ref: str) -> Notify:
+    return Notify(round=0, level=1, repetition=0, target=Target(kind, ref))
+
+
+def test_a_group_becomes_one_row_per_responder_and_the_unreachable_are_recorded_with_why():
+    rows = expand([notify(TargetKind.GROUP, "oncall"), notify(TargetKind.USER, "alice")], people=PEOPLE)
+    assert [(r.display, r.address, r.skip_reason) for r in rows] == [
+        ("alice (oncall)", "alice@example.com", ""),
+        ("bob (oncall)", "user:bob", "the account has no email address"),
+        ("carol (oncall)", "user:carol", "the account is inactive"),
+    ]  # dave reads but does not respond; alice, named twice, is mailed once
+
+
+def test_an_empty_group_says_so_instead_of_silently_waiting_out_the_level():
+    (row,) = expand([notify(TargetKind.GROUP, "empty")], people=PEOPLE)
+    assert row.skip_reason == "the group has no members"
+
+
+def test_secret_targets_keep_only_the_variable_name():
+    rows = expand(
+        [notify(TargetKind.PAGERDUTY, "ONCALL_PD_KEY"), notify(TargetKind.SLACK_WEBHOOK, "ONCALL_SLACK_HOOK")],
+        people=PEOPLE,
+    )
+    assert [(r.channel, r.address) for r in rows] == [
+        (Channel.PAGERDUTY, "ONCALL_PD_KEY"),
+        (Channel.SLACK_WEBHOOK, "ONCALL_SLACK_HOOK"),
+    ]
+
+
+def test_retries_follow_the_schedule_honour_retry_after_within_a_cap_and_end():
+    rng = random.Random(1)
+    delays = [retry_delay_s(attempts_made=n, retry_after_s=None, rng=rng) for n in range(1, len(SCHEDULE_S) + 1)]
+    assert delays[-1] is None
+    for delay, base in zip(delays[:-1], SCHEDULE_S[1:], strict=True):
+        assert 0.8 * base <= delay <= 1.2 * base
+    assert retry_delay_s(attempts_made=1, retry_after_s=120, rng=rng) == 120
+    assert retry_delay_s(attempts_made=1, retry_after_s=10**9, rng=rng) == 15 * 60
+
+
+def row(id_: int, channel: Channel, event: Event, state: State, attempts: int = 0, address: str = "A") -> Row:
+    return Row(id=id_, channel=channel, address=address, event=event, state=state, attempts=attempts)
+
+
+def test_acknowledge_skips_unsent_level_rows_leaves_in_flight_ones_and_follows_up_what_went_out():
+    rows = [
+        row(1, Channel.EMAIL, Event.LEVEL, State.SENT, 1, "alice@example.com"),
+        row(2, Channel.PAGERDUTY, Event.LEVEL, State.SENT, 1, "ONCALL_PD_A"),
+        row(3, Channel.PAGERDUTY, Event.LEVEL, State.PENDING, 2, "ONCALL_PD_B"),  # in flight (retrying a 429)
+        row(4, Channel.PAGERDUTY, Event.LEVEL, State.PENDING, 0, "ONCALL_PD_C"),  # level 2, not sent yet
+        row(5, Channel.EMAIL, Event.LEVEL, State.PENDING, 0, "bob@example.com"),
+        row(6, Channel.SLACK_WEBHOOK, Event.LEVEL, State.SENT, 1, "ONCALL_HOOK"),
+        row(7, Channel.SLACK_CHANNEL, Event.LEVEL, State.SENT, 1, "C0123456789"),
+        row(8, Channel.PAGERDUTY, Event.LEVEL, State.FAILED, 1, "ONCALL_PD_D"),
+    ]
+    changes = on_acknowledge(rows=rows)
+    assert changes.skip == (Skip(4, "acknowledged before it was sent"), Skip(5, "acknowledged before it was sent"))
+    assert changes.add == (
+        FollowUp(Channel.PAGERDUTY, "ONCALL_PD_A", Event.ACKNOWLEDGED, 2),
+        FollowUp(Channel.PAGERDUTY, "ONCALL_PD_B", Event.ACKNOWLEDGED, 3),
+        FollowUp(Channel.SLACK_CHANNEL, "C0123456789", Event.ACKNOWLEDGED, 7),
+    )  # no follow-up for the webhook post (cannot be edited) nor for the trigger PagerDuty refused
+
+
+def test_a_decision_after_an_acknowledgement_resolves_after_the_acknowledge_and_only_once():
+    rows = [
+        row(2, Channel.PAGERDUTY, Event.LEVEL, State.SENT, 1, "ONCALL_PD_A"),
+        row(9, Channel.PAGERDUTY, Event.ACKNOWLEDGED, State.PENDING, 0, "ONCALL_PD_A"),
+    ]
+    changes = on_end(rows=rows)
+    assert changes.add == (FollowUp(Channel.PAGERDUTY, "ONCALL_PD_A", Event.ENDED, 9),)
+    again = on_end(rows=[*rows, row(10, Channel.PAGERDUTY, Event.ENDED, State.PENDING, 0, "ONCALL_PD_A")])
+    assert again.add == ()
+
+
+def test_a_follow_up_waits_for_its_predecessor_and_is_dropped_if_the_trigger_never_landed():
+    trigger = row(2, Channel.PAGERDUTY, Event.LEVEL, State.PENDING, 1)
+    assert follow_up_ready(predecessor=trigger)[0] is Readiness.WAIT
+    assert follow_up_ready(predecessor=row(2, Channel.PAGERDUTY, Event.LEVEL, State.SENT, 1))[0] is Readiness.READY
+    verdict, why = follow_up_ready(predecessor=row(2, Channel.PAGERDUTY, Event.LEVEL, State.FAILED, 6))
+    assert verdict is Readiness.SKIP and "failed" in why
+    # A failed acknowledge does not stop the resolve: resolving still closes the alert.
+    assert (
+        follow_up_ready(predecessor=row(9, Channel.PAGERDUTY, Event.ACKNOWLEDGED, State.FAILED, 6))[0]
+        is Readiness.READY
+    )
