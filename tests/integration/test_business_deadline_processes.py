@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from operations import dispatch
 from operations.decisions.services import escalation_decide
-from operations.models import Escalation, Operation
+from operations.models import Escalation, Operation, ProcessHeartbeat
 from operations.registration import operation_register
 from operations.vocabulary import Reason, Status
 from tests.integration.support import wait_until
@@ -30,8 +30,14 @@ def test_no_request_after_the_business_deadline_until_a_person_keeps_waiting(pro
     profile = make_profile(base_delay_s=0.1, max_delay_s=0.3, jitter_floor=0.5, business_deadline_warning_s=600)
     processes.start("qcluster", Q_WORKERS=2)
     processes.start("dispatcher")
-    # Longer than the dispatcher's warning cadence (dispatch.WARNINGS_EVERY_S), so a warning pass
-    # falls before it whenever the dispatcher came up.
+    # A dispatcher that is up (its first heartbeat) has a warning pass within WARNINGS_EVERY_S; the
+    # business deadline comes later than that, on however busy a machine.
+    wait_until(
+        lambda: ProcessHeartbeat.objects.filter(kind="dispatcher").exists(),
+        timeout=60,
+        what="the dispatcher's first heartbeat",
+        processes=processes,
+    )
     business = timezone.now() + timedelta(seconds=dispatch.WARNINGS_EVERY_S + 3)
     op = operation_register(
         provider_slug=profile.slug,
