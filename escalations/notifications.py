@@ -65,7 +65,15 @@ def enqueue(*, escalation_id: int, kind: str) -> None:
 
 
 def on_card_opened(*, escalation: Escalation, **_: object) -> None:
-    """operations.events.card_opened: queue the card's first notification in the opening transaction."""
+    """operations.events.card_opened: queue the card's first notification in the opening transaction.
+
+    One notification per group: a card that joined an open group (same account and reason, within
+    CARD_GROUP_WINDOW_S) sends none of its own; the group's first card did, and the reminders speak
+    for the whole group.
+    """
+    group = escalation.group
+    if group is not None and group.first_card_id not in (None, escalation.pk):
+        return
     enqueue(escalation_id=escalation.pk, kind=OPENED)
 
 
@@ -201,6 +209,17 @@ def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = Fa
     waited = human_duration(now - escalation.opened_at)
     head, intro = _head_and_intro(kind=kind, waited=waited, actor=actor)
     subject = one_line(f"[pollerdash] {head}: {label} — {op.provider.slug} ({op.pk})")[:SUBJECT_MAX]
+    group_line = ""
+    members = open_members(escalation)
+    if members > 1:
+        group_link = f"{settings.SITE_URL}{reverse('card_group', args=[escalation.group_id])}"
+        subject = one_line(
+            f"[pollerdash] {head}: {members} operations: {label} on {escalation.group.account}"  # type: ignore[union-attr]
+        )[:SUBJECT_MAX]
+        group_line = (
+            f"This card is one of {members} open cards of the same outage ({label}, same provider account, "
+            f"opened within minutes): see and decide them together at {group_link}"
+        )
     if op.business_deadline_at is None:
         business = "none"
     elif op.business_deadline_at > now:
@@ -214,6 +233,7 @@ def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = Fa
         intro,
         "",
         f"Decide on the card: {link}",
+        *([group_line] if group_line else []),
         "",
         f"Reason:            {label}",
         f"Why it stopped:    {one_line(escalation.detail)}",
@@ -240,13 +260,20 @@ def compose(*, escalation: Escalation, kind: str, now: datetime, last: bool = Fa
     return Message(subject=subject, text="\n".join(lines), chat=chat, link=link)
 
 
+def open_members(escalation: Escalation) -> int:
+    """How many open cards the card's group has (1 for a card without a group)."""
+    if escalation.group_id is None:
+        return 1
+    return Escalation.objects.filter(group_id=escalation.group_id, state=Escalation.State.OPEN).count()
+
+
 def deliver(*, escalation_id: int, kind: str) -> str:
     """Send one card's notification by every configured channel. Returns a short outcome.
 
     Within the caps only: NOTIFY_MAX_PER_CARD messages per card and NOTIFY_MAX_PER_HOUR in all;
     beyond them the notification is counted on the card as skipped and nothing is sent.
     """
-    escalation = Escalation.objects.select_related("operation__provider").filter(pk=escalation_id).first()
+    escalation = Escalation.objects.select_related("operation__provider", "group").filter(pk=escalation_id).first()
     if escalation is None or escalation.state != Escalation.State.OPEN:
         return "skipped: card no longer open"
     if kind == REMINDER and escalation.acknowledged_at is not None:
@@ -271,7 +298,7 @@ def deliver_to_people(*, escalation_id: int, kind: str, actor_id: int | None, re
     """A message about a card to named people: by email to each that has an address, and to the
     team's webhook. Counted against NOTIFY_MAX_PER_HOUR; not against a card's NOTIFY_MAX_PER_CARD,
     since a person handed a card must hear of it whatever the reminders used up."""
-    escalation = Escalation.objects.select_related("operation__provider").filter(pk=escalation_id).first()
+    escalation = Escalation.objects.select_related("operation__provider", "group").filter(pk=escalation_id).first()
     if escalation is None or escalation.state != Escalation.State.OPEN:
         return "skipped: card no longer open"
     users = get_user_model().objects
@@ -362,16 +389,26 @@ def enqueue_due_reminders(*, now: datetime, limit: int = REMINDERS_PER_RUN) -> i
         due = due.filter(notifications_sent__lt=settings.NOTIFY_MAX_PER_CARD)
     due = (
         due.filter(Q(last_notified_at__lte=cutoff) | Q(last_notified_at__isnull=True, opened_at__lte=cutoff))
-        .order_by("opened_at")
-        .values_list("pk", "last_notified_at")[:limit]
+        .order_by("opened_at", "pk")
+        .values_list("pk", "last_notified_at", "group_id")[:limit]
     )
     queued = 0
-    for pk, last in due:
+    reminded_groups: set[int] = set()
+    for pk, last, group_id in due:
+        if group_id is not None and group_id in reminded_groups:
+            continue
         with transaction.atomic():
             claimed = Escalation.objects.filter(pk=pk, state=Escalation.State.OPEN, last_notified_at=last).update(
                 last_notified_at=now
             )
             if claimed:
+                if group_id is not None:
+                    # One reminder speaks for the group: its other unacknowledged cards count as
+                    # reminded too, so they fall due together next time instead of one by one.
+                    Escalation.objects.filter(
+                        group_id=group_id, state=Escalation.State.OPEN, acknowledged_at__isnull=True
+                    ).exclude(pk=pk).update(last_notified_at=now)
+                    reminded_groups.add(group_id)
                 enqueue(escalation_id=pk, kind=REMINDER)
                 queued += 1
     return queued

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from escalations.views import cards, operations, system
+from escalations.views import cards, groups, operations, system
 
 urlpatterns = [
     path("", cards.inbox, name="inbox"),
@@ -16,6 +16,9 @@ urlpatterns = [
     path("cards/<int:escalation_id>/notes/", cards.add_note, name="escalation_note"),
     # The former "Take this card" / "Give it back": acknowledge / unacknowledge (kept for old links).
     path("cards/<int:escalation_id>/assign/", cards.assign, name="escalation_assign"),
+    path("groups/<int:group_id>/", groups.group, name="card_group"),
+    path("groups/<int:group_id>/acknowledge/", groups.group_acknowledge, name="card_group_acknowledge"),
+    path("groups/<int:group_id>/bulk/", groups.group_bulk, name="card_group_bulk"),
     path("history/", cards.history, name="decision_history"),
     path("history/decisions.csv", cards.history_csv, name="decision_history_csv"),
     path("history/audit.jsonl", cards.history_jsonl, name="decision_history_jsonl"),

@@ -61,6 +61,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "everyone": filters.query(mine=False),
         "mine": filters.query(mine=True),
         "any_reason": filters.query(reason=""),
+        "awaiting": filters.query(awaiting=not filters.awaiting),
         "reasons": [
             (value, label, count, filters.query(reason=value))
             for value, label, count in data.reason_counts

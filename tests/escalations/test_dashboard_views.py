@@ -27,7 +27,10 @@ def row_ids(html: str) -> list[int]:
     return [int(pk) for pk in re.findall(r'<article class="row" id="esc-(\d+)"', html)]
 
 
-def test_the_inbox_puts_the_soonest_business_deadline_first_then_the_oldest(stopped, responder_client) -> None:  # noqa: ANN001
+def test_the_inbox_puts_the_soonest_business_deadline_first_then_the_oldest(
+    stopped, responder_client, settings
+) -> None:  # noqa: ANN001
+    settings.CARD_GROUP_WINDOW_S = 0  # one row per card (groups have their own tests)
     late = stopped(business_deadline_at=T0 + timedelta(hours=5))
     no_deadline_old = stopped()
     soon = stopped(business_deadline_at=T0 + timedelta(hours=1))
