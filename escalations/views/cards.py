@@ -310,6 +310,18 @@ def history_csv(request: HttpRequest, filters: history_selectors.HistoryFilters)
 @viewer_required
 @require_GET
 @with_history_filters
+def history_activity_csv(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+    return exports.csv_response(
+        request,
+        filename=f"pollerdash-card-activity-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
+        header=exports.ACTIVITY_HEADER,
+        rows=exports.activity_rows(history_selectors.activity_queryset(filters=filters).order_by("at", "pk")),
+    )
+
+
+@viewer_required
+@require_GET
+@with_history_filters
 def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
     return audit_jsonl(
@@ -326,10 +338,17 @@ def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilter
 @with_history_filters
 def history_report(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     decisions = list(history_selectors.history_queryset(filters=filters)[: exports.CHUNK])
+    activity = list(history_selectors.activity_queryset(filters=filters)[: exports.CHUNK])
     return render(
         request,
         "escalations/history_report.html",
-        {"decisions": decisions, "filters": filters, "generated_at": timezone.now(), "limit": exports.CHUNK},
+        {
+            "decisions": decisions,
+            "activity": activity,
+            "filters": filters,
+            "generated_at": timezone.now(),
+            "limit": exports.CHUNK,
+        },
     )
 
 

@@ -91,7 +91,7 @@ class BulkPreview:
         if extra:
             checks = f"{extra} check{'s' if extra != 1 else ''}"
             return f"{operations} × {checks} = {count * extra} request{'s' if count * extra != 1 else ''}"
-        return f"{operations}: {option.label.lower()}"
+        return f"{operations}: {option.label}"
 
 
 @dataclass(frozen=True)

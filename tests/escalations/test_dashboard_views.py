@@ -258,7 +258,7 @@ def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused
     assert "tried 4 more times the same way" in history
     csv_text = b"".join(responder_client.get(reverse("decision_history_csv")).streaming_content).decode()
     header, row = csv_text.splitlines()[:2]
-    assert header.endswith(",repeat_count,last_repeated_at") and ",4," in row
+    assert header.endswith(",repeat_count,last_repeated_at,bulk_decision_id") and ",4," in row
 
 
 def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, bob, clock, settings) -> None:  # noqa: ANN001
