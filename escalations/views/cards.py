@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -177,7 +178,12 @@ def _card_act(request: HttpRequest, escalation_id: int, act: Callable[[], object
     if request.htmx:
         where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
         context = card_context(request, view, where=where, flash=flash) | {"takeover_open": takeover}
-        return _on_page(render(request, "escalations/_card.html", context, status=status), where=where)
+        response = render(request, "escalations/_card.html", context, status=status)
+        if where == "inbox":
+            # The row above the open card says who is on it: it follows at once (the live list
+            # holds its rows while a card is open).
+            response.write(render_to_string("escalations/_inbox_row_owner.html", {**context, "oob": True}, request))
+        return _on_page(response, where=where)
     card_url = f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}"
     if status != 200:
         return render(

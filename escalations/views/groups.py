@@ -18,7 +18,7 @@ from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import groups as group_selectors
 from escalations.views.cards import refresh_s
 from operations.decisions import bulk, ownership, services
-from operations.models import BulkDecision, CardGroup
+from operations.models import BulkDecision, CardGroup, Escalation
 
 
 def _page(
@@ -37,17 +37,28 @@ def _page(
     result = None
     if shown.isascii() and shown.isdigit() and len(shown) < 19:
         result = BulkDecision.objects.filter(pk=int(shown), group=view.group).first()
+    shown_result = refused or result
     context = {
+        "refusals": _refusals(shown_result),
         "gv": view,
         "group": view.group,
         "can_decide": can_decide(request.user),
         "preview": preview,
-        "result": refused or result,
+        "result": shown_result,
         "form": form or {},
         "nav": "inbox",
         "refresh_s": refresh_s(),
     }
     return render(request, "escalations/group.html", context, status=status)
+
+
+def _refusals(bulk_decision: BulkDecision | None) -> list[tuple[Escalation | None, str]]:
+    """Each refusal of a bulk decision with its card (and operation), to name it as a person would."""
+    if bulk_decision is None:
+        return []
+    ids = [r.get("escalation_id") for r in bulk_decision.refused if r.get("escalation_id")]
+    cards = {e.pk: e for e in Escalation.objects.select_related("operation").filter(pk__in=ids)}
+    return [(cards.get(r.get("escalation_id")), str(r.get("why", ""))) for r in bulk_decision.refused]
 
 
 @viewer_required

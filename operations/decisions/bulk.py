@@ -288,6 +288,7 @@ def _decide_member(*, bulk: BulkDecision, member: Member, user: object, option_i
             result = DecideResult(decision=decision, message=checked.why)
         else:
             result = apply_offered(checked, user=user, comment=comment)
+            bulk.option_label = checked.option.label  # saved with the bulk's record, after its members
         Decision.objects.filter(pk=result.decision.pk).update(bulk=bulk)
     return result
 
@@ -337,5 +338,5 @@ def _record(
             at=now,
         )
         bulk.audit_seq = entry.seq
-        bulk.save(update_fields=["outcome", "applied", "refused", "audit_seq"])
+        bulk.save(update_fields=["outcome", "applied", "refused", "option_label", "audit_seq"])
     return bulk

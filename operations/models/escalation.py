@@ -188,6 +188,8 @@ class BulkDecision(models.Model):
     username = models.CharField(max_length=150)
     decided_at = models.DateTimeField()
     option = models.CharField(max_length=100)
+    # The option's label as the members showed it ("Extend 15 min / 4 checks"); empty when refused whole.
+    option_label = models.CharField(max_length=200, blank=True)
     comment = models.TextField(blank=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     requested = models.PositiveIntegerField()

@@ -224,8 +224,8 @@ def test_the_group_page_reviews_then_applies_a_bulk_decision(outage, client: Cli
     )
     assert applied.status_code == 303 and "?bulk=" in applied["Location"]
     shown = client.get(applied["Location"]).content.decode()
-    assert "Applied <code>extend:15m:4</code> to 4 of 5 cards" in shown
-    assert f"card {outage[4].pk}: option not offered on this card" in shown
+    assert "Applied “Extend 15 min / 4 checks” to 4 of 5 cards" in shown
+    assert f"{outage[4].operation_id}</code>: option not offered on this card" in shown
 
 
 def test_the_group_page_refuses_a_bad_bulk_whole_with_each_reason(
@@ -241,7 +241,7 @@ def test_the_group_page_refuses_a_bad_bulk_whole_with_each_reason(
     )
     text = response.content.decode()
     assert response.status_code == 422 and "Refused: nothing was applied" in text
-    assert "held by bob" in text and "a card of another group" in text and "not a card: &#x27;nonsense&#x27;" in text
+    assert "held by bob" in text and f"{stranger.operation_id}</code>: a card of another group" in text and "not a card: &#x27;nonsense&#x27;" in text
     assert not Decision.objects.exists() and BulkDecision.objects.get().outcome == "refused"
     too_many = client.post(
         reverse("card_group_bulk", args=[outage[0].group_id]),
