@@ -242,8 +242,19 @@ def decide_bulk(
             outcome=BulkDecision.Outcome.APPLIED,
             requested=len(members),
         )
+    operations = dict(
+        Escalation.objects.filter(pk__in=[m.escalation_id for m in members]).values_list("pk", "operation_id")
+    )
     results = [
-        _decide_member(bulk=bulk, member=member, user=user, option_id=posted, comment=text) for member in members
+        _decide_member(
+            bulk=bulk,
+            member=member,
+            operation_id=operations[member.escalation_id],
+            user=user,
+            option_id=posted,
+            comment=text,
+        )
+        for member in members
     ]
     applied = [r.decision.escalation_id for r in results if not r.refused]
     refused = [{"escalation_id": r.decision.escalation_id, "why": r.message} for r in results if r.refused]
@@ -263,9 +274,10 @@ def decide_bulk(
     )
 
 
-def _decide_member(*, bulk: BulkDecision, member: Member, user: object, option_id: str, comment: str) -> DecideResult:
+def _decide_member(
+    *, bulk: BulkDecision, member: Member, operation_id: str, user: object, option_id: str, comment: str
+) -> DecideResult:
     """One member, decided as a single decision would be, in its own transaction under its own locks."""
-    operation_id = Escalation.objects.values_list("operation_id", flat=True).get(pk=member.escalation_id)
     with transaction.atomic():
         checked = check_decision(
             operation_id=operation_id,
