@@ -224,3 +224,39 @@ def test_a_bulk_decision_over_a_group_applies_where_offered_and_lists_the_member
     phone.goto(f"{live_server.url}/groups/{cards[0].group_id}/")
     assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     shoot(phone, artifacts, "humans-group-page-phone")
+
+
+def test_a_half_approved_acceptance_carries_a_badge_a_filter_finds_it_and_the_others_are_told(
+    open_page, make_user, make_operation, budget_card, notify, mailoutbox, artifacts
+) -> None:  # noqa: ANN001
+    from operations.controller import poll_once
+    from operations.models import Operation
+
+    alice = make_user("alice")
+    bob = make_user("bob")
+    bob.email = "bob@example.test"
+    bob.save()
+    op = make_operation("succeeded_no_result__id=badge", purpose="Audio summary of the weekly all-hands")
+    current = Operation.objects.get(pk=op.pk)
+    poll_once(operation_id=current.pk, fence=current.fence)
+    waiting = Escalation.objects.get(operation=op, state="open")
+    budget_card(purpose="Another card, not waiting for anyone")
+    run_queued_tasks()
+    mailoutbox.clear()
+
+    page = open_page(alice)
+    card = open_inline(page, waiting)
+    card.locator(".opt-explicit summary").filter(has_text="Accept").click()
+    card.locator(".opt-explicit[open] textarea[name=comment]").fill("the file is in the bucket, checked by hand")
+    card.locator(".opt-explicit[open]").get_by_role("button", name=re.compile("^Yes")).click()
+    expect(card.locator(".flash-ok")).to_contain_text("a second, different responder must confirm")
+    assert run_queued_tasks() == ["sent: email"]
+    assert sorted(mailoutbox[0].to) == ["bob@example.test", "oncall@example.test"]
+
+    bobs = open_page(bob)
+    row = bobs.locator(f"#esc-{waiting.pk}")
+    expect(row.locator(".chip-awaiting")).to_have_text("accepted by alice — needs a second responder")
+    bobs.get_by_role("link", name=re.compile("Needs a second responder")).click()
+    expect(bobs.locator("article.row")).to_have_count(1)
+    expect(bobs.locator(f"#esc-{waiting.pk}")).to_be_visible()
+    shoot(bobs, artifacts, "humans-awaiting-second-filter")
