@@ -18,18 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
-from operations.audit import entries as audit
 from operations.decisions.cards import Card, load_cards
 from operations.decisions.check import Refused, check_decision, clean_comment
 from operations.decisions.options import Kind, Option, parse_option_id
 from operations.decisions.services import DecideResult, apply_offered, take_decision_slot
+from operations.lifecycle import bulk as lifecycle_bulk
 from operations.lifecycle import humans
-from operations.models import BulkDecision, CardGroup, Decision, Escalation
+from operations.models import BulkDecision, CardGroup, Escalation
 
 BULK_MAX = 100
 # Options decided one card at a time: a look at one job's console, and the one cancel request of a
@@ -218,33 +217,25 @@ def decide_bulk(
         )
     now = timezone.now()
     if problems:
-        return BulkResult(
-            bulk=_record(
-                group=group,
-                user=user,
-                option=posted[:100],
-                comment=text,
-                requested=len(members),
-                applied=[],
-                refused=problems,
-                now=now,
-            ),
-            results=[],
-        )
-    with transaction.atomic():
-        bulk = BulkDecision.objects.create(
+        refusal = lifecycle_bulk.close_bulk(
             group=group,
             user=user,
-            username=humans.username(user),
-            decided_at=now,
-            option=posted,
+            option=posted[:100],
+            option_label="",
             comment=text,
-            outcome=BulkDecision.Outcome.APPLIED,
             requested=len(members),
+            applied=[],
+            refused=problems,
+            now=now,
         )
+        return BulkResult(bulk=refusal, results=[])
+    bulk = lifecycle_bulk.open_bulk(
+        group=group, user=user, option=posted, comment=text, requested=len(members), now=now
+    )
     operations = dict(
         Escalation.objects.filter(pk__in=[m.escalation_id for m in members]).values_list("pk", "operation_id")
     )
+    labels: list[str] = []
     results = [
         _decide_member(
             bulk=bulk,
@@ -253,31 +244,39 @@ def decide_bulk(
             user=user,
             option_id=posted,
             comment=text,
+            labels=labels,
         )
         for member in members
     ]
     applied = [r.decision.escalation_id for r in results if not r.refused]
     refused = [{"escalation_id": r.decision.escalation_id, "why": r.message} for r in results if r.refused]
-    return BulkResult(
-        bulk=_record(
-            group=group,
-            user=user,
-            option=posted,
-            comment=text,
-            requested=len(members),
-            applied=applied,
-            refused=refused,
-            now=timezone.now(),
-            bulk=bulk,
-        ),
-        results=results,
+    closed = lifecycle_bulk.close_bulk(
+        group=group,
+        user=user,
+        option=posted,
+        option_label=labels[0] if labels else "",
+        comment=text,
+        requested=len(members),
+        applied=applied,
+        refused=refused,
+        now=timezone.now(),
+        bulk=bulk,
     )
+    return BulkResult(bulk=closed, results=results)
 
 
 def _decide_member(
-    *, bulk: BulkDecision, member: Member, operation_id: str, user: object, option_id: str, comment: str
+    *,
+    bulk: BulkDecision,
+    member: Member,
+    operation_id: str,
+    user: object,
+    option_id: str,
+    comment: str,
+    labels: list[str],
 ) -> DecideResult:
-    """One member, decided as a single decision would be, in its own transaction under its own locks."""
+    """One member, decided as a single decision would be, in its own transaction under its own locks.
+    The label of the option applied is added to `labels` (the bulk's record names it)."""
     with transaction.atomic():
         checked = check_decision(
             operation_id=operation_id,
@@ -300,55 +299,6 @@ def _decide_member(
             result = DecideResult(decision=decision, message=checked.why)
         else:
             result = apply_offered(checked, user=user, comment=comment)
-            bulk.option_label = checked.option.label  # saved with the bulk's record, after its members
-        Decision.objects.filter(pk=result.decision.pk).update(bulk=bulk)
+            labels.append(checked.option.label)
+        lifecycle_bulk.link_member(decision=result.decision, bulk=bulk)
     return result
-
-
-def _record(
-    *,
-    group: CardGroup,
-    user: object,
-    option: str,
-    comment: str,
-    requested: int,
-    applied: list[int],
-    refused: list[dict],
-    now: datetime,
-    bulk: BulkDecision | None = None,
-) -> BulkDecision:
-    """The bulk request's own record and `human.bulk_decision` entry, after its members."""
-    outcome = BulkDecision.Outcome.APPLIED if applied else BulkDecision.Outcome.REFUSED
-    with transaction.atomic():
-        if bulk is None:
-            bulk = BulkDecision.objects.create(
-                group=group,
-                user=user,
-                username=humans.username(user),
-                decided_at=now,
-                option=option,
-                comment=comment,
-                outcome=outcome,
-                requested=requested,
-            )
-        bulk.outcome, bulk.applied, bulk.refused = outcome, len(applied), refused[: BULK_MAX + 10]
-        entry = audit.append(
-            entry_type="human.bulk_decision",
-            actor=audit.user_actor(user),
-            operation_id=None,
-            data={
-                "group_id": group.pk,
-                "bulk_id": bulk.pk,
-                "option": option,
-                "outcome": outcome,
-                "comment": comment or None,
-                "requested": requested,
-                "applied": len(applied),
-                "applied_escalation_ids": applied,
-                "refused": [{"escalation_id": r["escalation_id"], "reason": r["why"]} for r in bulk.refused],
-            },
-            at=now,
-        )
-        bulk.audit_seq = entry.seq
-        bulk.save(update_fields=["outcome", "applied", "refused", "option_label", "audit_seq"])
-    return bulk

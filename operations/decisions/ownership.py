@@ -95,6 +95,8 @@ def card_reassign(*, escalation_id: int, by: object, to: object) -> Escalation:
     target = get_user_model().objects.filter(username=name).first()
     if target is None:
         raise NotAResponder(f"to: there is no account named {name!r}.")
+    if Escalation.objects.filter(pk=escalation_id, assignee=target, state=Escalation.State.OPEN).exists():
+        raise OwnershipRefused(f"to: {name} already holds this card; nothing was changed.")
     return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now())
 
 

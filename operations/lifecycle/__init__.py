@@ -13,6 +13,7 @@ transaction or opens its own, and appends its audit entry last in that transacti
 - `humans`: what responders do on a card (grants, closes, acceptances, cancels, refusals, inspections);
 - `ownership`: who holds a card (acknowledge, unacknowledge, reassign) and its notes — acts that
   decide nothing (also importable from `humans`);
+- `bulk`: the record of a bulk decision over a group's cards (each member is decided through `humans`);
 - `agents`: what agents do (acknowledge, cancel the watch) and what follows (the cancel forward,
   callback warnings).
 
