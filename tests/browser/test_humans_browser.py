@@ -179,8 +179,9 @@ def test_a_note_appears_on_the_card_in_the_exports_and_in_the_report(
 
 
 def test_a_bulk_decision_over_a_group_applies_where_offered_and_lists_the_member_that_does_not(
-    open_page, make_user, budget_card, make_profile, notify, artifacts, live_server
+    open_page, make_user, budget_card, make_profile, notify, artifacts, live_server, settings
 ) -> None:  # noqa: ANN001
+    settings.CARD_GROUP_WINDOW_S = 600
     alice = make_user("alice")
     main = make_profile(slug="acme-export", account="acme-export")
     # A second integration on the same provider account: its profile offers only the 60-minute extension.

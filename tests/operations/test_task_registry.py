@@ -169,4 +169,5 @@ def test_the_task_functions_are_exactly_the_entry_points_of_the_tasks_modules():
         "escalations.tasks.notify_escalation",
         "escalations.tasks.notify_callback_failed",
         "escalations.tasks.send_due_reminders",
+        "escalations.tasks.notify_people",
     }
