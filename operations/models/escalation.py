@@ -158,6 +158,8 @@ class Decision(models.Model):
             models.Index(fields=["operation", "decided_at"], name="decision_operation_idx"),
             models.Index(fields=["user", "decided_at"], name="decision_user_idx"),
             models.Index(fields=["username", "decided_at"], name="decision_username_idx"),
+            # The inbox asks, for every open card, whether an acceptance awaits a second responder.
+            models.Index(fields=["escalation"], condition=Q(outcome="awaiting_second"), name="decision_awaiting_idx"),
         ]
 
     def __str__(self) -> str:
