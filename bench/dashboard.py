@@ -1,13 +1,15 @@
 """Dashboard pages at scale: SQL queries per page and server time, on PostgreSQL.
 
-    .venv/bin/python bench/dashboard.py                       # 10,000 ops, 1,000 open cards, 1,000,000 audit entries
-    .venv/bin/python bench/dashboard.py --ops 2000 --open 200 --audit 100000 --runs 20   # a quick smoke run
+    .venv/bin/python bench/dashboard.py      # 10,000 ops: 1,000 open cards + a group of 1,000; 1,000,000 audit entries
+    .venv/bin/python bench/dashboard.py --ops 2000 --open 200 --group 200 --audit 100000 --runs 20   # a quick smoke run
 
 Seeds a scratch database fast (bulk_create; the audit entries with COPY - their bodies are real
 JSON entries but the chain hashes are placeholders, which the pages never check), then requests
 each page through Django's full handler stack (middleware, session, auth, templates) in this
 process and prints, per page: SQL queries, p50 / p95 / max server time, and the response size.
 The targets (DESIGN / issue 5): <= 15 queries per page whatever the row counts, p95 <= 150 ms.
+Then one bulk decision (issue 11) extends 100 cards of the group through operations.decisions.bulk,
+each member under its own locks with its own decision and audit entry: target <= 2 s.
 Figures are printed, never asserted; the query bound is asserted in tests/operations/test_views_queries.py.
 """
 
@@ -29,8 +31,13 @@ from bench._setup import django_on_scratch_postgres, percentile  # noqa: E402
 BATCH = 2000
 
 
-def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_audit: int) -> tuple[object, str]:
-    """Returns (a responder user, the id of the busiest operation)."""
+def seed(
+    *, ops: int, open_cards: int, group: int, audit: int, target_checks: int, target_audit: int
+) -> tuple[object, str]:
+    """Returns (a responder user, the id of the busiest operation).
+
+    The first `open_cards` operations wait on single cards; the next `group` wait on cards of one
+    group (one provider account, one reason, opened within minutes: an outage)."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
     from django.db import connection
@@ -40,6 +47,7 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
     from operations.models import (
         AuditHead,
         Authorization,
+        CardGroup,
         Decision,
         Escalation,
         Operation,
@@ -79,13 +87,13 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
     rows, auths = [], []
     for index in range(ops):
         created = now - timedelta(minutes=rng.randrange(1, 7 * 24 * 60))
-        if index < open_cards:
+        if index < open_cards + group:
             status = "needs_attention"
-        elif index < open_cards + ops * 3 // 10:
+        elif index < open_cards + group + ops * 3 // 10:
             status = "running"
         else:
             status = rng.choice(["succeeded", "succeeded", "failed", "closed", "partially_succeeded", "cancelled"])
-        profile = profiles[index % len(profiles)]
+        profile = profiles[0] if open_cards <= index < open_cards + group else profiles[index % len(profiles)]
         used = rng.randrange(1, 12)
         op = Operation(
             id=new_operation_id(),
@@ -168,7 +176,21 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
         )
         for index, op in enumerate(rows[:open_cards])
     ]
-    decided_ops = rows[open_cards : open_cards * 3]
+    outage = CardGroup.objects.create(
+        account=profiles[0].account, reason="deadline_exceeded", opened_at=now - timedelta(minutes=10)
+    )
+    escalations += [
+        Escalation(
+            operation=op,
+            reason="deadline_exceeded",
+            detail="the deadline passed; no request was sent",
+            opened_at=now - timedelta(seconds=rng.randrange(1, 600)),
+            context={"http_status": 200},
+            group=outage,
+        )
+        for op in rows[open_cards : open_cards + group]
+    ]
+    decided_ops = rows[open_cards + group : open_cards * 3 + group]
     escalations += [
         Escalation(
             operation=op,
@@ -201,14 +223,17 @@ def seed(*, ops: int, open_cards: int, audit: int, target_checks: int, target_au
         ],
         batch_size=BATCH,
     )
-    _copy_audit(connection, rows=rows, total=audit, target=target, target_audit=target_audit, rng=rng)
-    AuditHead.objects.update_or_create(log="pollerdash/audit", defaults={"seq": audit, "head_hash": f"{audit:064x}"})
+    # Entries the seed itself appended (the accounts created) come first; the copied ones follow.
+    first = (AuditHead.objects.filter(log="pollerdash/audit").values_list("seq", flat=True).first() or 0) + 1
+    _copy_audit(connection, rows=rows, first=first, total=audit, target=target, target_audit=target_audit, rng=rng)
+    last = first + audit - 1
+    AuditHead.objects.update_or_create(log="pollerdash/audit", defaults={"seq": last, "head_hash": f"{last:064x}"})
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return user, target.pk
 
 
-def _copy_audit(connection, *, rows, total, target, target_audit, rng) -> None:  # noqa: ANN001
+def _copy_audit(connection, *, rows, first, total, target, target_audit, rng) -> None:  # noqa: ANN001
     """COPY `total` entry bodies (controller decisions and a few human ones), `target_audit` for one operation."""
     from operations.audit.entries import iso
 
@@ -217,8 +242,8 @@ def _copy_audit(connection, *, rows, total, target, target_audit, rng) -> None: 
         connection.cursor() as cursor,
         cursor.cursor.copy(f"COPY operations_auditentry ({columns}) FROM STDIN") as copy,
     ):
-        for seq in range(1, total + 1):
-            op = target if seq <= target_audit else rows[rng.randrange(len(rows))]
+        for seq in range(first, first + total):
+            op = target if seq < first + target_audit else rows[rng.randrange(len(rows))]
             at = op.created_at + timedelta(seconds=seq % 3600)
             entry_type = "controller.decision" if seq % 50 else "human.inspect"
             data = (
@@ -293,7 +318,10 @@ def measure(client, url: str, *, runs: int, headers: dict[str, str] | None = Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=10_000)
-    parser.add_argument("--open", type=int, default=1_000, dest="open_cards")
+    parser.add_argument("--open", type=int, default=1_000, dest="open_cards", help="open cards outside groups")
+    parser.add_argument("--group", type=int, default=1_000, help="open cards of one group (an outage)")
+    parser.add_argument("--bulk", type=int, default=100, help="cards of the group in the one bulk decision")
+    parser.add_argument("--db", default="h_esc_bench_dashboard", help="scratch database name (dropped first)")
     parser.add_argument("--audit", type=int, default=1_000_000)
     parser.add_argument(
         "--target-checks", type=int, default=1_000, help="status checks of the operation page's operation"
@@ -304,7 +332,7 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
-    name = "h_esc_bench_dashboard"
+    name = args.db
     if args.keep:
         os.environ["DATABASE_URL"] = f"{os.environ.get('BENCH_PG', 'postgres://root@127.0.0.1:5432')}/{name}"
         os.environ.setdefault("SECRET_KEY", "bench-only")
@@ -329,6 +357,7 @@ def main() -> None:
         user, target = seed(
             ops=args.ops,
             open_cards=args.open_cards,
+            group=args.group,
             audit=args.audit,
             target_checks=args.target_checks,
             target_audit=args.target_audit,
@@ -351,7 +380,11 @@ def main() -> None:
         ("card (htmx)", None, {"HX-Request": "true"}),
         ("history", reverse("decision_history"), None),
     ]
-    from operations.models import Escalation
+    from operations.models import CardGroup, Escalation
+
+    outage = CardGroup.objects.order_by("pk").values_list("pk", flat=True).first()
+    if outage is not None:
+        pages.insert(3, ("group page (100 members a page)", reverse("card_group", args=[outage]), None))
 
     card = Escalation.objects.filter(state="open").values_list("pk", flat=True).first()
     open_count = Escalation.objects.filter(state="open").count()
@@ -369,6 +402,41 @@ def main() -> None:
             f"{figures['max']:>8.1f} {figures['kb']:>7.0f}"
         )
     print("targets: <= 15 queries per page whatever the row counts; p95 <= 150 ms server time")
+    if outage is not None and args.bulk:
+        bulk_decision(user=user, group_id=outage, count=args.bulk)
+
+
+def bulk_decision(*, user: object, group_id: int, count: int) -> None:
+    """One bulk extension over `count` open cards of the group, timed end to end (checks included)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from operations.decisions.bulk import Member, decide_bulk
+    from operations.models import Escalation
+
+    members = [
+        Member(pk, version)
+        for pk, version in Escalation.objects.filter(group_id=group_id, state="open")
+        .order_by("pk")
+        .values_list("pk", "version")[:count]
+    ]
+    started = time.perf_counter()
+    with CaptureQueriesContext(connection) as captured:
+        result = decide_bulk(
+            group_id=group_id,
+            user=user,
+            option_id="extend:15m:4",
+            members=members,
+            comment="bench: provider incident resolved",
+            confirmed_count=len(members),
+        )
+    elapsed = time.perf_counter() - started
+    print(
+        f"bulk decision: extend:15m:4 over {len(members)} cards of a group of "
+        f"{Escalation.objects.filter(group_id=group_id).count():,}: {result.bulk.applied} applied, "
+        f"{len(result.refused)} refused, {elapsed:.2f} s, {len(captured.captured_queries)} queries "
+        f"({len(captured.captured_queries) / max(1, len(members)):.0f} per card); target <= 2 s"
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from django.http import HttpRequest, StreamingHttpResponse
 
 from operations.audit.export import as_async_lines
 from operations.decisions.words import decision_words, option_title
-from operations.models import Decision, StatusCheck
+from operations.models import CardActivity, Decision, StatusCheck
 
 CHUNK = 2000
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -152,6 +152,8 @@ DECISION_HEADER = [
     # `option` and `outcome` above keep the ids.
     "option_label",
     "outcome_label",
+    # Taken as one member of a bulk decision over a group (operations.decisions.bulk).
+    "bulk_decision_id",
 ]
 
 
@@ -182,4 +184,43 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             decision.last_repeated_at,
             option_title(decision.option),
             decision_words(decision).label,
+            decision.bulk_id,
+        ]
+
+
+# Acknowledgements, hand-overs and notes: what people did on cards without deciding.
+ACTIVITY_HEADER = [
+    "at",
+    "user",
+    "kind",
+    "operation_id",
+    "provider",
+    "provider_job_id",
+    "escalation_id",
+    "reason",
+    "to_user",
+    "previous_holder",
+    "text",
+    "audit_seq",
+    "activity_id",
+]
+
+
+def activity_rows(activities: QuerySet[CardActivity]) -> Iterator[list[object]]:
+    query = activities.select_related("escalation", "operation__provider")
+    for activity in query.iterator(chunk_size=CHUNK):
+        yield [
+            activity.at,
+            activity.username,
+            activity.kind,
+            activity.operation_id,
+            activity.operation.provider.slug,
+            activity.operation.provider_job_id,
+            activity.escalation_id,
+            activity.escalation.reason,
+            activity.to_username,
+            activity.previous_username,
+            activity.text,
+            activity.audit_seq,
+            activity.pk,
         ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from escalations.views import cards, operations, system
+from escalations.views import cards, groups, operations, system
 
 urlpatterns = [
     path("", cards.inbox, name="inbox"),
@@ -16,9 +16,13 @@ urlpatterns = [
     path("cards/<int:escalation_id>/notes/", cards.add_note, name="escalation_note"),
     # The former "Take this card" / "Give it back": acknowledge / unacknowledge (kept for old links).
     path("cards/<int:escalation_id>/assign/", cards.assign, name="escalation_assign"),
+    path("groups/<int:group_id>/", groups.group, name="card_group"),
+    path("groups/<int:group_id>/acknowledge/", groups.group_acknowledge, name="card_group_acknowledge"),
+    path("groups/<int:group_id>/bulk/", groups.group_bulk, name="card_group_bulk"),
     path("history/", cards.history, name="decision_history"),
     path("history/decisions.csv", cards.history_csv, name="decision_history_csv"),
     path("history/audit.jsonl", cards.history_jsonl, name="decision_history_jsonl"),
+    path("history/card-activity.csv", cards.history_activity_csv, name="decision_history_activity_csv"),
     path("history/report/", cards.history_report, name="decision_history_report"),
     path("operations/", operations.operation_list, name="operation_list"),
     path("operations/<str:operation_id>/", operations.operation_detail, name="operation_detail"),
@@ -28,6 +32,11 @@ urlpatterns = [
         "operations/<str:operation_id>/decisions.csv",
         operations.operation_decisions_csv,
         name="operation_decisions_csv",
+    ),
+    path(
+        "operations/<str:operation_id>/card-activity.csv",
+        operations.operation_activity_csv,
+        name="operation_activity_csv",
     ),
     path("operations/<str:operation_id>/report/", operations.operation_report, name="operation_report"),
     path("system/", system.system, name="system"),

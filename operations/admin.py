@@ -31,7 +31,10 @@ from operations.models import (
     AuditEntry,
     AuditHead,
     Authorization,
+    BulkDecision,
     CallbackDelivery,
+    CardActivity,
+    CardGroup,
     Decision,
     Escalation,
     EscalationPolicy,
@@ -497,7 +500,18 @@ class IdempotencyKeyAdmin(ViewOnlyAdmin):
 class EscalationAdmin(ViewOnlyAdmin):
     # The credential fingerprint is an HMAC, not the secret, but it has no use for a reader.
     hidden_fields = ("credential_fingerprint",)
-    list_display = ("id", "operation", "reason", "state", "version", "opened_at", "closed_at", "assignee")
+    list_display = (
+        "id",
+        "operation",
+        "reason",
+        "state",
+        "version",
+        "opened_at",
+        "closed_at",
+        "assignee",
+        "acknowledged_at",
+        "group",
+    )
     list_filter = ("state", "reason")
     search_fields = ("operation__id", "detail")
     list_select_related = ("operation", "assignee")
@@ -509,6 +523,28 @@ class DecisionAdmin(ViewOnlyAdmin):
     list_filter = ("outcome", "decided_at")
     search_fields = ("operation__id", "option", "comment", "username")
     list_select_related = ("user", "operation")
+
+
+@admin.register(CardActivity)
+class CardActivityAdmin(ViewOnlyAdmin):
+    list_display = ("id", "at", "username", "kind", "operation", "escalation", "to_username")
+    list_filter = ("kind", "at")
+    search_fields = ("operation__id", "username", "text")
+    list_select_related = ("operation", "escalation")
+
+
+@admin.register(CardGroup)
+class CardGroupAdmin(ViewOnlyAdmin):
+    list_display = ("id", "account", "reason", "opened_at", "first_card")
+    list_filter = ("reason",)
+    search_fields = ("account",)
+
+
+@admin.register(BulkDecision)
+class BulkDecisionAdmin(ViewOnlyAdmin):
+    list_display = ("id", "decided_at", "username", "group", "option", "outcome", "requested", "applied")
+    list_filter = ("outcome", "decided_at")
+    search_fields = ("username", "option", "comment")
 
 
 # --- django-q2: view-only ---------------------------------------------------------------------

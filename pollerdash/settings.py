@@ -357,3 +357,7 @@ SLACK_API_URL = env_str("SLACK_API_URL", "https://slack.com/api").rstrip("/")
 # repeats of one refused attempt count on its first record instead of adding records.
 DECISIONS_PER_MINUTE = env_int("DECISIONS_PER_MINUTE", 30)
 DECISION_REPEAT_WINDOW_S = env_int("DECISION_REPEAT_WINDOW_S", 600)
+# Cards opened for the same provider account and reason within this many seconds of a group's first
+# card (while one of its cards is open) form one group: one inbox row, one notification, bulk
+# decisions over its members (at most 100 cards each). 0 turns grouping off.
+CARD_GROUP_WINDOW_S = env_int("CARD_GROUP_WINDOW_S", 10 * 60)

@@ -86,7 +86,16 @@ def card_email(
     waited = human_duration(now - facts.opened_at)
     if not head:
         head = "Decision needed" if first else f"Still undecided after {waited}"
-    subject = ascii_subject(f"[pollerdash] {head}: {facts.reason_label} - {facts.provider_slug} ({facts.operation_id})")
+    what = f"{facts.reason_label} - {facts.provider_slug} ({facts.operation_id})"
+    group_line = ""
+    if facts.group_size > 1:
+        # One message speaks for the whole outage (the group's other cards send none of their own).
+        what = f"{facts.group_size} operations: {facts.reason_label} on {facts.provider_account}"
+        group_line = (
+            f"This card is one of {facts.group_size} open cards of the same outage ({facts.reason_label}, same "
+            f"provider account, opened within minutes): see and decide them together at {facts.group_url}"
+        )
+    subject = ascii_subject(f"[pollerdash] {head}: {what}")
     opening = intro or (
         "pollerdash stopped waiting on a job and a person must decide what happens next."
         if first
@@ -115,6 +124,7 @@ def card_email(
             opening,
             "",
             f"Decide on the card: {facts.card_url}",
+            *([group_line] if group_line else []),
             "",
             *(f"{label + ':':<{width}} {value}" for label, value in rows),
             "",
@@ -132,7 +142,8 @@ def card_email(
         '<!doctype html><html><body><div lang="en">'
         f"<p>{escape(opening)}</p>"
         f'<p><a href="{escape(facts.card_url, quote=True)}"><strong>Open the card and decide</strong></a></p>'
-        f'<table cellpadding="4">{cells}</table>'
+        + (f"<p>{escape(group_line)}</p>" if group_line else "")
+        + f'<table cellpadding="4">{cells}</table>'
         "<p>Supplied when the job was registered, not written by pollerdash (links disabled):</p>"
         + "".join(f"<p>{escape(line)}</p>" for line in agent)
         + f"<p>{escape(closing)}</p></div></body></html>"

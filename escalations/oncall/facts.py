@@ -37,6 +37,10 @@ class CardFacts:
     card_url: str
     inbox_url: str
     option_labels: tuple[str, ...]
+    # The outage the card belongs to: how many open cards its group holds (1 without a group) and
+    # the group's page, where they are decided together.
+    group_size: int = 1
+    group_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,17 @@ def card_facts(*, escalation: Escalation, now: datetime) -> CardFacts:
         card_url=card_url(escalation),
         inbox_url=f"{settings.SITE_URL}{reverse('inbox')}",
         option_labels=tuple(option.label for option in card.options),
+        **_group_facts(escalation),
     )
+
+
+def _group_facts(escalation: Escalation) -> dict[str, object]:
+    if escalation.group_id is None:
+        return {}
+    size = Escalation.objects.filter(group_id=escalation.group_id, state=Escalation.State.OPEN).count()
+    if size < 2:
+        return {}
+    return {"group_size": size, "group_url": f"{settings.SITE_URL}{reverse('card_group', args=[escalation.group_id])}"}
 
 
 def card_status(*, escalation: Escalation) -> CardStatus:

@@ -55,12 +55,14 @@ State = NotificationDelivery.State
 
 
 def should_notify_opened(*, escalation: Escalation) -> bool:
-    """Whether a newly opened card starts its own policy run.
+    """Whether a newly opened card starts its own policy run: one run per outage.
 
-    The hook for grouped cards (issue 11): a card that joins a group whose first card is already
-    being notified returns False here, so a group notifies once. Every card notifies today.
+    A card that joined an open group (same provider account and reason within CARD_GROUP_WINDOW_S)
+    starts none; the group's first card's run speaks for the whole group, and its messages say how
+    many cards the group holds and link to the group page.
     """
-    return True
+    group_first = escalation.group.first_card_id if escalation.group_id is not None else None  # type: ignore[union-attr]
+    return group_first in (None, escalation.pk)
 
 
 # --- starting and stepping -----------------------------------------------------------------------------

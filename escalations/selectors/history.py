@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from urllib.parse import urlencode
 
@@ -11,7 +11,7 @@ from django.db.models import Q, QuerySet
 
 from escalations.selectors.paging import PAGE_SIZE, page_number
 from operations.decisions.options import Kind
-from operations.models import Decision, ProviderProfile
+from operations.models import CardActivity, Decision, ProviderProfile
 from operations.query_dates import day_end, day_start, parse_day
 from operations.vocabulary import Reason
 
@@ -102,16 +102,56 @@ def history_queryset(*, filters: HistoryFilters) -> QuerySet[Decision]:
     return query
 
 
+def activity_queryset(*, filters: HistoryFilters) -> QuerySet[CardActivity]:
+    """Acknowledgements, hand-overs and notes matching the history's filters (outcome and option
+    filters are about decisions: they leave this list out)."""
+    query = CardActivity.objects.select_related("escalation", "operation__provider").order_by("-at", "-pk")
+    if filters.outcome or filters.option:
+        return query.none()
+    if filters.user:
+        query = query.filter(username=filters.user)
+    if filters.reason:
+        query = query.filter(escalation__reason=filters.reason)
+    if filters.provider:
+        query = query.filter(operation__provider__slug=filters.provider)
+    if filters.operation:
+        query = query.filter(operation_id=filters.operation)
+    if filters.since_at:
+        query = query.filter(at__gte=filters.since_at)
+    if filters.until_at:
+        query = query.filter(at__lt=filters.until_at)
+    return query
+
+
+def operation_activity(*, operation_id: str) -> list[CardActivity]:
+    """Every acknowledgement, hand-over and note on the operation's cards, oldest first."""
+    return list(CardActivity.objects.filter(operation_id=operation_id).order_by("at", "pk"))
+
+
 @dataclass
 class HistoryView:
     page: Page
     filters: HistoryFilters
     users: list[str]
     providers: list[str]
+    # The newest acknowledgements, hand-overs and notes matching the filters (all of them: the CSV).
+    activity: list[CardActivity] = field(default_factory=list)
+    activity_more: bool = False
+
+
+ACTIVITY_SHOWN = 50
 
 
 def history(*, filters: HistoryFilters, page: object = 1) -> HistoryView:
     page_obj = Paginator(history_queryset(filters=filters), PAGE_SIZE).get_page(page_number(page))
     users = list(Decision.objects.order_by("username").values_list("username", flat=True).distinct())
     providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
-    return HistoryView(page=page_obj, filters=filters, users=users, providers=providers)
+    activity = list(activity_queryset(filters=filters)[: ACTIVITY_SHOWN + 1])
+    return HistoryView(
+        page=page_obj,
+        filters=filters,
+        users=users,
+        providers=providers,
+        activity=activity[:ACTIVITY_SHOWN],
+        activity_more=len(activity) > ACTIVITY_SHOWN,
+    )

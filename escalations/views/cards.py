@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -61,6 +62,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "everyone": filters.query(mine=False),
         "mine": filters.query(mine=True),
         "any_reason": filters.query(reason=""),
+        "awaiting": filters.query(awaiting=not filters.awaiting),
         "reasons": [
             (value, label, count, filters.query(reason=value))
             for value, label, count in data.reason_counts
@@ -176,7 +178,12 @@ def _card_act(request: HttpRequest, escalation_id: int, act: Callable[[], object
     if request.htmx:
         where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
         context = card_context(request, view, where=where, flash=flash) | {"takeover_open": takeover}
-        return _on_page(render(request, "escalations/_card.html", context, status=status), where=where)
+        response = render(request, "escalations/_card.html", context, status=status)
+        if where == "inbox":
+            # The row above the open card says who is on it: it follows at once (the live list
+            # holds its rows while a card is open).
+            response.write(render_to_string("escalations/_inbox_row_owner.html", {**context, "oob": True}, request))
+        return _on_page(response, where=where)
     card_url = f"{reverse('operation_detail', args=[view.card.operation.pk])}#card-{escalation_id}"
     if status != 200:
         return render(
@@ -309,6 +316,18 @@ def history_csv(request: HttpRequest, filters: history_selectors.HistoryFilters)
 @viewer_required
 @require_GET
 @with_history_filters
+def history_activity_csv(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+    return exports.csv_response(
+        request,
+        filename=f"pollerdash-card-activity-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
+        header=exports.ACTIVITY_HEADER,
+        rows=exports.activity_rows(history_selectors.activity_queryset(filters=filters).order_by("at", "pk")),
+    )
+
+
+@viewer_required
+@require_GET
+@with_history_filters
 def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
     return audit_jsonl(
@@ -325,10 +344,17 @@ def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilter
 @with_history_filters
 def history_report(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     decisions = list(history_selectors.history_queryset(filters=filters)[: exports.CHUNK])
+    activity = list(history_selectors.activity_queryset(filters=filters)[: exports.CHUNK])
     return render(
         request,
         "escalations/history_report.html",
-        {"decisions": decisions, "filters": filters, "generated_at": timezone.now(), "limit": exports.CHUNK},
+        {
+            "decisions": decisions,
+            "activity": activity,
+            "filters": filters,
+            "generated_at": timezone.now(),
+            "limit": exports.CHUNK,
+        },
     )
 
 

@@ -16,11 +16,12 @@ from escalations import exports
 from escalations.chart import render_svg, request_chart
 from escalations.roles import can_decide, viewer_required
 from escalations.selectors import cards as card_selectors
+from escalations.selectors import history as history_selectors
 from escalations.selectors import operations as operation_selectors
 from escalations.views.cards import audit_jsonl, refresh_s
 from operations import selectors
 from operations.audit.story import operation_story, operation_story_latest
-from operations.models import Decision, Operation, StatusCheck
+from operations.models import CardActivity, Decision, Operation, StatusCheck
 from operations.polling.window import upcoming_checks
 from operations.vocabulary import POLLABLE_STATUSES, Reason
 
@@ -146,6 +147,20 @@ def operation_decisions_csv(request: HttpRequest, operation_id: str) -> HttpResp
 
 @viewer_required
 @require_GET
+def operation_activity_csv(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = selectors.operation_get(operation_id=operation_id)
+    if op is None:
+        raise Http404("no such operation")
+    return exports.csv_response(
+        request,
+        filename=f"{op.pk}-card-activity.csv",
+        header=exports.ACTIVITY_HEADER,
+        rows=exports.activity_rows(CardActivity.objects.filter(operation=op).order_by("at", "pk")),
+    )
+
+
+@viewer_required
+@require_GET
 def operation_audit_jsonl(request: HttpRequest, operation_id: str) -> HttpResponse:
     op = selectors.operation_get(operation_id=operation_id)
     if op is None:
@@ -168,6 +183,7 @@ def operation_report(request: HttpRequest, operation_id: str) -> HttpResponse:
             "op": page.operation,
             "escalations": escalations,
             "story": operation_story(operation_id=page.operation.pk),
+            "activity": history_selectors.operation_activity(operation_id=page.operation.pk),
             "generated_at": timezone.now(),
         },
     )

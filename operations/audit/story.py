@@ -238,6 +238,18 @@ def _human_note(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return f"{actor} noted: {_quote(data.get('text') or '')}"
 
 
+def _human_bulk_decision(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    refused = data.get("refused") or []
+    count = len(refused) if isinstance(refused, list) else 0
+    if not data.get("applied"):
+        option, requested = data.get("option"), data.get("requested")
+        return f"{actor}'s bulk {option} over {requested} cards applied to none ({count} refused)"
+    return (
+        f"{actor} applied {data.get('option')} to {data.get('applied')} of {data.get('requested')} cards of group "
+        f"{data.get('group_id')} ({count} refused)"
+    )
+
+
 def _cancel_response(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return f"provider answered the cancel: {_cancel_answer(data)}"
 
@@ -338,6 +350,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "human.unacknowledged": _human_unacknowledged,
     "human.reassigned": _human_reassigned,
     "human.note": _human_note,
+    "human.bulk_decision": _human_bulk_decision,
     "provider.cancel_response": _cancel_response,
     "provider.paused": _paused,
     "operation.cancelled": _cancelled,

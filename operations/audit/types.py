@@ -79,6 +79,20 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "human.unacknowledged": ("escalation_id", "activity_id", "card_version"),
     "human.reassigned": ("escalation_id", "activity_id", "to", "previous_holder", "card_version"),
     "human.note": ("escalation_id", "activity_id", "text", "card_version"),
+    # One option applied to selected cards of a group (operations/decisions/bulk.py); no operation of
+    # its own: each member applied has its own human.decision entry. `refused` lists
+    # {"escalation_id", "reason"} per member refused, or per reason the whole was (escalation_id null).
+    "human.bulk_decision": (
+        "group_id",
+        "bulk_id",
+        "option",
+        "outcome",
+        "comment",
+        "requested",
+        "applied",
+        "applied_escalation_ids",
+        "refused",
+    ),
     # cancel_at_provider: the provider's answer to the one cancel request a human decided to send.
     "provider.cancel_response": (
         "escalation_id",

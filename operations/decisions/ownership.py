@@ -27,6 +27,7 @@ __all__ = [
     "NotHolder",
     "OwnershipRefused",
     "TakeoverNeeded",
+    "acknowledge_group",
     "card_acknowledge",
     "card_note",
     "card_reassign",
@@ -94,6 +95,8 @@ def card_reassign(*, escalation_id: int, by: object, to: object) -> Escalation:
     target = get_user_model().objects.filter(username=name).first()
     if target is None:
         raise NotAResponder(f"to: there is no account named {name!r}.")
+    if Escalation.objects.filter(pk=escalation_id, assignee=target, state=Escalation.State.OPEN).exists():
+        raise OwnershipRefused(f"to: {name} already holds this card; nothing was changed.")
     return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now())
 
 
@@ -102,3 +105,27 @@ def card_note(*, escalation_id: int, user: object, text: object) -> CardActivity
     note = ownership.clean_note(text)
     _take_slot(user)
     return ownership.add_note(escalation_id=escalation_id, user=user, text=note, now=timezone.now())
+
+
+def acknowledge_group(*, group_id: int, user: object) -> tuple[int, list[str]]:
+    """Acknowledge every open card of a group that nobody else holds (one act against the limit).
+
+    Returns how many cards became the person's and the names of those who hold the others: a card
+    someone else holds is taken over on the card itself, never in bulk.
+    """
+    _take_slot(user)
+    user_id = getattr(user, "pk", None)
+    acknowledged, others = 0, set()
+    cards = Escalation.objects.filter(group_id=group_id, state=Escalation.State.OPEN).select_related("assignee")
+    for escalation in cards.order_by("opened_at", "pk"):
+        if escalation.assignee_id not in (None, user_id):
+            others.add(escalation.assignee.get_username())  # type: ignore[union-attr]
+            continue
+        if escalation.acknowledged_by_id == user_id:
+            continue
+        try:
+            ownership.acknowledge(escalation_id=escalation.pk, user=user, now=timezone.now())
+        except OwnershipRefused:
+            continue  # decided meanwhile
+        acknowledged += 1
+    return acknowledged, sorted(others)

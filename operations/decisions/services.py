@@ -67,6 +67,21 @@ class DecideResult:
         return self.refused and self.decision.refusal_reason == STALE
 
 
+def take_decision_slot(user: object) -> None:
+    """Count one decision POST against the person's DECISIONS_PER_MINUTE (a bulk decision is one),
+    in the database so it holds across web processes; TooManyDecisions beyond it."""
+    if settings.DECISIONS_PER_MINUTE <= 0:
+        return
+    wait_s = ratelimit.take(
+        key=f"decisions:user:{user.pk}",  # type: ignore[attr-defined]
+        limit=settings.DECISIONS_PER_MINUTE,
+        window_s=60,
+        now=timezone.now(),
+    )
+    if wait_s is not None:
+        raise TooManyDecisions(retry_after_s=wait_s)
+
+
 def escalation_decide(
     *, escalation_id: int, user: object, option_id: object, card_version: object, comment: object = ""
 ) -> DecideResult:
@@ -78,15 +93,7 @@ def escalation_decide(
     missing comment, the same person confirming their own acceptance) is a recorded refusal,
     returned as a DecideResult.
     """
-    if settings.DECISIONS_PER_MINUTE > 0:
-        wait_s = ratelimit.take(
-            key=f"decisions:user:{user.pk}",  # type: ignore[attr-defined]
-            limit=settings.DECISIONS_PER_MINUTE,
-            window_s=60,
-            now=timezone.now(),
-        )
-        if wait_s is not None:
-            raise TooManyDecisions(retry_after_s=wait_s)
+    take_decision_slot(user)
     operation_id = Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id)
     posted_id = option_id if isinstance(option_id, str) else ""
     text = clean_comment(comment)
@@ -106,10 +113,11 @@ def escalation_decide(
         )
         if isinstance(checked, Refused):
             return _refused(checked, user=user, posted_id=posted_id, card_version=card_version, comment=text)
-        return _apply(checked, user=user, comment=text)
+        return apply_offered(checked, user=user, comment=text)
 
 
-def _apply(offered: Offered, *, user: object, comment: str) -> DecideResult:
+def apply_offered(offered: Offered, *, user: object, comment: str) -> DecideResult:
+    """Apply an option `check_decision` found offered, inside its transaction (the locks still held)."""
     card, option, now = offered.card, offered.option, offered.now
     if option.kind is Kind.INSPECT:
         decision = humans.record_inspect(card=card, option=option, user=user, comment=comment)

@@ -15,6 +15,7 @@ transaction or opens its own, and appends its audit entry last in that transacti
 - `ownership`: who holds a card (acknowledge, unacknowledge, reassign) and its notes — acts that
   decide nothing (also importable from `humans`);
 - `business`: the business deadline's early warning, recorded once per operation;
+- `bulk`: the record of a bulk decision over a group's cards (each member is decided through `humans`);
 - `agents`: what agents do (acknowledge, cancel the watch) and what follows (the cancel forward,
   callback warnings).
 

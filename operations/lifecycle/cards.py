@@ -5,9 +5,11 @@ changes, so a decision posted against an older card is refused.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from operations import events, quotas
@@ -15,7 +17,7 @@ from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
 from operations.lifecycle.entries import controller_decision
-from operations.models import Escalation, Operation
+from operations.models import CardGroup, Escalation, Operation
 from operations.vocabulary import POLLABLE_STATUSES, Reason, Status
 
 
@@ -31,6 +33,7 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
     if reason is Reason.AUTHORIZATION_DENIED:
         # Recorded (and published) by the worker that was refused: the credential it sent.
         fingerprint = credential_publish(credential_env=operation.provider.credential_env)
+    group, first = _group_for(account=operation.account, reason=reason, now=now)
     escalation = Escalation.objects.create(
         operation=operation,
         reason=reason,
@@ -38,7 +41,11 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
         opened_at=now,
         credential_fingerprint=fingerprint,
         context={key: value for key, value in context.items() if value is not None},
+        group=group,
     )
+    if first and group is not None:
+        group.first_card = escalation
+        CardGroup.objects.filter(pk=group.pk).update(first_card=escalation)
     record_event(operation=operation, event_type=EVENT_NEEDS_ATTENTION)
     if operation.agent_id is not None:
         quotas.count_card(agent_id=operation.agent_id, now=now)
@@ -58,6 +65,28 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
         at=now,
     )
     return escalation
+
+
+def _group_for(*, account: str, reason: Reason, now: datetime) -> tuple[CardGroup | None, bool]:
+    """The group a new card joins (same account and reason, first card at most CARD_GROUP_WINDOW_S ago,
+    one card still open), or a new group it opens; True when it opens one.
+
+    Two cards of one outage opened at the same instant in two transactions may each open a group:
+    at worst two rows and two notifications, never a card without either.
+    """
+    window = settings.CARD_GROUP_WINDOW_S
+    if window <= 0:
+        return None, False
+    still_open = Escalation.objects.filter(group=OuterRef("pk"), state=Escalation.State.OPEN)
+    group = (
+        CardGroup.objects.filter(account=account, reason=reason, opened_at__gte=now - timedelta(seconds=window))
+        .filter(Exists(still_open))
+        .order_by("-opened_at", "-pk")
+        .first()
+    )
+    if group is not None:
+        return group, False
+    return CardGroup.objects.create(account=account, reason=reason, opened_at=now), True
 
 
 def escalate(*, operation_id: str, fence: int | None, reason: Reason, explanation: str) -> bool:

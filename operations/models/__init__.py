@@ -4,7 +4,7 @@ from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead
 from operations.models.authorization import Authorization
 from operations.models.callback import CallbackDelivery, CallbackEndpoint
 from operations.models.credential import CredentialFingerprint
-from operations.models.escalation import CardActivity, Decision, Escalation
+from operations.models.escalation import BulkDecision, CardActivity, CardGroup, Decision, Escalation
 from operations.models.heartbeat import ProcessHeartbeat
 from operations.models.notify import (
     CardResponseCounter,
@@ -27,9 +27,11 @@ __all__ = [
     "AuditEntry",
     "AuditHead",
     "Authorization",
+    "BulkDecision",
     "CallbackDelivery",
     "CallbackEndpoint",
     "CardActivity",
+    "CardGroup",
     "CardResponseCounter",
     "CredentialFingerprint",
     "Decision",

@@ -13,6 +13,26 @@ from django.db.models import Q
 from operations.vocabulary import Reason, choices_of
 
 
+class CardGroup(models.Model):
+    """Cards opened for the same provider account and reason within CARD_GROUP_WINDOW_S of the
+    group's first card (while one of its cards is still open): one outage, one row in the inbox, one
+    notification, and decisions that can be applied to its members at once (BulkDecision)."""
+
+    account = models.CharField(max_length=200)
+    reason = models.CharField(max_length=32, choices=choices_of(Reason))
+    opened_at = models.DateTimeField()
+    # The card that opened the group: the only member that sends its own "opened" notification.
+    first_card = models.OneToOneField(
+        "operations.Escalation", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["account", "reason", "opened_at"], name="card_group_window_idx")]
+
+    def __str__(self) -> str:
+        return f"group {self.pk}: {self.reason} on {self.account}"
+
+
 class Escalation(models.Model):
     """pollerdash stopped waiting on an operation and a human must choose what happens next.
 
@@ -65,6 +85,8 @@ class Escalation(models.Model):
     # The first acknowledgement, or the closing decision when nobody acknowledged first: written
     # once (operations.figures), the end of "time to acknowledge"; an unacknowledge keeps it.
     first_response_at = models.DateTimeField(null=True, blank=True)
+    # The outage this card belongs to (null for cards opened before groups existed).
+    group = models.ForeignKey(CardGroup, on_delete=models.PROTECT, null=True, blank=True, related_name="cards")
 
     class Meta:
         db_table = "escalations_escalation"
@@ -79,6 +101,7 @@ class Escalation(models.Model):
             models.Index(fields=["assignee", "state"], name="escalation_assignee_idx"),
             models.Index(fields=["first_response_at"], name="escalation_first_response_idx"),
             models.Index(fields=["closed_at"], condition=Q(state="decided"), name="escalation_decided_idx"),
+            models.Index(fields=["group", "state"], name="escalation_group_idx"),
         ]
 
     def __str__(self) -> str:
@@ -122,6 +145,10 @@ class Decision(models.Model):
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="confirmed_by"
     )
     audit_seq = models.BigIntegerField(null=True, blank=True)
+    # Taken as one member of a bulk decision over a group (same option and comment for each member).
+    bulk = models.ForeignKey(
+        "operations.BulkDecision", on_delete=models.PROTECT, null=True, blank=True, related_name="decisions"
+    )
     # A refusal tried again identically (same person, card, option, card version and reason) within
     # DECISION_REPEAT_WINDOW_S of this row is counted here, not recorded again: no new row and no
     # new audit entry, so a stuck or hostile client cannot flood the append-only chain.
@@ -136,6 +163,8 @@ class Decision(models.Model):
             models.Index(fields=["operation", "decided_at"], name="decision_operation_idx"),
             models.Index(fields=["user", "decided_at"], name="decision_user_idx"),
             models.Index(fields=["username", "decided_at"], name="decision_username_idx"),
+            # The inbox asks, for every open card, whether an acceptance awaits a second responder.
+            models.Index(fields=["escalation"], condition=Q(outcome="awaiting_second"), name="decision_awaiting_idx"),
         ]
 
     def __str__(self) -> str:
@@ -146,6 +175,41 @@ class Decision(models.Model):
         if not self.username:
             self.username = self.user.get_username()
         super().save(*args, **kwargs)
+
+
+class BulkDecision(models.Model):
+    """One option applied to selected cards of a group at once (operations.decisions.bulk).
+
+    Each member applied has its own Decision (linked here), Authorization and audit entry under the
+    same comment; this row and its `human.bulk_decision` entry say what was asked, what applied and
+    what was refused, member by member. A request refused whole (a closed card, a card of another
+    group, one the person may not decide, too many cards) is kept too, with every reason.
+    """
+
+    class Outcome(models.TextChoices):
+        APPLIED = "applied"  # applied to at least one member (the others, if any, listed as refused)
+        REFUSED = "refused"  # refused whole: nothing was applied
+
+    group = models.ForeignKey(CardGroup, on_delete=models.PROTECT, related_name="bulk_decisions")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    username = models.CharField(max_length=150)
+    decided_at = models.DateTimeField()
+    option = models.CharField(max_length=100)
+    # The option's label as the members showed it ("Extend 15 min / 4 checks"); empty when refused whole.
+    option_label = models.CharField(max_length=200, blank=True)
+    comment = models.TextField(blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    requested = models.PositiveIntegerField()
+    applied = models.PositiveIntegerField(default=0)
+    # [{"escalation_id": int | None, "why": str}]: each member refused, or each reason the whole was.
+    refused = models.JSONField(default=list, blank=True)
+    audit_seq = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-decided_at"]
+
+    def __str__(self) -> str:
+        return f"bulk {self.option} by {self.username} on group {self.group_id} ({self.outcome})"
 
 
 class CardActivity(models.Model):

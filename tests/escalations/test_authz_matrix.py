@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from operations.models import CardActivity, Decision, Escalation
+from operations.models import BulkDecision, CardActivity, Decision, Escalation
 
 pytestmark = pytest.mark.django_db
 
@@ -38,15 +38,20 @@ ENDPOINTS = [
     Endpoint("escalation_unacknowledge", "POST", "decide"),
     Endpoint("escalation_reassign", "POST", "decide"),
     Endpoint("escalation_note", "POST", "decide"),
+    Endpoint("card_group", "GET", "read"),
+    Endpoint("card_group_acknowledge", "POST", "decide"),
+    Endpoint("card_group_bulk", "POST", "decide"),
     Endpoint("decision_history", "GET", "read"),
     Endpoint("decision_history_csv", "GET", "read"),
     Endpoint("decision_history_jsonl", "GET", "read"),
+    Endpoint("decision_history_activity_csv", "GET", "read"),
     Endpoint("decision_history_report", "GET", "read"),
     Endpoint("operation_list", "GET", "read"),
     Endpoint("operation_detail", "GET", "read"),
     Endpoint("operation_audit_jsonl", "GET", "read"),
     Endpoint("operation_checks_csv", "GET", "read"),
     Endpoint("operation_decisions_csv", "GET", "read"),
+    Endpoint("operation_activity_csv", "GET", "read"),
     Endpoint("operation_report", "GET", "read"),
     Endpoint("system", "GET", "read"),
 ]
@@ -75,6 +80,8 @@ def card(stopped) -> Escalation:  # noqa: ANN001
 
 
 def url_for(endpoint: Endpoint, esc: Escalation) -> str:
+    if endpoint.name.startswith("card_group"):
+        return reverse(endpoint.name, args=[esc.group_id])
     if endpoint.name.startswith("escalation_"):
         return reverse(endpoint.name, args=[esc.pk])
     if endpoint.name.startswith("operation_") and endpoint.name != "operation_list":
@@ -89,6 +96,8 @@ def post_data(endpoint: Endpoint, esc: Escalation) -> dict[str, str]:
         return {"to": "alice"}
     if endpoint.name == "escalation_note":
         return {"note": "on the phone with the vendor"}
+    if endpoint.name == "card_group_bulk":
+        return {"step": "apply", "option": "close", "card": f"{esc.pk}:{esc.version}", "confirm_count": "1"}
     return {"take": "1"}
 
 
@@ -146,7 +155,7 @@ def test_a_viewer_reads_everything_and_every_decision_post_is_403(
     detail = client.get(reverse("operation_detail", args=[card.operation_id]))
     assert b"Needs a decision" in detail.content
     assert b'name="option"' not in detail.content and b"Deciding needs the" in detail.content
-    assert Decision.objects.count() == 0 and not CardActivity.objects.exists()
+    assert Decision.objects.count() == 0 and not CardActivity.objects.exists() and not BulkDecision.objects.exists()
     assert Escalation.objects.get(pk=card.pk).assignee is None
 
 
@@ -186,7 +195,7 @@ def test_a_post_without_the_csrf_token_is_403_and_records_nothing(alice, card: E
         if endpoint.method == "POST":
             response = call(client, endpoint, card)
             assert response.status_code == 403, endpoint.name
-    assert Decision.objects.count() == 0 and not CardActivity.objects.exists()
+    assert Decision.objects.count() == 0 and not CardActivity.objects.exists() and not BulkDecision.objects.exists()
     # The same POST with the token from the page goes through.
     page = client.get(reverse("operation_detail", args=[card.operation_id]))
     token = page.context["csrf_token"]

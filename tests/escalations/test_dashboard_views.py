@@ -27,7 +27,10 @@ def row_ids(html: str) -> list[int]:
     return [int(pk) for pk in re.findall(r'<article class="row" id="esc-(\d+)"', html)]
 
 
-def test_the_inbox_puts_the_soonest_business_deadline_first_then_the_oldest(stopped, responder_client) -> None:  # noqa: ANN001
+def test_the_inbox_puts_the_soonest_business_deadline_first_then_the_oldest(
+    stopped, responder_client, settings
+) -> None:  # noqa: ANN001
+    settings.CARD_GROUP_WINDOW_S = 0  # one row per card (groups have their own tests)
     late = stopped(business_deadline_at=T0 + timedelta(hours=5))
     no_deadline_old = stopped()
     soon = stopped(business_deadline_at=T0 + timedelta(hours=1))
@@ -257,8 +260,8 @@ def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused
     assert "tried 4 more times the same way" in history
     csv_text = b"".join(responder_client.get(reverse("decision_history_csv")).streaming_content).decode()
     header, row = csv_text.splitlines()[:2]
-    assert header.endswith(",repeat_count,last_repeated_at,option_label,outcome_label") and ",4," in row
-    assert row.endswith(",Extend 999 min / 99 checks,refused — option not offered")
+    assert header.endswith(",repeat_count,last_repeated_at,option_label,outcome_label,bulk_decision_id")
+    assert ",4," in row and row.endswith(",Extend 999 min / 99 checks,refused — option not offered,")
 
 
 def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, bob, clock, settings) -> None:  # noqa: ANN001

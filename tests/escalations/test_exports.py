@@ -107,7 +107,8 @@ def test_the_printable_report_has_the_timeline_and_every_decision(client: Client
     assert "state changed — review again" in page  # the recorded reason, in full
     assert "Options offered:" in page and "Extend 15 min / 4 checks" in page
     history = client.get(reverse("decision_history_report"), {"operation": decided.operation_id}).content.decode()
-    assert history.count("<tr>") == 3  # header + two decisions
+    decisions_table = history.split("<h2>Acknowledgements")[0]
+    assert decisions_table.count("<tr>") == 3  # header + two decisions
 
 
 def test_under_asgi_every_export_streams_through_an_async_iterator(alice, decided, signing_key) -> None:  # noqa: ANN001
@@ -127,3 +128,46 @@ def test_under_asgi_every_export_streams_through_an_async_iterator(alice, decide
     for url in urls:
         response = async_to_sync(client.get)(url)
         assert response.status_code == 200 and response.streaming and response.is_async, url
+
+
+def test_ownership_and_notes_appear_in_every_export_and_report(
+    client: Client, stopped, alice, bob, signing_key
+) -> None:  # noqa: ANN001
+    from operations.decisions import ownership
+
+    esc = stopped()
+    ownership.card_acknowledge(escalation_id=esc.pk, user=alice)
+    ownership.card_note(escalation_id=esc.pk, user=alice, text="=on the phone with the vendor, ETA 20 min")
+    ownership.card_reassign(escalation_id=esc.pk, by=alice, to="bob")
+    client.force_login(alice)
+    op_id = esc.operation_id
+
+    rows = list(csv.DictReader(io.StringIO(body(client.get(reverse("operation_activity_csv", args=[op_id]))).decode())))
+    assert [(r["user"], r["kind"], r["to_user"]) for r in rows] == [
+        ("alice", "acknowledged", ""),
+        ("alice", "note", ""),
+        ("alice", "reassigned", "bob"),
+    ]
+    assert rows[1]["text"] == "'=on the phone with the vendor, ETA 20 min"  # a formula stays text
+    assert all(r["audit_seq"] for r in rows)
+    history_csv = body(client.get(reverse("decision_history_activity_csv"), {"operation": op_id})).decode()
+    assert "on the phone with the vendor" in history_csv
+
+    jsonl = body(client.get(reverse("operation_audit_jsonl", args=[op_id])))
+    assert audit_verify.verify_export(io.BytesIO(jsonl), keys=[signing_key])["ok"] is True
+    for entry_type in ("human.acknowledged", "human.note", "human.reassigned"):
+        assert f'"type":"{entry_type}"'.encode() in jsonl
+    assert b"on the phone with the vendor, ETA 20 min" in jsonl
+
+    report = client.get(reverse("operation_report", args=[op_id])).content.decode()
+    assert "noted: “=on the phone with the vendor, ETA 20 min”" in report
+    assert "handed the card to bob" in report and "acknowledged the card (on it)" in report
+    assert "alice noted: &#x27;=on the phone" in report  # the timeline, from the audit entries
+    history = client.get(reverse("decision_history")).content.decode()
+    assert "Acknowledgements, hand-overs and notes" in history and "handed the card to bob" in history
+    printable = client.get(reverse("decision_history_report")).content.decode()
+    assert "noted: “=on the phone with the vendor, ETA 20 min”" in printable
+    # Outcome and option filters are about decisions: the activity list leaves them.
+    assert (
+        "handed the card to bob" not in client.get(reverse("decision_history"), {"outcome": "applied"}).content.decode()
+    )

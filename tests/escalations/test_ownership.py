@@ -182,7 +182,7 @@ def test_acts_on_a_decided_card_are_409_with_its_state_and_write_nothing(stopped
 
 
 def test_the_views_acknowledge_hand_over_and_note_and_the_card_shows_it(
-    stopped, alice, bob, client: Client, notify
+    stopped, alice, bob, viewer, client: Client, notify
 ) -> None:  # noqa: ANN001
     esc = stopped()
     client.force_login(alice)
@@ -204,6 +204,10 @@ def test_the_views_acknowledge_hand_over_and_note_and_the_card_shows_it(
     assert handed.status_code == 200 and "alice handed this card to <strong>bob</strong>" in handed.content.decode()
     refused = client.post(reverse("escalation_reassign", args=[esc.pk]), {"to": "mallory"}, headers=HTMX)
     assert refused.status_code == 422 and "no account named" in refused.content.decode()
+    viewer_only = client.post(reverse("escalation_reassign", args=[esc.pk]), {"to": viewer.username}, headers=HTMX)
+    assert viewer_only.status_code == 422 and "do not have the responder role" in viewer_only.content.decode()
+    again = client.post(reverse("escalation_reassign", args=[esc.pk]), {"to": "bob"}, headers=HTMX)
+    assert again.status_code == 422 and "bob already holds this card" in again.content.decode()
 
     # bob's card asks alice to confirm taking it back, naming bob.
     takeover = client.post(reverse("escalation_acknowledge", args=[esc.pk]), headers=HTMX)

@@ -87,3 +87,33 @@ def test_each_page_runs_the_same_few_queries_with_more_rows(
     assert response.status_code == 200
     assert queries(client, url) == small, small
     assert Decision.objects.count() == 24
+
+
+def open_cards(make_operation, count: int, *, start: int, reason: Reason = Reason.DEADLINE_EXCEEDED) -> list:  # noqa: ANN001
+    """`count` open cards of one provider account and reason: one group."""
+    cards = []
+    for index in range(start, start + count):
+        op = make_operation(f"never_finishes__id=g{index}", purpose=f"grouped export {index}")
+        with transaction.atomic():
+            Operation.objects.filter(pk=op.pk).update(status=Status.NEEDS_ATTENTION)
+            op.refresh_from_db()
+            cards.append(open_card(operation=op, reason=reason, detail="the deadline passed", context={}))
+    return cards
+
+
+def test_the_inbox_with_groups_and_a_group_page_run_the_same_few_queries(make_operation, responder) -> None:  # noqa: ANN001
+    from operations.decisions import ownership
+
+    client = Client()
+    client.force_login(responder)
+    cards = open_cards(make_operation, 3, start=0)
+    open_cards(make_operation, 1, start=100, reason=Reason.PROVIDER_FAILURE)
+    ownership.card_acknowledge(escalation_id=cards[0].pk, user=responder)
+    urls = [reverse("inbox"), reverse("inbox") + "?mine=1", reverse("card_group", args=[cards[0].group_id])]
+    small = [queries(client, url) for url in urls]
+    cards += open_cards(make_operation, 12, start=3)
+    open_cards(make_operation, 1, start=101, reason=Reason.RATE_LIMITED)
+    ownership.card_acknowledge(escalation_id=cards[5].pk, user=responder)
+    ownership.card_note(escalation_id=cards[6].pk, user=responder, text="on it")
+    for url, before in zip(urls, small, strict=True):
+        assert queries(client, url) == before <= MAX_QUERIES, url

@@ -1,0 +1,103 @@
+"""The record of a bulk decision over a group's cards (operations.decisions.bulk checks and drives it).
+
+A bulk decision is written in steps, each its own short transaction: `open_bulk` before the members,
+`link_member` inside each member's own decision transaction, and `close_bulk` after them with the
+`human.bulk_decision` entry (its last write). A request refused whole is only `close_bulk`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+
+from operations.audit import entries as audit
+from operations.models import BulkDecision, CardGroup, Decision
+
+# A refusal lists at most this many reasons (a bulk names at most 100 cards; a few reasons more
+# can concern the whole request).
+REFUSALS_KEPT = 110
+
+
+def _username(user: object) -> str:
+    return str(user.get_username())  # type: ignore[attr-defined]
+
+
+def open_bulk(
+    *, group: CardGroup, user: object, option: str, comment: str, requested: int, now: datetime
+) -> BulkDecision:
+    """The bulk's row, before any member is decided (so each member's Decision can name it)."""
+    with transaction.atomic():
+        return BulkDecision.objects.create(
+            group=group,
+            user=user,
+            username=_username(user),
+            decided_at=now,
+            option=option,
+            comment=comment,
+            outcome=BulkDecision.Outcome.APPLIED,
+            requested=requested,
+        )
+
+
+def link_member(*, decision: Decision, bulk: BulkDecision) -> None:
+    """Mark a member's Decision (applied or refused) as part of the bulk; inside its transaction."""
+    Decision.objects.filter(pk=decision.pk).update(bulk=bulk)
+    decision.bulk = bulk
+
+
+def close_bulk(
+    *,
+    group: CardGroup,
+    user: object,
+    option: str,
+    option_label: str,
+    comment: str,
+    requested: int,
+    applied: list[int],
+    refused: list[dict],
+    now: datetime,
+    bulk: BulkDecision | None = None,
+) -> BulkDecision:
+    """What the bulk did (or why it was refused whole) and its `human.bulk_decision` entry.
+
+    `refused`: {"escalation_id": int | None, "why": str} per member refused or per reason the whole
+    request was. Without `bulk` (refused whole) the row is created here.
+    """
+    outcome = BulkDecision.Outcome.APPLIED if applied else BulkDecision.Outcome.REFUSED
+    with transaction.atomic():
+        if bulk is None:
+            bulk = BulkDecision.objects.create(
+                group=group,
+                user=user,
+                username=_username(user),
+                decided_at=now,
+                option=option,
+                comment=comment,
+                outcome=outcome,
+                requested=requested,
+            )
+        bulk.outcome, bulk.applied, bulk.refused = outcome, len(applied), refused[:REFUSALS_KEPT]
+        bulk.option_label = option_label[:200]
+        bulk.save(update_fields=["outcome", "applied", "refused", "option_label"])
+        entry = audit.append(
+            entry_type="human.bulk_decision",
+            actor=audit.user_actor(user),
+            operation_id=None,
+            data={
+                "group_id": group.pk,
+                "bulk_id": bulk.pk,
+                "option": option,
+                "outcome": outcome,
+                "comment": comment or None,
+                "requested": requested,
+                "applied": len(applied),
+                "applied_escalation_ids": applied,
+                "refused": [{"escalation_id": r["escalation_id"], "reason": r["why"]} for r in bulk.refused],
+            },
+            at=now,
+        )
+        # The entry's seq is known only once appended; the row update rides the same transaction.
+        BulkDecision.objects.filter(pk=bulk.pk).update(audit_seq=entry.seq)
+        bulk.audit_seq = entry.seq
+    return bulk
