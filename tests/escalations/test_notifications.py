@@ -328,6 +328,7 @@ def test_messages_beyond_the_hourly_cap_are_recorded_as_skipped(
     make_policy, profile, stopped, pump, settings, mailoutbox
 ) -> None:  # noqa: ANN001
     settings.NOTIFY_MAX_PER_HOUR = 1
+    settings.CARD_GROUP_WINDOW_S = 0  # two cards of their own, not one outage's group
     make_policy("mail", (300, [{"email": "team@example.test"}]), default=True)
     first, second = stopped(), stopped()
     pump()

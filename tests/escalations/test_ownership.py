@@ -227,7 +227,8 @@ def test_the_former_take_this_card_url_acknowledges(stopped, alice, client: Clie
     assert reload(esc).assignee is None and len(entries(esc, "human.unacknowledged")) == 1
 
 
-def test_an_acknowledged_card_gets_no_reminders(stopped, alice, clock, notify, mailoutbox, pump) -> None:  # noqa: ANN001
+def test_an_acknowledged_card_gets_no_reminders(stopped, alice, clock, notify, mailoutbox, pump, settings) -> None:  # noqa: ANN001
+    settings.CARD_GROUP_WINDOW_S = 0  # two cards of their own, not one outage's group
     esc = stopped()
     other = stopped("slow_success__polls=100")
     pump()
