@@ -147,6 +147,8 @@ DECISION_HEADER = [
     # Identical refusals counted on this row instead of recorded again (operations.decisions.services._refuse).
     "repeat_count",
     "last_repeated_at",
+    # How and when the decider had authenticated: {"method", "at", "issuer", "subject"} (JSON).
+    "authentication",
 ]
 
 
@@ -175,4 +177,5 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             decision.pk,
             decision.repeat_count,
             decision.last_repeated_at,
+            decision.authentication,
         ]

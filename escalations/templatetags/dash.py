@@ -15,6 +15,7 @@ from django.utils.html import format_html, format_html_join
 
 from operations.decisions.cards import reason_label
 from operations.decisions.options import human_duration
+from operations.decisions.signin import OIDC, SignIn
 
 register = template.Library()
 
@@ -136,3 +137,16 @@ def isotext(value: object) -> str:
         return _utc(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
     except ValueError:
         return str(value or "—")
+
+
+@register.filter
+def signed_in(record: object) -> str:
+    """How a decider had authenticated (Decision.authentication), in words: "password, 2026-12-01
+    09:12:03 UTC" or "single sign-on https://id.example.com as 248289761001, 2026-12-01 09:12:03 UTC"."""
+    sign_in = SignIn.from_record(record)
+    if sign_in is None:
+        return "not recorded"
+    when = _utc(sign_in.at)
+    if sign_in.method == OIDC:
+        return f"single sign-on {sign_in.issuer} as {sign_in.subject}, {when}"
+    return f"password, {when}"

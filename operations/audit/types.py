@@ -65,9 +65,11 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "next_poll_at",
         "pending_state",
         "confirms_decision_id",
+        # How and when the decider authenticated (operations.decisions.signin): every human entry.
+        "authentication",
     ),
-    "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url"),
-    "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason"),
+    "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url", "authentication"),
+    "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason", "authentication"),
     # cancel_at_provider: the provider's answer to the one cancel request a human decided to send.
     "provider.cancel_response": (
         "escalation_id",
@@ -91,4 +93,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "user.deactivated": ("user_id", "username"),
     "user.reactivated": ("user_id", "username"),
     "user.deleted": ("user_id", "username", "groups", "is_staff", "is_superuser"),
+    # Password sign-in paused after LOGIN_FAILURE_LIMIT failures for this username from this address
+    # (accounts/throttle.py; actor: the throttle).
+    "signin.locked_out": ("username", "ip_address", "failures", "locked_minutes"),
 }

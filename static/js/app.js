@@ -77,6 +77,15 @@
     if (poll === "card" ? !pd.cardLive(elt) : !pd.live()) event.preventDefault();
   });
 
+  // A live refresh is not the person doing something: it says so, and the session's idle timeout
+  // (accounts/middleware.py) does not count it as activity.
+  document.addEventListener("htmx:configRequest", function (event) {
+    const elt = event.detail.elt;
+    if (elt && elt.dataset && elt.dataset.poll && !event.detail.triggeringEvent) {
+      event.detail.headers["X-Pollerdash-Background"] = "1";
+    }
+  });
+
   function ids(root) {
     const meta = root && root.querySelector(".rows-meta");
     return meta ? (meta.dataset.ids || "").split(",").filter(Boolean) : [];

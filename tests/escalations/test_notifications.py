@@ -16,7 +16,7 @@ from django_q.signing import SignedPackage
 from escalations import notifications, tasks
 from operations.decisions.services import escalation_decide
 from operations.models import Escalation
-from tests.support import CANARY, T0
+from tests.support import CANARY, T0, signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -151,7 +151,9 @@ def test_reminders_repeat_while_undecided_and_never_decide(stopped, notify, cloc
     esc.refresh_from_db()
     assert esc.state == Escalation.State.OPEN  # reminders only remind
 
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     clock.move_to(opened + timedelta(hours=2), tick=False)
     assert tasks.send_due_reminders() == 0
     assert tasks.notify_escalation(esc.pk, "reminder") == "skipped: card no longer open"
