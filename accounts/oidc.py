@@ -37,6 +37,7 @@ from operations.people import one_change
 # Set on the request by the callback view when the sign-in was a fresh one: the epoch second it
 # was asked for. The ID token's auth_time must not be older.
 FRESH_SINCE_ATTR = "pd_fresh_since"
+REFUSAL_ATTR = "pd_sign_in_refusal"
 # What talking to the provider can raise: the library's HTTP client (requests), our discovery.
 PROVIDER_ERRORS = (requests.RequestException, discovery.DiscoveryError)
 
@@ -73,7 +74,13 @@ class OIDCBackend(OIDCAuthenticationBackend):
         # ?code=&state= must not start a token exchange.
         if request is None or "nonce" not in kwargs:
             return None
-        return super().authenticate(request, **kwargs)
+        user = super().authenticate(request, **kwargs)
+        # The library turns a refusal raised in get_or_create_user into None (and Django would then
+        # count a failed password attempt): raise it, with its reason.
+        refusal = getattr(request, REFUSAL_ATTR, None)
+        if refusal is not None:
+            raise refusal
+        return user
 
     def get_user(self, user_id: object) -> AbstractBaseUser | None:
         # The library's get_user returns deactivated users too: a leaver disabled here would keep
@@ -108,6 +115,13 @@ class OIDCBackend(OIDCAuthenticationBackend):
         return payload
 
     def get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> AbstractBaseUser:
+        try:
+            return self._get_or_create_user(access_token, id_token, payload)
+        except SignInRefused as refusal:
+            setattr(self.request, REFUSAL_ATTR, refusal)
+            raise
+
+    def _get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> AbstractBaseUser:
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if not isinstance(userinfo, dict) or userinfo.get("sub") != payload["sub"]:
             raise SignInRefused("the provider's userinfo is about another subject than the ID token")

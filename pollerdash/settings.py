@@ -271,6 +271,8 @@ LOGGING = {
         "django": {"handlers": ["stdout"], "level": LOG_LEVEL, "propagate": False},
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # django-axes logs every sign-in at INFO; failures and lockouts (WARNING) remain.
+        "axes": {"level": "WARNING"},
     },
 }
 
