@@ -85,7 +85,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     # changed field; before/after hold the values of the ones that say where a credential goes and
     # how answers are read (URLs, the credential variable's name, the state table), never a secret.
     "profile.changed": ("slug", "change", "fields", "before", "after"),
-    # People (escalations/user_audit.py): roles are groups plus the staff and superuser flags;
+    # People (operations/people.py): roles are groups plus the staff and superuser flags;
     # `before` / `after` hold {"groups", "is_staff", "is_superuser"}.
     "user.created": ("user_id", "username", "is_active", "groups", "is_staff", "is_superuser"),
     "user.renamed": ("user_id", "username", "old_username"),
