@@ -77,6 +77,19 @@
     if (poll === "card" ? !pd.cardLive(elt) : !pd.live()) event.preventDefault();
   });
 
+  // Signing out goes on to the identity provider to end its session too. A live refresh answered
+  // meanwhile (401 with HX-Redirect to the login page) must not cut that navigation short.
+  let signingOut = false;
+  document.addEventListener("submit", function (event) {
+    if (event.target.closest("form[data-sign-out]")) signingOut = true;
+  });
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (signingOut) event.preventDefault();
+  });
+  document.addEventListener("htmx:beforeOnLoad", function (event) {
+    if (signingOut) event.preventDefault();
+  });
+
   // A live refresh is not the person doing something: it says so, and the session's idle timeout
   // (accounts/middleware.py) does not count it as activity.
   document.addEventListener("htmx:configRequest", function (event) {

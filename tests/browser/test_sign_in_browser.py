@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.utils import timezone
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from accounts import signins
@@ -182,7 +183,18 @@ def test_signing_out_ends_the_session_at_the_provider_too(blank_page, oidc, live
     sso_sign_in(page, live_server.url, "grace")
     expect(page.locator(".topbar .user")).to_have_text("grace")
 
-    page.get_by_role("button", name="Log out").click()
+    # Hold the answer to the sign-out (the session here is already over; it sends the browser on
+    # to the provider) while the inbox's live refreshes would fire (every second here): one
+    # answered now ("401, go to the login page") would cut the way to the provider short.
+    held: list[tuple[object, object]] = []
+    page.route(f"{live_server.url}/accounts/logout/", lambda route: held.append((route, route.fetch(max_redirects=0))))
+    # A click that does not wait for the (held) navigation to commit.
+    page.get_by_role("button", name="Log out").evaluate("button => button.click()")
+    with pytest.raises(PlaywrightTimeoutError):
+        page.wait_for_event("request", predicate=lambda r: r.headers.get("hx-request") == "true", timeout=3000)
+    [(route, answer)] = held
+    assert answer.status == 302 and answer.headers["location"].startswith(oidc.discovery["end_session_endpoint"])  # type: ignore[attr-defined]
+    route.fulfill(response=answer)  # type: ignore[attr-defined]
     page.wait_for_url(f"{live_server.url}/accounts/login/")
     # The provider forgot her too: signing in again shows its form instead of coming straight back.
     page.get_by_test_id("sso").click()
