@@ -305,8 +305,8 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "user.roles_changed": _user_roles_changed,
     "user.deactivated": _user_deactivated,
     "user.reactivated": _user_reactivated,
-    "signin.locked_out": _signin_locked_out,
     "user.deleted": _user_deleted,
+    "signin.locked_out": _signin_locked_out,
 }
 
 
