@@ -154,6 +154,8 @@ DECISION_HEADER = [
     "outcome_label",
     # Taken as one member of a bulk decision over a group (operations.decisions.bulk).
     "bulk_decision_id",
+    # How and when the decider had authenticated: {"method", "at", "issuer", "subject"} (JSON).
+    "authentication",
 ]
 
 
@@ -185,6 +187,7 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             option_title(decision.option),
             decision_words(decision).label,
             decision.bulk_id,
+            decision.authentication,
         ]
 
 

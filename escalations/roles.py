@@ -1,4 +1,5 @@
-"""Roles (docs/DESIGN.md section 7): Django groups `viewer` (reads) and `responder` (decides).
+"""Roles (docs/DESIGN.md section 7): Django groups `viewer` (reads) and `responder` (decides), named in
+accounts/roles.py (which also maps an identity provider's groups onto them).
 
 Superusers are admins: they manage profiles and users in the Django admin and may also decide.
 A signed-in user with neither group sees a page saying so, never the data. Anonymous users are
@@ -14,6 +15,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render, resolve_url
+from django.utils.html import format_html
 
 from operations.responders import RESPONDER, VIEWER
 
@@ -57,6 +59,9 @@ def _login_redirect(request: HttpRequest) -> HttpResponse:
 
 
 def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
+    if getattr(request, "htmx", False):
+        # htmx swaps a 403 in place of the card (a card asking to sign in again is one): say it there.
+        return HttpResponse(format_html('<p class="flash flash-error" role="alert">{}</p>', message), status=403)
     return render(request, "403.html", {"message": message}, status=403)
 
 

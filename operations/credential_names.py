@@ -28,6 +28,7 @@ RESERVED_PREFIXES = (
     "DJANGO_",
     "EMAIL_",
     "LOG_",
+    "LOGIN_",
     "METRICS_",
     "NOTIFY_",
     "OIDC_",

@@ -5,8 +5,8 @@ Roles are Django groups plus the staff and superuser flags (escalations/roles.py
 to those, or to a username the history shows, goes into the audit chain with who made it:
 
 - `user_change_record(before=, after=, actor=)` is the service: it compares two `UserFacts` and
-  appends one entry per kind of change. Code that changes people on someone's behalf (the admin
-  here; an identity-provider sync later) calls it, or makes its changes inside
+  appends one entry per kind of change. Code that changes people on someone's behalf (the admin;
+  a single sign-on, accounts/oidc.py, with the provider as actor) calls it, or makes its changes inside
   `one_change(actor)` (one entry per kind of change when the block ends) or `acting_as(actor)`.
 - Signal receivers (`connect`, called from EscalationsConfig.ready) catch every change made
   through the ORM — saves, group membership from either side (m2m_changed), deletions, a role

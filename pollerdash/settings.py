@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from csp.constants import NONE, SELF
 
@@ -46,6 +48,8 @@ INSTALLED_APPS = [
     "ninja",
     "operations",
     "escalations",
+    "accounts",
+    "axes",
     "demo",
 ]
 
@@ -59,8 +63,13 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "operations.no_store.NoStoreMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After authentication and messages: an expired session ends before any view runs, and the
+    # login page says why (SESSION_LIFETIME_S, SESSION_IDLE_TIMEOUT_S).
+    "accounts.middleware.SessionLimitsMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a lockout into the 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "pollerdash.urls"
@@ -77,6 +86,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "accounts.context_processors.sign_in",
             ],
         },
     },
@@ -103,16 +113,83 @@ else:
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Auth, sessions, i18n ------------------------------------------------------------------------
+# --- Sign-in: local passwords and OpenID Connect (README "Sign-in") ------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "inbox"
 LOGOUT_REDIRECT_URL = "login"
+# Local passwords: on for the demo and tests; switch them off in production once single sign-on
+# works (the Django admin then signs in through the identity provider as well).
+PASSWORD_LOGIN_ENABLED = env_bool("PASSWORD_LOGIN_ENABLED", True)
+OIDC_ENABLED = env_bool("OIDC_ENABLED", False)
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "single sign-on")  # the button says "Sign in with …"
+# The issuer exactly as the provider's discovery document states it; the endpoints and keys come
+# from <issuer>/.well-known/openid-configuration, read on first use (accounts/discovery.py).
+OIDC_OP_ISSUER = env_str("OIDC_ISSUER", "").rstrip("/")
+OIDC_DISCOVERY_TTL_S = env_int("OIDC_DISCOVERY_TTL_S", 3600)
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_secret("OIDC_CLIENT_SECRET")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")  # RS256 or ES256; keys from the provider's JWKS
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile")
+OIDC_CLOCK_SKEW_S = env_int("OIDC_CLOCK_SKEW_S", 60)
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+# The claim listing the person's groups at the provider; empty: roles are assigned in the admin.
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+OIDC_VIEWER_GROUPS = env_list("OIDC_VIEWER_GROUPS")
+OIDC_RESPONDER_GROUPS = env_list("OIDC_RESPONDER_GROUPS")
+OIDC_ADMIN_GROUPS = env_list("OIDC_ADMIN_GROUPS")
+OIDC_CREATE_USER = env_bool("OIDC_CREATE_USERS", True)
+# Fixed: the code flow with PKCE and a nonce; the ID token kept in the (server-side) session for
+# the id_token_hint of RP-initiated logout; the library's HTTP timeouts (connect, read).
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_STORE_ID_TOKEN = True
+OIDC_TIMEOUT = (5, 10)
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+OIDC_OP_LOGOUT_URL_METHOD = "accounts.views.provider_logout_url"
+LOGIN_REDIRECT_URL_FAILURE = "login"
+
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out client before any backend checks a password.
+    "accounts.backends.ThrottleBackend",
+    *(["accounts.oidc.OIDCBackend"] if OIDC_ENABLED else []),
+    # Without passwords, a backend that signs nobody in still answers the admin's permission checks.
+    "django.contrib.auth.backends.ModelBackend"
+    if PASSWORD_LOGIN_ENABLED
+    else "accounts.backends.PermissionsOnlyBackend",
+]
+
+# Cancel at the provider, close, accept output and bulk decisions cannot be undone: they need a
+# sign-in within this many minutes (operations/decisions/check.py).
+FRESH_SIGN_IN_MINUTES = env_int("FRESH_SIGN_IN_MINUTES", 15)
+
+# Throttled password sign-in (django-axes, accounts/throttle.py): this many failures for one
+# username from one address pause that pair for LOGIN_LOCKOUT_MINUTES; each lockout is an audit entry.
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
+AXES_USERNAME_CALLABLE = "accounts.throttle.username_of_attempt"
+AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_ip"
+AXES_VERBOSE = False
+
+# --- Sessions and cookies -----------------------------------------------------------------------------
+# An absolute lifetime from the last sign-in, and an idle timeout that live refreshes do not reset
+# (accounts/middleware.py).
+SESSION_LIFETIME_S = env_int("SESSION_LIFETIME_S", 12 * 3600)
+SESSION_IDLE_TIMEOUT_S = env_int("SESSION_IDLE_TIMEOUT_S", 3600)
+SESSION_COOKIE_AGE = SESSION_LIFETIME_S
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True
+# Lax, not Strict: the identity provider's redirect back to /oidc/callback/ is a cross-site
+# navigation, and it must carry the session that holds the sign-in's state, nonce and PKCE verifier.
+SESSION_COOKIE_SAMESITE = "Lax"
+# Only over https when the cookies are: a sign-in's `next` and the provider's redirect stay on it.
+OIDC_REDIRECT_REQUIRE_HTTPS = SESSION_COOKIE_SECURE
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
@@ -137,6 +214,10 @@ SILENCED_SYSTEM_CHECKS = [
 ]
 # Content-Security-Policy on every response (django-csp 4): no inline script or style, no eval.
 # htmx runs with allowEval=false and includeIndicatorStyles=false (templates/base.html).
+# form-action also covers where a form's answer redirects: signing out (a POST) ends at the
+# identity provider's end_session_endpoint, on the issuer's origin.
+_issuer = urlsplit(OIDC_OP_ISSUER)
+_ISSUER_ORIGIN = f"{_issuer.scheme}://{_issuer.netloc}" if OIDC_ENABLED and _issuer.netloc else ""
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
@@ -148,7 +229,7 @@ CONTENT_SECURITY_POLICY = {
         "object-src": [NONE],
         "base-uri": [NONE],
         "frame-ancestors": [NONE],
-        "form-action": [SELF],
+        "form-action": [SELF, *([_ISSUER_ORIGIN] if _ISSUER_ORIGIN else [])],
     }
 }
 
@@ -190,6 +271,8 @@ LOGGING = {
         "django": {"handlers": ["stdout"], "level": LOG_LEVEL, "propagate": False},
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # django-axes logs every sign-in at INFO; failures and lockouts (WARNING) remain.
+        "axes": {"level": "WARNING"},
     },
 }
 

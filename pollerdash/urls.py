@@ -1,16 +1,21 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
+from accounts import views as accounts
 from escalations.views.slack import interactions as slack_interactions
 from operations.metrics_endpoint import prometheus_metrics
 
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/login/", accounts.LoginView.as_view(), name="login"),
+    path("accounts/logout/", accounts.LogoutView.as_view(), name="logout"),
+    path("accounts/reauthenticate/", accounts.reauthenticate, name="reauthenticate"),
+    path("oidc/authenticate/", accounts.AuthenticationRequestView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", accounts.CallbackView.as_view(), name="oidc_authentication_callback"),
+    # One sign-in page, throttled and with single sign-on, for the admin too.
+    path("admin/login/", RedirectView.as_view(pattern_name="login", query_string=True)),
     # Cards and decisions moved from the escalations app into operations: old admin links still work.
     re_path(
         r"^admin/escalations/(?P<rest>(?:escalation|decision)/.*)$",

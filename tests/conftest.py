@@ -145,10 +145,10 @@ def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def _uses_db(request: pytest.FixtureRequest) -> bool:
+    # Only tests that may use the database: one that merely sets it up (the API's session fixtures
+    # do, for every API test) has no access, and reading rows after it would fail, not check.
     names = set(request.fixturenames)
-    return bool(names & {"db", "transactional_db", "django_db_setup"}) or bool(
-        request.node.get_closest_marker("django_db")
-    )
+    return bool(names & {"db", "transactional_db"}) or bool(request.node.get_closest_marker("django_db"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -333,3 +333,54 @@ def _install_flush_bypass() -> None:
             _set_audit_triggers(enabled=True)
 
     TransactionTestCase._fixture_teardown = fixture_teardown  # type: ignore[method-assign]
+
+
+# --- the test OpenID Provider (tests/oidc_provider/) -------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(live_server: object) -> Iterator[object]:
+    """A real OpenID Provider (django-oauth-toolkit) on loopback, started once per test session; tests
+    create their own users on it (`put_user`). Redirects back to the live server (Chromium) and to
+    the test client's host."""
+    import secrets
+
+    from tests.oidc_provider.fixture import start_op
+
+    base = live_server.url  # type: ignore[attr-defined]
+    with start_op(
+        client_id="pollerdash-tests",
+        client_secret=secrets.token_urlsafe(24),
+        redirect_uris=[f"{base}/oidc/callback/", "http://testserver/oidc/callback/"],
+        post_logout_redirect_uris=[f"{base}/accounts/login/"],
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def oidc(oidc_provider: object, settings: object) -> object:
+    """Single sign-on on, against the test provider: its group `oncall` gives the responder role,
+    `watchers` the viewer role, `pd-admins` the admin role."""
+    from accounts import discovery
+
+    op = oidc_provider
+    settings.OIDC_ENABLED = True  # type: ignore[attr-defined]
+    settings.OIDC_OP_ISSUER = op.issuer  # type: ignore[attr-defined]
+    settings.OIDC_RP_CLIENT_ID = op.client_id  # type: ignore[attr-defined]
+    settings.OIDC_RP_CLIENT_SECRET = op.client_secret  # type: ignore[attr-defined]
+    settings.OIDC_RP_SCOPES = "openid email profile groups"  # type: ignore[attr-defined]
+    settings.OIDC_RESPONDER_GROUPS = ["oncall"]  # type: ignore[attr-defined]
+    settings.OIDC_VIEWER_GROUPS = ["watchers"]  # type: ignore[attr-defined]
+    settings.OIDC_ADMIN_GROUPS = ["pd-admins"]  # type: ignore[attr-defined]
+    settings.AUTHENTICATION_BACKENDS = [  # type: ignore[attr-defined]
+        "accounts.backends.ThrottleBackend",
+        "accounts.oidc.OIDCBackend",
+        "django.contrib.auth.backends.ModelBackend",
+    ]
+    # Signing out ends at the provider's end_session_endpoint: its origin joins form-action, as the
+    # settings derive it from OIDC_ISSUER.
+    policy = settings.CONTENT_SECURITY_POLICY  # type: ignore[attr-defined]
+    directives = {**policy["DIRECTIVES"], "form-action": ["'self'", f"http://127.0.0.1:{op.port}"]}
+    settings.CONTENT_SECURITY_POLICY = {**policy, "DIRECTIVES": directives}  # type: ignore[attr-defined]
+    discovery.forget()
+    return op

@@ -9,6 +9,9 @@ from datetime import UTC, datetime
 from urllib.parse import quote, quote_plus
 
 from django.db import connection
+from django.utils import timezone
+
+from operations.decisions.signin import PASSWORD, SignIn
 
 # A credential that must never appear in any response, log record, stored row, email or error
 # text: not as is, and not in the forms a provider echoing it might use (CANARY_FORMS).
@@ -126,3 +129,9 @@ def canary_emails() -> list[str]:
         if any(has_canary(str(text)) for text in texts):
             found.append(f"email {message.subject!r}")
     return found
+
+
+def signed_in_now() -> SignIn:
+    """A password sign-in just now: what a session holds right after its person signed in (fresh
+    enough for decisions that cannot be undone)."""
+    return SignIn(method=PASSWORD, at=timezone.now())

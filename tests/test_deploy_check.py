@@ -17,6 +17,14 @@ PRODUCTION_ENV = {
     "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
     "SECURE_SSL_REDIRECT": "1",
     "SECURE_HSTS_SECONDS": "31536000",
+    # Single sign-on only; the issuer is never contacted at start-up (discovery is read on first use).
+    "PASSWORD_LOGIN_ENABLED": "0",
+    "OIDC_ENABLED": "1",
+    "OIDC_ISSUER": "https://id.example.com/realms/oncall",
+    "OIDC_CLIENT_ID": "pollerdash",
+    "OIDC_CLIENT_SECRET": "not-a-real-secret-but-long-enough",
+    "OIDC_RESPONDER_GROUPS": "oncall",
+    "OIDC_VIEWER_GROUPS": "watchers",
 }
 
 

@@ -18,6 +18,7 @@ from django.utils.html import format_html, format_html_join
 
 from operations.decisions.cards import reason_label
 from operations.decisions.options import human_duration
+from operations.decisions.signin import OIDC, SignIn
 from operations.decisions.words import cancel_words, decision_words, option_title
 
 register = template.Library()
@@ -211,3 +212,16 @@ def at_text(value: object) -> str:
 def seconds(value: float | None) -> str:
     """A duration given in seconds, in words: "45 s", "12 min", "1 h 5 min"."""
     return "—" if value is None else human_duration(timedelta(seconds=value))
+
+
+@register.filter
+def signed_in(record: object) -> str:
+    """How a decider had authenticated (Decision.authentication), in words: "password, 2026-12-01
+    09:12:03 UTC" or "single sign-on https://id.example.com as 248289761001, 2026-12-01 09:12:03 UTC"."""
+    sign_in = SignIn.from_record(record)
+    if sign_in is None:
+        return "not recorded"
+    when = _utc(sign_in.at)
+    if sign_in.method == OIDC:
+        return f"single sign-on {sign_in.issuer} as {sign_in.subject}, {when}"
+    return f"password, {when}"

@@ -2,13 +2,16 @@
 
 Views only adapt: parse the request, call one service or selector, render a page or the fragment
 named after the UI piece (templates/escalations/_card.html, _inbox_rows.html). Reads need the
-viewer role, every POST the responder role, and Django's CSRF check covers every POST.
+viewer role, every POST the responder role, and Django's CSRF check covers every POST. A decision is
+posted with what the session says about the person's sign-in (accounts.signins); one that cannot be
+undone and comes too long after it is refused with a "Sign in again" link back to the same card.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -19,6 +22,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts import signins
+from accounts.views import reauthenticate_url
 from escalations import exports
 from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import cards as card_selectors
@@ -28,6 +33,8 @@ from operations.audit import checkpoints
 from operations.audit import export as audit_export
 from operations.decisions import ownership as ownership_services
 from operations.decisions import services
+from operations.decisions.cards import Card
+from operations.decisions.check import FRESH_SIGN_IN_KINDS, fresh_sign_in_refusal
 from operations.decisions.options import Kind, parse_option_id
 from operations.models import Escalation
 from operations.query_dates import FilterError
@@ -49,6 +56,26 @@ def card_context(request: HttpRequest, view: card_selectors.CardView, *, where: 
         "where": where,
         "flash": flash,
         "refresh_s": refresh_s(),
+        **sign_in_context(request, view.card),
+    }
+
+
+def card_return_url(card: Card) -> str:
+    """The card on its operation's page at the version shown: where a fresh sign-in comes back to."""
+    escalation = card.escalation
+    query = urlencode({"card": escalation.pk, "v": escalation.version})
+    return f"{reverse('operation_detail', args=[card.operation.pk])}?{query}#card-{escalation.pk}"
+
+
+def sign_in_context(request: HttpRequest, card: Card) -> dict:
+    """Whether options that cannot be undone may be taken under this session's sign-in now; if not,
+    the card offers "Sign in again" in their place (the decision service checks it again)."""
+    sign_in = signins.current(request.session)
+    return {
+        "fresh_sign_in": fresh_sign_in_refusal(sign_in=sign_in, now=timezone.now()) is None,
+        "fresh_sign_in_kinds": sorted(FRESH_SIGN_IN_KINDS),
+        "fresh_sign_in_minutes": settings.FRESH_SIGN_IN_MINUTES,
+        "reauth_url": reauthenticate_url(card_return_url(card)),
     }
 
 
@@ -107,6 +134,7 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         result = services.escalation_decide(
             escalation_id=escalation_id,
             user=request.user,
+            sign_in=signins.current(request.session),
             option_id=option,
             card_version=request.POST.get("version"),
             comment=request.POST.get("comment", ""),
@@ -121,6 +149,11 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
     if is_inspect and not request.htmx:
         # The inspect form opens in a new tab: record, then go to the provider's console.
         return HttpResponseRedirect(result.redirect_url or operation_url, status=303)
+    if result.needs_fresh_sign_in and not request.htmx:
+        messages.error(request, _sign_in_again_text())
+        view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
+        back = card_return_url(view.card) if view is not None else operation_url
+        return HttpResponseRedirect(reauthenticate_url(back), status=303)
     if request.htmx:
         view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
         assert view is not None
@@ -129,16 +162,27 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         if response_state is not None and response_state != "confirmed":
             kind = "warn"  # the cancel went out but the provider did not confirm it
         status = 200
+        flash = {"kind": kind, "text": result.message}
         if result.refused:
             status = 409 if result.stale else 422
+        if result.needs_fresh_sign_in:
+            status = 403
+            flash = {"kind": "error", "text": _sign_in_again_text(), "reauth": True}
         where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
-        context = card_context(request, view, where=where, flash={"kind": kind, "text": result.message})
+        context = card_context(request, view, where=where, flash=flash)
         return _on_page(render(request, "escalations/_card.html", context, status=status), where=where)
     level = messages.ERROR if result.refused else messages.SUCCESS
     if (result.decision.provider_response or {}).get("state") not in (None, "confirmed"):
         level = messages.WARNING
     messages.add_message(request, level, result.message)
     return HttpResponseRedirect(operation_url, status=303)
+
+
+def _sign_in_again_text() -> str:
+    return (
+        f"This cannot be undone, so it needs a sign-in within the last {settings.FRESH_SIGN_IN_MINUTES} minutes. "
+        "Nothing was done: sign in again and you will come back to this card"
+    )
 
 
 def _too_many_decisions(request: HttpRequest, *, escalation_id: int, exc: services.TooManyDecisions) -> HttpResponse:

@@ -14,10 +14,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts import signins
+from accounts.views import reauthenticate_url
 from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import groups as group_selectors
 from escalations.views.cards import refresh_s
 from operations.decisions import bulk, ownership, services
+from operations.decisions.words import SIGN_IN_AGAIN
 from operations.models import BulkDecision, CardGroup, Escalation
 
 
@@ -38,8 +41,13 @@ def _page(
     if shown.isascii() and shown.isdigit() and len(shown) < 19:
         result = BulkDecision.objects.filter(pk=int(shown), group=view.group).first()
     shown_result = refused or result
+    refusals = _refusals(shown_result)
     context = {
-        "refusals": _refusals(shown_result),
+        "refusals": refusals,
+        # A bulk decision refused for an old sign-in offers the way to a fresh one, back to this group.
+        "reauth_url": reauthenticate_url(reverse("card_group", args=[group_id]))
+        if any(why == SIGN_IN_AGAIN for _, why in refusals)
+        else "",
         "gv": view,
         "group": view.group,
         "can_decide": can_decide(request.user),
@@ -101,6 +109,7 @@ def group_bulk(request: HttpRequest, group_id: int) -> HttpResponse:
         result = bulk.decide_bulk(
             group_id=group_id,
             user=request.user,
+            sign_in=signins.current(request.session),
             option_id=option,
             members=members,
             comment=comment,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -18,9 +19,10 @@ from escalations.roles import can_decide, viewer_required
 from escalations.selectors import cards as card_selectors
 from escalations.selectors import history as history_selectors
 from escalations.selectors import operations as operation_selectors
-from escalations.views.cards import audit_jsonl, refresh_s
+from escalations.views.cards import audit_jsonl, refresh_s, sign_in_context
 from operations import selectors
 from operations.audit.story import operation_story, operation_story_latest
+from operations.decisions.check import STALE, posted_version
 from operations.models import CardActivity, Decision, Operation, StatusCheck
 from operations.polling.window import upcoming_checks
 from operations.vocabulary import POLLABLE_STATUSES, Reason
@@ -96,6 +98,8 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         "now": now,
         "elapsed_pct": _elapsed_pct(op, now),
         "warnings": operation_selectors.operation_warnings(operation=op, checks=page.checks),
+        "flash": _back_from_sign_in(request, card_view),
+        **(sign_in_context(request, card_view.card) if card_view else {}),
     }
     return render(request, "operations/detail.html", context)
 
@@ -107,6 +111,23 @@ def _planned_checks(op: Operation) -> list[datetime]:
     return upcoming_checks(
         next_poll_at=op.next_poll_at, spacing_s=op.check_spacing_s, checks_left=op.requests_left, ends_at=op.deadline_at
     )
+
+
+def _back_from_sign_in(request: HttpRequest, card_view: card_selectors.CardView | None) -> dict | None:
+    """Back on the page after "Sign in again" (?card=<id>&v=<version shown>): the card as it was, or
+    the usual "state changed — review again" when it moved meanwhile. Nothing is decided for the
+    person: a decision that cannot be undone is always a click after the fresh sign-in."""
+    if "v" not in request.GET:
+        return None
+    shown = posted_version(request.GET.get("v"))
+    escalation = card_view.card.escalation if card_view else None
+    if escalation is not None and str(escalation.pk) == request.GET.get("card") and escalation.version == shown:
+        return {"kind": "ok", "text": "You signed in again; the card is as you left it"}
+    text = f"While you were signing in the card changed: {STALE}"
+    if escalation is None:
+        messages.warning(request, f"{text}. It is no longer open.")
+        return None
+    return {"kind": "warn", "text": text}
 
 
 def _elapsed_pct(op: object, now: object) -> int:

@@ -334,6 +334,13 @@ def _user_deleted(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return f"{actor} deleted the account {data.get('username')} ({_roles(data)})"
 
 
+def _signin_locked_out(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return (
+        f"password sign-in for {data.get('username') or '?'} from {data.get('ip_address') or '?'} paused for "
+        f"{data.get('locked_minutes')} min after {data.get('failures')} failed attempts"
+    )
+
+
 def _generic(data: Mapping[str, object], actor: str, at: datetime) -> str:
     shown = ", ".join(f"{key}={_quote(value, limit=60)}" for key, value in data.items() if value is not None)
     return f"{actor}: {shown}" if shown else actor
@@ -366,6 +373,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "user.deactivated": _user_deactivated,
     "user.reactivated": _user_reactivated,
     "user.deleted": _user_deleted,
+    "signin.locked_out": _signin_locked_out,
 }
 
 

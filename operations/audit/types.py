@@ -69,9 +69,11 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "pending_state",
         "confirms_decision_id",
         "check_spacing_ms",
+        # How and when the decider authenticated (operations.decisions.signin): every human entry.
+        "authentication",
     ),
-    "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url"),
-    "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason"),
+    "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url", "authentication"),
+    "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason", "authentication"),
     # Ownership and notes (operations/lifecycle/ownership.py): they decide nothing and move no card
     # version; `activity_id` is the CardActivity row, `previous_holder` the username that held the
     # card before (a take-over or a hand-over), `to` the username it was handed to.
@@ -110,7 +112,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     # changed field; before/after hold the values of the ones that say where a credential goes and
     # how answers are read (URLs, the credential variable's name, the state table), never a secret.
     "profile.changed": ("slug", "change", "fields", "before", "after"),
-    # People (escalations/user_audit.py): roles are groups plus the staff and superuser flags;
+    # People (operations/people.py): roles are groups plus the staff and superuser flags;
     # `before` / `after` hold {"groups", "is_staff", "is_superuser"}.
     "user.created": ("user_id", "username", "is_active", "groups", "is_staff", "is_superuser"),
     "user.renamed": ("user_id", "username", "old_username"),
@@ -118,4 +120,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "user.deactivated": ("user_id", "username"),
     "user.reactivated": ("user_id", "username"),
     "user.deleted": ("user_id", "username", "groups", "is_staff", "is_superuser"),
+    # Password sign-in paused after LOGIN_FAILURE_LIMIT failures for this username from this address
+    # (accounts/throttle.py; actor: the throttle).
+    "signin.locked_out": ("username", "ip_address", "failures", "locked_minutes"),
 }

@@ -23,9 +23,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from operations.decisions.cards import Card, load_cards
-from operations.decisions.check import Refused, check_decision, clean_comment
+from operations.decisions.check import Refused, check_decision, clean_comment, fresh_sign_in_refusal
 from operations.decisions.options import Kind, Option, parse_option_id
 from operations.decisions.services import DecideResult, apply_offered, take_decision_slot
+from operations.decisions.signin import SignIn
 from operations.lifecycle import bulk as lifecycle_bulk
 from operations.lifecycle import humans
 from operations.models import BulkDecision, CardGroup, Escalation
@@ -191,6 +192,7 @@ def decide_bulk(
     *,
     group_id: int,
     user: object,
+    sign_in: SignIn | None,
     option_id: object,
     members: list[Member],
     comment: object = "",
@@ -199,8 +201,10 @@ def decide_bulk(
 ) -> BulkResult:
     """Apply `option_id` to the named members of the group, or refuse the whole and record why.
 
-    Raises TooManyDecisions beyond DECISIONS_PER_MINUTE (the whole request is one decision POST)
-    and CardGroup.DoesNotExist for an unknown group.
+    A bulk decision needs a recent sign-in whatever its option (`fresh_sign_in_refusal`, the rule
+    single decisions that cannot be undone follow): without one the whole is refused and nothing is
+    touched. Raises TooManyDecisions beyond DECISIONS_PER_MINUTE (the whole request is one decision
+    POST) and CardGroup.DoesNotExist for an unknown group.
     """
     take_decision_slot(user)
     group = CardGroup.objects.get(pk=group_id)
@@ -216,6 +220,9 @@ def decide_bulk(
             }
         )
     now = timezone.now()
+    stale_sign_in = fresh_sign_in_refusal(sign_in=sign_in, now=now)
+    if stale_sign_in is not None:
+        problems.append({"escalation_id": None, "why": stale_sign_in})
     if problems:
         refusal = lifecycle_bulk.close_bulk(
             group=group,
@@ -242,6 +249,7 @@ def decide_bulk(
             member=member,
             operation_id=operations[member.escalation_id],
             user=user,
+            sign_in=sign_in,
             option_id=posted,
             comment=text,
             labels=labels,
@@ -271,6 +279,7 @@ def _decide_member(
     member: Member,
     operation_id: str,
     user: object,
+    sign_in: SignIn | None,
     option_id: str,
     comment: str,
     labels: list[str],
@@ -282,6 +291,7 @@ def _decide_member(
             operation_id=operation_id,
             escalation_id=member.escalation_id,
             user=user,
+            sign_in=sign_in,
             posted_id=option_id,
             card_version=member.version,
             comment=comment,
@@ -290,6 +300,7 @@ def _decide_member(
             decision = humans.refuse(
                 card=checked.card,
                 user=user,
+                sign_in=sign_in,
                 posted_id=option_id,
                 posted_version=member.version,
                 version=member.version,
@@ -298,7 +309,7 @@ def _decide_member(
             )
             result = DecideResult(decision=decision, message=checked.why)
         else:
-            result = apply_offered(checked, user=user, comment=comment)
+            result = apply_offered(checked, user=user, sign_in=sign_in, comment=comment)
             labels.append(checked.option.label)
         lifecycle_bulk.link_member(decision=result.decision, bulk=bulk)
     return result

@@ -3,24 +3,32 @@
 The operation row, then the card row, are locked (the lock order of the lifecycle), the card is
 loaded from the locked rows, and the posted option is compared with the options the server
 computes now, never with what the browser posted. The result is either what to apply or why not.
+
+Options that cannot be undone (cancel at the provider, close, accept output), and bulk decisions,
+also need a recent sign-in (`fresh_sign_in_refusal`): a session left open on a desk does not let
+anyone end a job.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from operations.decisions.cards import Card, load_card
 from operations.decisions.options import Kind, Option
 
 # The refusal reasons live with the words that name them (words.outcome_words).
-from operations.decisions.words import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
+from operations.decisions.signin import SignIn, is_fresh
+from operations.decisions.words import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, SIGN_IN_AGAIN, STALE
 from operations.models import Escalation, Operation
 from operations.vocabulary import CONTROL_CHARACTERS
 
 COMMENT_MAX = 2000
+# The options that cannot be undone: each needs a sign-in within FRESH_SIGN_IN_MINUTES.
+FRESH_SIGN_IN_KINDS = frozenset({Kind.CANCEL_AT_PROVIDER, Kind.CLOSE, Kind.ACCEPT_OUTPUT})
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,20 @@ def posted_version(card_version: object) -> int | None:
     return None
 
 
+def fresh_sign_in_max_age() -> timedelta:
+    return timedelta(minutes=settings.FRESH_SIGN_IN_MINUTES)
+
+
+def fresh_sign_in_refusal(*, sign_in: SignIn | None, now: datetime) -> str | None:
+    """Why a decision that cannot be undone may not be taken under this sign-in now (None: it may).
+
+    The one freshness rule, for single decisions (`check_decision`, for FRESH_SIGN_IN_KINDS) and
+    bulk decisions alike (checked once for the whole batch, before any card is touched)."""
+    if is_fresh(sign_in, now=now, max_age=fresh_sign_in_max_age()):
+        return None
+    return SIGN_IN_AGAIN
+
+
 def lock_card(*, operation_id: str, escalation_id: int) -> tuple[Operation, Escalation]:
     # Lock the operation row only ("of self"): the provider profile is read, never locked, so
     # decisions on different operations of one provider do not queue behind each other.
@@ -61,10 +83,17 @@ def lock_card(*, operation_id: str, escalation_id: int) -> tuple[Operation, Esca
 
 
 def check_decision(
-    *, operation_id: str, escalation_id: int, user: object, posted_id: str, card_version: object, comment: str
+    *,
+    operation_id: str,
+    escalation_id: int,
+    user: object,
+    sign_in: SignIn | None,
+    posted_id: str,
+    card_version: object,
+    comment: str,
 ) -> Offered | Refused:
-    """Lock the card and check the posted option against it. Call inside the decision's transaction:
-    the locks are held until it commits."""
+    """Lock the card and check the posted option against it, under the decider's sign-in. Call inside
+    the decision's transaction: the locks are held until it commits."""
     operation, escalation = lock_card(operation_id=operation_id, escalation_id=escalation_id)
     now = timezone.now()
     card = load_card(escalation=escalation, operation=operation, now=now)
@@ -73,6 +102,10 @@ def check_decision(
     option = card.option(posted_id)
     if option is None:
         return Refused(card=card, why=NOT_OFFERED)
+    if option.kind in FRESH_SIGN_IN_KINDS:
+        stale_sign_in = fresh_sign_in_refusal(sign_in=sign_in, now=now)
+        if stale_sign_in is not None:
+            return Refused(card=card, why=stale_sign_in)
     if option.needs_comment and not comment:
         return Refused(card=card, why=COMMENT_REQUIRED)
     if option.kind is Kind.ACCEPT_OUTPUT and card.awaiting is not None and card.awaiting.user_id == user.pk:  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from django.utils import timezone
 from operations import ratelimit
 from operations.decisions.check import (
     NOT_OFFERED,
+    SIGN_IN_AGAIN,
     STALE,
     Offered,
     Refused,
@@ -27,6 +28,7 @@ from operations.decisions.check import (
     posted_version,
 )
 from operations.decisions.options import Kind, parse_option_id
+from operations.decisions.signin import SignIn
 from operations.lifecycle import humans
 from operations.models import Decision, Escalation
 from operations.provider_cancel import send_provider_cancel
@@ -66,6 +68,10 @@ class DecideResult:
     def stale(self) -> bool:
         return self.refused and self.decision.refusal_reason == STALE
 
+    @property
+    def needs_fresh_sign_in(self) -> bool:
+        return self.refused and self.decision.refusal_reason == SIGN_IN_AGAIN
+
 
 def take_decision_slot(user: object) -> None:
     """Count one decision POST against the person's DECISIONS_PER_MINUTE (a bulk decision is one),
@@ -83,15 +89,22 @@ def take_decision_slot(user: object) -> None:
 
 
 def escalation_decide(
-    *, escalation_id: int, user: object, option_id: object, card_version: object, comment: object = ""
+    *,
+    escalation_id: int,
+    user: object,
+    sign_in: SignIn | None,
+    option_id: object,
+    card_version: object,
+    comment: object = "",
 ) -> DecideResult:
-    """Apply one option of a card for `user`, or refuse it and record the refusal.
+    """Apply one option of a card for `user`, signed in as `sign_in` says, or refuse it and record the
+    refusal. The decision records the sign-in; options that cannot be undone need a recent one.
 
     Raises TooManyDecisions beyond DECISIONS_PER_MINUTE for this person (counted before anything
     else, in the database so it holds across web processes) and Escalation.DoesNotExist for an
     unknown card. Everything else (stale version, an option or duration the card does not offer, a
-    missing comment, the same person confirming their own acceptance) is a recorded refusal,
-    returned as a DecideResult.
+    missing comment, a sign-in too old for an option that cannot be undone, the same person
+    confirming their own acceptance) is a recorded refusal, returned as a DecideResult.
     """
     take_decision_slot(user)
     operation_id = Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id)
@@ -100,51 +113,62 @@ def escalation_decide(
     parsed = parse_option_id(posted_id)
     if parsed is not None and parsed.kind is Kind.CANCEL_AT_PROVIDER:
         return _cancel_at_provider(
-            operation_id=operation_id, escalation_id=escalation_id, user=user, card_version=card_version, comment=text
+            operation_id=operation_id,
+            escalation_id=escalation_id,
+            user=user,
+            sign_in=sign_in,
+            card_version=card_version,
+            comment=text,
         )
     with transaction.atomic():
         checked = check_decision(
             operation_id=operation_id,
             escalation_id=escalation_id,
             user=user,
+            sign_in=sign_in,
             posted_id=posted_id,
             card_version=card_version,
             comment=text,
         )
         if isinstance(checked, Refused):
-            return _refused(checked, user=user, posted_id=posted_id, card_version=card_version, comment=text)
-        return apply_offered(checked, user=user, comment=text)
+            return _refused(
+                checked, user=user, sign_in=sign_in, posted_id=posted_id, card_version=card_version, comment=text
+            )
+        return apply_offered(checked, user=user, sign_in=sign_in, comment=text)
 
 
-def apply_offered(offered: Offered, *, user: object, comment: str) -> DecideResult:
+def apply_offered(offered: Offered, *, user: object, sign_in: SignIn | None, comment: str) -> DecideResult:
     """Apply an option `check_decision` found offered, inside its transaction (the locks still held)."""
     card, option, now = offered.card, offered.option, offered.now
     if option.kind is Kind.INSPECT:
-        decision = humans.record_inspect(card=card, option=option, user=user, comment=comment)
+        decision = humans.record_inspect(card=card, option=option, user=user, sign_in=sign_in, comment=comment)
         return DecideResult(
             decision=decision, message="Recorded that you inspected this job.", redirect_url=card.console_url
         )
     if option.kind is Kind.CLOSE:
-        decision = humans.close(card=card, option=option, user=user, comment=comment, now=now)
+        decision = humans.close(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
         return DecideResult(decision=decision, message="Closed: pollerdash stopped watching this operation.")
     if option.kind is Kind.ACCEPT_OUTPUT:
-        decision = humans.accept_output(card=card, option=option, user=user, comment=comment, now=now)
+        decision = humans.accept_output(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
         if decision.outcome == Decision.Outcome.AWAITING_SECOND:
             message = "Acceptance recorded; a second, different responder must confirm."
         else:
             message = "Output accepted by two responders: the operation succeeded."
         return DecideResult(decision=decision, message=message)
     if option.kind is Kind.KEEP_WAITING:
-        decision = humans.keep_waiting(card=card, option=option, user=user, comment=comment, now=now)
+        decision = humans.keep_waiting(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
         return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
-    decision = humans.grant(card=card, option=option, user=user, comment=comment, now=now)
+    decision = humans.grant(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
     return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
 
 
-def _refused(refused: Refused, *, user: object, posted_id: str, card_version: object, comment: str) -> DecideResult:
+def _refused(
+    refused: Refused, *, user: object, sign_in: SignIn | None, posted_id: str, card_version: object, comment: str
+) -> DecideResult:
     decision = humans.refuse(
         card=refused.card,
         user=user,
+        sign_in=sign_in,
         posted_id=posted_id,
         posted_version=card_version,
         version=posted_version(card_version),
@@ -161,7 +185,13 @@ def _refused(refused: Refused, *, user: object, posted_id: str, card_version: ob
 
 
 def _cancel_at_provider(
-    *, operation_id: str, escalation_id: int, user: object, card_version: object, comment: str
+    *,
+    operation_id: str,
+    escalation_id: int,
+    user: object,
+    sign_in: SignIn | None,
+    card_version: object,
+    comment: str,
 ) -> DecideResult:
     posted_id = Kind.CANCEL_AT_PROVIDER.value
     with transaction.atomic():
@@ -169,14 +199,17 @@ def _cancel_at_provider(
             operation_id=operation_id,
             escalation_id=escalation_id,
             user=user,
+            sign_in=sign_in,
             posted_id=posted_id,
             card_version=card_version,
             comment=comment,
         )
         if isinstance(checked, Refused):
-            return _refused(checked, user=user, posted_id=posted_id, card_version=card_version, comment=comment)
+            return _refused(
+                checked, user=user, sign_in=sign_in, posted_id=posted_id, card_version=card_version, comment=comment
+            )
         decision = humans.claim_cancel(
-            card=checked.card, option=checked.option, user=user, comment=comment, now=checked.now
+            card=checked.card, option=checked.option, user=user, sign_in=sign_in, comment=comment, now=checked.now
         )
         operation = checked.card.operation
     # No lock is held while the provider answers.

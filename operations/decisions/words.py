@@ -23,6 +23,7 @@ STALE = "state changed — review again"
 NOT_OFFERED = "option not offered on this card"
 COMMENT_REQUIRED = "a comment is required for this option"
 SAME_RESPONDER = "a second, different responder must confirm; you already accepted this output"
+SIGN_IN_AGAIN = "this cannot be undone: it needs a recent sign-in — sign in again"
 
 CANCEL_OPTION = Kind.CANCEL_AT_PROVIDER.value
 
@@ -60,6 +61,7 @@ _REFUSALS = (
     (NOT_OFFERED, "refused — option not offered"),
     (COMMENT_REQUIRED, "refused — comment required"),
     (SAME_RESPONDER, "refused — needs a different responder"),
+    (SIGN_IN_AGAIN, "refused — needs a recent sign-in"),
 )
 
 

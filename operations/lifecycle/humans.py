@@ -3,7 +3,9 @@ makes, and its `human.*` audit entry, in the caller's transaction (operations.de
 act against the locked card first and calls one of these).
 
 Every function takes the card as it was shown (`Card`): the Decision keeps a snapshot of it and the
-version it was decided against, taken before anything changes.
+version it was decided against, taken before anything changes. Every function also takes the
+decider's sign-in (`SignIn`, None when unknown): the Decision and its audit entry record how and
+when the person authenticated.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.decisions.cards import Card, snapshot_sha256
 from operations.decisions.options import Kind, Option
+from operations.decisions.signin import SignIn
 from operations.lifecycle.cards import close_card, new_card_version
 
 # Ownership and notes live in their own module; they are part of what responders do on a card.
@@ -51,6 +54,7 @@ def _record(
     *,
     card: Card,
     user: object,
+    sign_in: SignIn | None,
     option_id: str,
     outcome: str,
     comment: str,
@@ -64,6 +68,7 @@ def _record(
     decision = _decision_row(
         card=card,
         user=user,
+        sign_in=sign_in,
         option_id=option_id,
         outcome=outcome,
         comment=comment,
@@ -79,6 +84,7 @@ def _decision_row(
     *,
     card: Card,
     user: object,
+    sign_in: SignIn | None,
     option_id: str,
     outcome: str,
     comment: str,
@@ -96,6 +102,7 @@ def _decision_row(
         comment=comment,
         card_version=card_version,
         card_snapshot=snapshot,
+        authentication=None if sign_in is None else sign_in.as_record(),
         **fields,
     )
 
@@ -103,7 +110,11 @@ def _decision_row(
 def _decision_entry(
     decision: Decision, *, user: object, entry_type: str = "human.decision", data: dict[str, object] | None = None
 ) -> None:
-    base: dict[str, object] = {"escalation_id": decision.escalation_id, "decision_id": decision.pk}
+    base: dict[str, object] = {
+        "escalation_id": decision.escalation_id,
+        "decision_id": decision.pk,
+        "authentication": decision.authentication,
+    }
     if entry_type == "human.decision":
         base |= {
             "option": decision.option,
@@ -126,7 +137,15 @@ def _decision_entry(
 
 
 def refuse(
-    *, card: Card, user: object, posted_id: str, posted_version: object, version: int | None, comment: str, why: str
+    *,
+    card: Card,
+    user: object,
+    sign_in: SignIn | None,
+    posted_id: str,
+    posted_version: object,
+    version: int | None,
+    comment: str,
+    why: str,
 ) -> Decision:
     """Record a refused attempt: who tried what against which version, and why it was refused.
 
@@ -147,6 +166,7 @@ def refuse(
     return _record(
         card=card,
         user=user,
+        sign_in=sign_in,
         option_id=option,
         outcome=Decision.Outcome.REFUSED,
         comment=comment,
@@ -178,11 +198,12 @@ def _same_refusal(*, card: Card, user: object, option: str, version: int | None,
     return latest if card.facts.now - last_seen <= timedelta(seconds=settings.DECISION_REPEAT_WINDOW_S) else None
 
 
-def record_inspect(*, card: Card, option: Option, user: object, comment: str) -> Decision:
+def record_inspect(*, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str) -> Decision:
     """Who looked and when; the card stays open and its version does not move."""
     return _record(
         card=card,
         user=user,
+        sign_in=sign_in,
         option_id=option.id,
         outcome=Decision.Outcome.RECORDED,
         comment=comment,
@@ -193,7 +214,7 @@ def record_inspect(*, card: Card, option: Option, user: object, comment: str) ->
     )
 
 
-def grant(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:
+def grant(*, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
     """Options that let polling continue: a new Authorization chained to the previous one.
 
     extend / treat_as_pending grant a window: exactly its checks from now, paced across it (the
@@ -250,6 +271,7 @@ def grant(*, card: Card, option: Option, user: object, comment: str, now: dateti
     return _record(
         card=card,
         user=user,
+        sign_in=sign_in,
         option_id=option.id,
         outcome=Decision.Outcome.APPLIED,
         comment=comment,
@@ -269,7 +291,9 @@ def grant(*, card: Card, option: Option, user: object, comment: str, now: dateti
     )
 
 
-def keep_waiting(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:
+def keep_waiting(
+    *, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime
+) -> Decision:
     """business_deadline_passed: poll on until the technical deadline within the bounds already
     granted. No new Authorization (no new authority); the Decision records who chose it."""
     operation, escalation = card.operation, card.escalation
@@ -291,6 +315,7 @@ def keep_waiting(*, card: Card, option: Option, user: object, comment: str, now:
         comment=comment,
         snapshot=snapshot,
         card_version=version,
+        sign_in=sign_in,
         data={"next_poll_at": audit.iso(operation.next_poll_at)},
     )
 
@@ -303,7 +328,7 @@ def _waive_business_deadline(operation: Operation, *, now: datetime) -> None:
         operation.business_deadline_waived_at = now
 
 
-def close(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:
+def close(*, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
     """Stop watching: the operation ends closed with the responder's reason."""
     operation, escalation = card.operation, card.escalation
     snapshot, version = card.snapshot(), escalation.version
@@ -325,6 +350,7 @@ def close(*, card: Card, option: Option, user: object, comment: str, now: dateti
     return _record(
         card=card,
         user=user,
+        sign_in=sign_in,
         option_id=option.id,
         outcome=Decision.Outcome.APPLIED,
         comment=comment,
@@ -333,7 +359,9 @@ def close(*, card: Card, option: Option, user: object, comment: str, now: dateti
     )
 
 
-def accept_output(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:
+def accept_output(
+    *, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime
+) -> Decision:
     """Four eyes: the first responder's acceptance waits; a second, different one applies it."""
     operation, escalation, first = card.operation, card.escalation, card.awaiting
     snapshot, version = card.snapshot(), escalation.version
@@ -343,6 +371,7 @@ def accept_output(*, card: Card, option: Option, user: object, comment: str, now
         waiting = _decision_row(
             card=card,
             user=user,
+            sign_in=sign_in,
             option_id=option.id,
             outcome=Decision.Outcome.AWAITING_SECOND,
             comment=comment,
@@ -373,6 +402,7 @@ def accept_output(*, card: Card, option: Option, user: object, comment: str, now
     return _record(
         card=card,
         user=user,
+        sign_in=sign_in,
         option_id=option.id,
         outcome=Decision.Outcome.APPLIED,
         comment=comment,
@@ -383,7 +413,9 @@ def accept_output(*, card: Card, option: Option, user: object, comment: str, now
     )
 
 
-def claim_cancel(*, card: Card, option: Option, user: object, comment: str, now: datetime) -> Decision:
+def claim_cancel(
+    *, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime
+) -> Decision:
     """The one cancel request of a card, claimed before it is sent.
 
     Once committed, the option is gone from the card and the version moved, so a second click (or a
@@ -394,6 +426,7 @@ def claim_cancel(*, card: Card, option: Option, user: object, comment: str, now:
     decision = _decision_row(
         card=card,
         user=user,
+        sign_in=sign_in,
         option_id=option.id,
         outcome=Decision.Outcome.APPLIED,
         comment=comment,

@@ -149,6 +149,10 @@ class Decision(models.Model):
     bulk = models.ForeignKey(
         "operations.BulkDecision", on_delete=models.PROTECT, null=True, blank=True, related_name="decisions"
     )
+    # How and when the decider had authenticated (operations.decisions.signin.SignIn.as_record():
+    # method, at, and the issuer and subject for OpenID Connect); null for decisions recorded
+    # before sign-ins were recorded.
+    authentication = models.JSONField(null=True, blank=True)
     # A refusal tried again identically (same person, card, option, card version and reason) within
     # DECISION_REPEAT_WINDOW_S of this row is counted here, not recorded again: no new row and no
     # new audit entry, so a stuck or hostile client cannot flood the append-only chain.

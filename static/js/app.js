@@ -220,6 +220,28 @@
     if (poll === "card" ? !pd.cardLive(elt) : !pd.live()) event.preventDefault();
   });
 
+  // Signing out goes on to the identity provider to end its session too. A live refresh answered
+  // meanwhile (401 with HX-Redirect to the login page) must not cut that navigation short.
+  let signingOut = false;
+  document.addEventListener("submit", function (event) {
+    if (event.target.closest("form[data-sign-out]")) signingOut = true;
+  });
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (signingOut) event.preventDefault();
+  });
+  document.addEventListener("htmx:beforeOnLoad", function (event) {
+    if (signingOut) event.preventDefault();
+  });
+
+  // A live refresh is not the person doing something: it says so, and the session's idle timeout
+  // (accounts/middleware.py) does not count it as activity.
+  document.addEventListener("htmx:configRequest", function (event) {
+    const elt = event.detail.elt;
+    if (elt && elt.dataset && elt.dataset.poll && !event.detail.triggeringEvent) {
+      event.detail.headers["X-Pollerdash-Background"] = "1";
+    }
+  });
+
   function ids(root) {
     const meta = root && root.querySelector(".rows-meta");
     return meta ? (meta.dataset.ids || "").split(",").filter(Boolean) : [];

@@ -17,7 +17,7 @@ from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Escalation, Operation
 from operations.vocabulary import Status
 from tests.audit.helpers import verify_bytes
-from tests.support import T0, job_id
+from tests.support import T0, job_id, signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -43,13 +43,25 @@ def lived(make_operation, drive, clock, signing_key) -> Operation:
     escalation = Escalation.objects.get(operation=op, state=Escalation.State.OPEN)
     seen_version = escalation.version
     clock.move_to(T0 + timedelta(minutes=10), tick=False)
-    escalation_decide(escalation_id=escalation.pk, user=alice, option_id="inspect", card_version=seen_version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=escalation.pk, user=alice, option_id="inspect", card_version=seen_version
+    )
     escalation.refresh_from_db()
     escalation_decide(
-        escalation_id=escalation.pk, user=alice, option_id="extend:15m:4", card_version=escalation.version
+        sign_in=signed_in_now(),
+        escalation_id=escalation.pk,
+        user=alice,
+        option_id="extend:15m:4",
+        card_version=escalation.version,
     )
     # bob acts on the card as he saw it before alice's decision: refused and recorded, never applied
-    escalation_decide(escalation_id=escalation.pk, user=bob, option_id="extend:15m:4", card_version=seen_version)
+    escalation_decide(
+        sign_in=signed_in_now(),
+        escalation_id=escalation.pk,
+        user=bob,
+        option_id="extend:15m:4",
+        card_version=seen_version,
+    )
     drive(op)
     return Operation.objects.get(pk=op.pk)
 

@@ -69,6 +69,35 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
+def watched_page(
+    browser: object, *, viewport: dict[str, int], errors: list[str], **options: object
+) -> tuple[object, object]:
+    """A new context and page that append every JavaScript error and CSP violation to `errors`;
+    `options` go to the browser context (a time zone, a colour scheme)."""
+    context = browser.new_context(viewport=viewport, **options)  # type: ignore[attr-defined]
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
+    page.expose_binding("__pdCspViolation", lambda source, text: errors.append(f"CSP violation: {text}"))
+    page.add_init_script(
+        "document.addEventListener('securitypolicyviolation', e => window.__pdCspViolation("
+        "`${e.violatedDirective} blocked ${e.blockedURI} at ${e.sourceFile}:${e.lineNumber}`));"
+    )
+    return context, page
+
+
+@pytest.fixture
+def blank_page(browser: object) -> Iterator[object]:
+    """A page signed in as nobody (for sign-in tests); fails the test on a JavaScript error or a CSP
+    violation on our pages (the test provider's own pages send no policy)."""
+    errors: list[str] = []
+    context, page = watched_page(browser, viewport=DESKTOP, errors=errors)
+    yield page
+    context.close()  # type: ignore[attr-defined]
+    assert not errors, f"JavaScript errors or CSP violations in the page: {errors}"
+
+
 @pytest.fixture
 def open_page(browser: object, live_server: object) -> Iterator[Callable[..., object]]:
     """A logged-in page: open_page(user, viewport=DESKTOP, **context options) -> Page. Records page errors.
@@ -78,17 +107,8 @@ def open_page(browser: object, live_server: object) -> Iterator[Callable[..., ob
     errors: list[str] = []
 
     def make(user: object, *, viewport: dict[str, int] = DESKTOP, **options: object) -> object:
-        context = browser.new_context(viewport=viewport, **options)  # type: ignore[attr-defined]
+        context, page = watched_page(browser, viewport=viewport, errors=errors, **options)
         contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
-        page.expose_binding("__pdCspViolation", lambda source, text: errors.append(f"CSP violation: {text}"))
-        page.add_init_script(
-            "document.addEventListener('securitypolicyviolation', e => window.__pdCspViolation("
-            "`${e.violatedDirective} blocked ${e.blockedURI} at ${e.sourceFile}:${e.lineNumber}`));"
-        )
         page.goto(f"{live_server.url}/")  # type: ignore[attr-defined]
         page.fill("#id_username", user.get_username())  # type: ignore[attr-defined]
         page.fill("#id_password", "pw-" + user.get_username())  # type: ignore[attr-defined]

@@ -29,6 +29,7 @@ def test_walking_every_page_as_an_admin_raises_no_csp_violation(open_page, make_
         "/history/",
         "/history/report/",
         "/system/",
+        "/accounts/login/?fresh=1",  # "Confirm it's you" before a decision that cannot be undone
         "/admin/",
         "/admin/operations/operation/",
         f"/admin/operations/operation/{op_id}/change/",

@@ -82,6 +82,7 @@ def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user
 
 def test_an_open_inline_card_shows_what_another_responder_decided(open_page, make_user, budget_card):  # noqa: ANN001
     from operations.decisions.services import escalation_decide
+    from tests.support import signed_in_now
 
     alice, bob = make_user("alice"), make_user("bob")
     esc = budget_card()
@@ -92,7 +93,14 @@ def test_an_open_inline_card_shows_what_another_responder_decided(open_page, mak
     expect(card.locator(".card-title")).to_have_text("Needs a decision")
     page.mouse.move(0, 0)  # the pointer is off the list; the open card alone holds the rows
 
-    escalation_decide(escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version, comment="dup job")
+    escalation_decide(
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=bob,
+        option_id="close",
+        card_version=esc.version,
+        comment="dup job",
+    )
     # The card refreshes itself in place; the list is held (a card is open) and says only what changed.
     expect(card.locator(".card-title")).to_have_text("Decided")
     expect(card).to_contain_text("The operation is now")

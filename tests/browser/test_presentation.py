@@ -18,6 +18,7 @@ from playwright.sync_api import expect
 
 from operations.models import Authorization, Decision, Operation, StatusCheck
 from tests.browser.pages import PHONE, shoot
+from tests.support import signed_in_now
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -88,8 +89,16 @@ def test_a_viewer_in_los_angeles_with_a_dark_system_sees_local_times_in_the_dark
     op = Operation.objects.get(pk=esc.operation_id)
     # Some history to look at: a provider-refused cancel, then a stale attempt on the same card.
     other = budget_card(purpose="Nightly ledger export", scenario="cancel_unsupported")
-    escalation_decide(escalation_id=other.pk, user=alice, option_id="cancel_at_provider", card_version=other.version)
-    escalation_decide(escalation_id=other.pk, user=bob, option_id="close", card_version=other.version)
+    escalation_decide(
+        sign_in=signed_in_now(),
+        escalation_id=other.pk,
+        user=alice,
+        option_id="cancel_at_provider",
+        card_version=other.version,
+    )
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=other.pk, user=bob, option_id="close", card_version=other.version
+    )
     page = open_page(alice, color_scheme="dark", timezone_id=LOS_ANGELES)
 
     # The light follows the system: a dark page, light text.

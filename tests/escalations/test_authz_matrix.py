@@ -16,9 +16,9 @@ from operations.models import BulkDecision, CardActivity, Decision, Escalation
 
 pytestmark = pytest.mark.django_db
 
-# Everything outside the dashboard has its own access rules: the admin, the login/logout pages,
-# the agent API (bearer tokens) and static files.
-NOT_DASHBOARD = ("admin/", "accounts/", "api/", "static/", "metrics", "slack/")
+# Everything outside the dashboard has its own access rules: the admin, the sign-in pages (password
+# and single sign-on), the agent API (bearer tokens) and static files.
+NOT_DASHBOARD = ("admin/", "accounts/", "oidc/", "api/", "static/", "metrics", "slack/")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from operations.controller import poll_once
 from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Authorization, Decision, Escalation, Operation, StatusCheck
 from operations.vocabulary import Reason, Status
-from tests.support import T0, job_id
+from tests.support import T0, job_id, signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +51,12 @@ def sent_at(fake_provider, op: Operation) -> list[datetime]:  # noqa: ANN001
 
 def decide(esc: Escalation, user: object, option: str, comment: str = ""):  # noqa: ANN201
     return escalation_decide(
-        escalation_id=esc.pk, user=user, option_id=option, card_version=reload(esc).version, comment=comment
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=user,
+        option_id=option,
+        card_version=reload(esc).version,
+        comment=comment,
     )
 
 

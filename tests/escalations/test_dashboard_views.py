@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from operations.models import Decision, Escalation, Operation
-from tests.support import T0
+from tests.support import T0, signed_in_now
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}
@@ -112,7 +112,9 @@ def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_
     first = responder_client.get(url, headers=HTMX)
     etag = re.search(r"etag=([0-9.]+)", first.content.decode()).group(1)
     assert responder_client.get(url, {"etag": etag}, headers=HTMX).status_code == 204
-    escalation_decide(escalation_id=esc.pk, user=bob, option_id="inspect", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=bob, option_id="inspect", card_version=esc.version
+    )
     changed = responder_client.get(url, {"etag": etag}, headers=HTMX)
     assert changed.status_code == 200 and "Looked at by bob" in changed.content.decode()
     # Without htmx the card's URL leads to its operation page.
@@ -172,8 +174,12 @@ def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa
     from operations.decisions.services import escalation_decide
 
     esc = stopped()
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="extend:15m:4", card_version=esc.version)
-    escalation_decide(escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="extend:15m:4", card_version=esc.version
+    )
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version
+    )
     url = reverse("decision_history")
     by_bob = responder_client.get(url, {"user": "bob"}).content.decode()
     assert "refused — state changed" in by_bob and "Extend 15 min / 4 checks" not in by_bob
@@ -190,7 +196,12 @@ def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, clie
 
     esc = stopped("succeeded_no_result")
     escalation_decide(
-        escalation_id=esc.pk, user=alice, option_id="accept_output", card_version=esc.version, comment="ok"
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=alice,
+        option_id="accept_output",
+        card_version=esc.version,
+        comment="ok",
     )
     url = reverse("escalation_card", args=[esc.pk])
     client.force_login(alice)
@@ -206,10 +217,20 @@ def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice,
 
     esc = stopped("succeeded_no_result")
     escalation_decide(
-        escalation_id=esc.pk, user=alice, option_id="accept_output", card_version=esc.version, comment="ok"
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=alice,
+        option_id="accept_output",
+        card_version=esc.version,
+        comment="ok",
     )
     escalation_decide(
-        escalation_id=esc.pk, user=bob, option_id="accept_output", card_version=esc.version + 1, comment="checked"
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=bob,
+        option_id="accept_output",
+        card_version=esc.version + 1,
+        comment="checked",
     )
     client.force_login(alice)
     card = client.get(reverse("escalation_card", args=[esc.pk]), headers=HTMX).content.decode()
@@ -225,7 +246,11 @@ def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, res
 
     esc = stopped("cancel_unsupported")
     result = escalation_decide(
-        escalation_id=esc.pk, user=alice, option_id="cancel_at_provider", card_version=esc.version
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=alice,
+        option_id="cancel_at_provider",
+        card_version=esc.version,
     )
     assert result.decision.provider_response["state"] != "confirmed"
     history = responder_client.get(reverse("decision_history")).content.decode()
@@ -260,8 +285,8 @@ def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused
     assert "tried 4 more times the same way" in history
     csv_text = b"".join(responder_client.get(reverse("decision_history_csv")).streaming_content).decode()
     header, row = csv_text.splitlines()[:2]
-    assert header.endswith(",repeat_count,last_repeated_at,option_label,outcome_label,bulk_decision_id")
-    assert ",4," in row and row.endswith(",Extend 999 min / 99 checks,refused — option not offered,")
+    assert header.endswith(",repeat_count,last_repeated_at,option_label,outcome_label,bulk_decision_id,authentication")
+    assert ",4," in row and ",Extend 999 min / 99 checks,refused — option not offered,," in row
 
 
 def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, bob, clock, settings) -> None:  # noqa: ANN001
@@ -273,7 +298,11 @@ def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, b
 
     def refuse(user: object, option: str = "extend:999m:99", version: object = None) -> Decision:
         result = escalation_decide(
-            escalation_id=esc.pk, user=user, option_id=option, card_version=esc.version if version is None else version
+            sign_in=signed_in_now(),
+            escalation_id=esc.pk,
+            user=user,
+            option_id=option,
+            card_version=esc.version if version is None else version,
         )
         assert result.refused
         return result.decision

@@ -27,7 +27,7 @@ from operations.models import (
     StatusCheck,
 )
 from operations.vocabulary import DelaySource, Reason, Status
-from tests.support import T0
+from tests.support import T0, signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -53,6 +53,7 @@ def status_requests(fake_provider, op: Operation) -> list[dict]:  # noqa: ANN001
 
 def decide(esc: Escalation, user: object, option: str, *, version: object = None, comment: str = ""):  # noqa: ANN201
     return escalation_decide(
+        sign_in=signed_in_now(),
         escalation_id=esc.pk,
         user=user,
         option_id=option,
@@ -140,7 +141,9 @@ def test_a_stale_or_decided_card_is_refused_and_the_refusal_recorded(stopped, al
         "option": "close",
         "card_version": version,
         "reason": STALE,
+        "authentication": refused.decision.authentication,
     }
+    assert refused.decision.authentication["method"] == "password"
 
 
 @pytest.mark.parametrize(
@@ -380,8 +383,12 @@ def test_two_responders_deciding_the_same_card_at_once_apply_exactly_one(stopped
     def run(user: object, option: str) -> None:
         try:
             barrier.wait(timeout=10)
-            results[user.username] = escalation_decide(  # type: ignore[attr-defined]
-                escalation_id=esc.pk, user=user, option_id=option, card_version=version
+            results[user.username] = escalation_decide(
+                sign_in=signed_in_now(),  # type: ignore[attr-defined]
+                escalation_id=esc.pk,
+                user=user,
+                option_id=option,
+                card_version=version,
             )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)

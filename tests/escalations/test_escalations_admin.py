@@ -7,13 +7,16 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from operations.decisions.services import escalation_decide
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 
 
 def test_cards_and_decisions_are_read_only_in_the_admin(client: Client, stopped, alice) -> None:  # noqa: ANN001
     esc = stopped()
-    decision = escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version).decision
+    decision = escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    ).decision
     client.force_login(get_user_model().objects.create_superuser(username="root", password="x", email=""))
     for url in (
         "/admin/operations/escalation/",

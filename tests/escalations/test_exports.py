@@ -12,6 +12,7 @@ from django.urls import reverse
 from escalations.exports import cell
 from operations.audit import verify as audit_verify
 from operations.decisions.services import escalation_decide
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -25,9 +26,16 @@ def decided(stopped, alice, bob):  # noqa: ANN001, ANN201
     """A card refused once (stale) and then extended: the interesting history."""
     esc = stopped(purpose='=HYPERLINK("http://evil.example","click")')
     escalation_decide(
-        escalation_id=esc.pk, user=alice, option_id="extend:15m:4", card_version=esc.version, comment="ok"
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=alice,
+        option_id="extend:15m:4",
+        card_version=esc.version,
+        comment="ok",
     )
-    escalation_decide(escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=bob, option_id="close", card_version=esc.version
+    )
     return esc
 
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Authorization, Escalation, Operation, StatusCheck
 from operations.vocabulary import DelaySource, Reason
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,9 @@ def reload(obj):  # noqa: ANN001, ANN201
 
 
 def decide(esc: Escalation, user: object, option: str):  # noqa: ANN201
-    return escalation_decide(escalation_id=esc.pk, user=user, option_id=option, card_version=reload(esc).version)
+    return escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=user, option_id=option, card_version=reload(esc).version
+    )
 
 
 def sent_at(fake_provider, op: Operation) -> list[datetime]:  # noqa: ANN001

@@ -16,6 +16,7 @@ from operations.decisions import bulk, ownership
 from operations.decisions.bulk import Member, decide_bulk
 from operations.decisions.services import TooManyDecisions, escalation_decide
 from operations.models import AuditEntry, Authorization, BulkDecision, Decision, Escalation, PolicyRun
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -71,7 +72,9 @@ def test_cards_of_one_account_and_reason_within_the_window_form_one_group(outage
 
 def test_a_group_whose_cards_are_all_decided_is_not_joined(stopped, alice) -> None:  # noqa: ANN001
     first = stopped()
-    escalation_decide(escalation_id=first.pk, user=alice, option_id="close", card_version=first.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=first.pk, user=alice, option_id="close", card_version=first.version
+    )
     second = stopped()
     assert second.group_id != first.group_id and second.group.first_card_id == second.pk
 
@@ -87,6 +90,7 @@ def test_a_group_notifies_once_through_its_first_cards_policy(notify, outage, pu
 
 def test_a_bulk_decision_applies_where_offered_and_lists_the_rest_as_refused(outage, alice) -> None:  # noqa: ANN001
     result = decide_bulk(
+        sign_in=signed_in_now(),
         group_id=outage[0].group_id,
         user=alice,
         option_id="extend:15m:4",
@@ -133,12 +137,19 @@ def assert_refused_whole(result: bulk.BulkResult, *reasons: str) -> None:
 def test_a_bulk_naming_a_closed_card_a_card_of_another_group_or_one_held_by_someone_else_is_refused_whole(
     outage, stopped, make_profile, alice, bob
 ) -> None:  # noqa: ANN001
-    escalation_decide(escalation_id=outage[0].pk, user=bob, option_id="close", card_version=outage[0].version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=outage[0].pk, user=bob, option_id="close", card_version=outage[0].version
+    )
     ownership.card_acknowledge(escalation_id=outage[1].pk, user=bob)
     stranger = stopped(provider=make_profile(slug="zeta", account="zeta"))
     named = [*members(outage), Member(stranger.pk, stranger.version), Member(999_999, 1)]
     result = decide_bulk(
-        group_id=outage[0].group_id, user=alice, option_id="close", members=named, confirmed_count=len(named)
+        sign_in=signed_in_now(),
+        group_id=outage[0].group_id,
+        user=alice,
+        option_id="close",
+        members=named,
+        confirmed_count=len(named),
     )
     assert_refused_whole(result, "no longer open (decided)", "a card of another group", "held by bob", "no such card")
     assert {r["escalation_id"] for r in result.refused} == {outage[0].pk, outage[1].pk, stranger.pk, 999_999}
@@ -148,14 +159,26 @@ def test_a_bulk_naming_a_closed_card_a_card_of_another_group_or_one_held_by_some
 def test_more_than_100_cards_or_an_unconfirmed_count_or_a_one_card_option_is_refused_whole(outage, alice) -> None:  # noqa: ANN001
     group_id = outage[0].group_id
     too_many = [Member(n, 1) for n in range(1, 102)]
-    result = decide_bulk(group_id=group_id, user=alice, option_id="close", members=too_many, confirmed_count=101)
+    result = decide_bulk(
+        sign_in=signed_in_now(), group_id=group_id, user=alice, option_id="close", members=too_many, confirmed_count=101
+    )
     assert_refused_whole(result, "at most 100 cards per bulk decision (101 named)")
     unconfirmed = decide_bulk(
-        group_id=group_id, user=alice, option_id="close", members=members(outage), confirmed_count=4
+        sign_in=signed_in_now(),
+        group_id=group_id,
+        user=alice,
+        option_id="close",
+        members=members(outage),
+        confirmed_count=4,
     )
     assert_refused_whole(unconfirmed, "the confirmation was for 4 cards, 5 were named")
     cancel = decide_bulk(
-        group_id=group_id, user=alice, option_id="cancel_at_provider", members=members(outage), confirmed_count=5
+        sign_in=signed_in_now(),
+        group_id=group_id,
+        user=alice,
+        option_id="cancel_at_provider",
+        members=members(outage),
+        confirmed_count=5,
     )
     assert_refused_whole(cancel, "decided one card at a time")
     assert BulkDecision.objects.filter(outcome="refused").count() == 3
@@ -163,11 +186,27 @@ def test_more_than_100_cards_or_an_unconfirmed_count_or_a_one_card_option_is_ref
 
 def test_a_bulk_decision_counts_as_one_post_against_the_decision_limit(outage, alice, settings) -> None:  # noqa: ANN001
     settings.DECISIONS_PER_MINUTE = 2
-    decide_bulk(group_id=outage[0].group_id, user=alice, option_id="close", members=members(outage), confirmed_count=5)
+    decide_bulk(
+        sign_in=signed_in_now(),
+        group_id=outage[0].group_id,
+        user=alice,
+        option_id="close",
+        members=members(outage),
+        confirmed_count=5,
+    )
     assert Decision.objects.filter(outcome="applied").count() == 5
-    escalation_decide(escalation_id=outage[0].pk, user=alice, option_id="close", card_version=1)  # refused: decided
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=outage[0].pk, user=alice, option_id="close", card_version=1
+    )  # refused: decided
     with pytest.raises(TooManyDecisions):
-        decide_bulk(group_id=outage[0].group_id, user=alice, option_id="close", members=[], confirmed_count=0)
+        decide_bulk(
+            sign_in=signed_in_now(),
+            group_id=outage[0].group_id,
+            user=alice,
+            option_id="close",
+            members=[],
+            confirmed_count=0,
+        )
 
 
 def test_acknowledging_a_group_takes_every_card_nobody_else_holds(outage, alice, bob) -> None:  # noqa: ANN001
@@ -249,7 +288,12 @@ def test_the_inbox_shows_and_filters_acceptances_waiting_for_a_second_responder(
     waiting = stopped("succeeded_no_result")
     stopped()
     escalation_decide(
-        escalation_id=waiting.pk, user=bob, option_id="accept_output", card_version=waiting.version, comment="ok"
+        sign_in=signed_in_now(),
+        escalation_id=waiting.pk,
+        user=bob,
+        option_id="accept_output",
+        card_version=waiting.version,
+        comment="ok",
     )
     client.force_login(alice)
     html = client.get(reverse("inbox")).content.decode()

@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from operations.decisions.services import escalation_decide
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +24,9 @@ def body(response) -> str:  # noqa: ANN001
 @pytest.fixture
 def decided(stopped, alice):  # noqa: ANN001, ANN201
     esc = stopped()
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     return esc
 
 

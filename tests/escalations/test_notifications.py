@@ -16,7 +16,7 @@ from escalations.oncall import transport
 from operations.decisions.services import escalation_decide
 from operations.lifecycle import humans
 from operations.models import Escalation, EscalationPolicy, NotificationDelivery, PolicyRun
-from tests.support import CANARY_SLACK_HOOK, has_canary
+from tests.support import CANARY_SLACK_HOOK, has_canary, signed_in_now
 
 pytestmark = pytest.mark.django_db
 Event, State = NotificationDelivery.Event, NotificationDelivery.State
@@ -146,7 +146,9 @@ def test_pagerduty_gets_trigger_acknowledge_resolve_in_order_with_one_dedup_key_
     assert fake_pd.events() == []
     clock.shift(41)
     pump()
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     pump()
     accepted = fake_pd.events()
     assert [e["event_action"] for e in accepted] == ["trigger", "acknowledge", "resolve"]
@@ -204,7 +206,9 @@ def test_a_decision_ends_the_policy_and_nothing_more_is_sent(
     two_levels, stopped, pump, clock, mailoutbox, fake_pd, alice
 ) -> None:  # noqa: ANN001
     esc = stopped()
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     clock.shift(3600)
     pump()
     assert mailoutbox == [] and PolicyRun.objects.get(pk=esc.pk).status == "ended"
@@ -274,7 +278,9 @@ def test_with_the_slack_app_a_channel_post_is_updated_in_place_when_the_card_is_
     esc = stopped()
     pump()
     [post] = fake_slack.posted("chat.postMessage")
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     pump()
     [update] = fake_slack.posted("chat.update")
     assert update.key == post.key

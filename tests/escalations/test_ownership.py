@@ -19,6 +19,7 @@ from operations.decisions import ownership
 from operations.decisions.services import escalation_decide
 from operations.lifecycle import humans
 from operations.models import AuditEntry, CardActivity, Escalation, NotificationDelivery
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}
@@ -163,7 +164,9 @@ def test_a_note_is_kept_with_its_line_breaks_and_audited(stopped, alice) -> None
 
 def test_acts_on_a_decided_card_are_409_with_its_state_and_write_nothing(stopped, alice, bob, client: Client) -> None:  # noqa: ANN001
     esc = stopped()
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     client.force_login(alice)
     posts = [
         ("escalation_acknowledge", {}),
@@ -256,7 +259,12 @@ def test_a_first_acceptance_tells_the_other_responders(stopped, alice, make_user
     events.card_awaiting_second.connect(lambda **kwargs: heard.append(kwargs), weak=False, dispatch_uid="t-await")
     try:
         escalation_decide(
-            escalation_id=esc.pk, user=alice, option_id="accept_output", card_version=esc.version, comment="checked"
+            sign_in=signed_in_now(),
+            escalation_id=esc.pk,
+            user=alice,
+            option_id="accept_output",
+            card_version=esc.version,
+            comment="checked",
         )
     finally:
         events.card_awaiting_second.disconnect(dispatch_uid="t-await")

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from operations import events, figures
 from operations.decisions.services import escalation_decide
 from operations.models import Escalation
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +35,9 @@ def test_time_to_acknowledge_is_written_once_and_decide_counts_only_decisions(st
     acknowledge(esc, alice)  # again (after an unacknowledge): the first response stays
     esc.refresh_from_db()
     assert (esc.first_response_at - esc.opened_at).total_seconds() == 90
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     families = scrape(client)
     ack = families["pollerdash_card_time_to_ack_seconds"]
     decide = families["pollerdash_card_time_to_decide_seconds"]
@@ -51,7 +54,9 @@ def test_time_to_acknowledge_is_written_once_and_decide_counts_only_decisions(st
 def test_a_decision_without_an_acknowledgement_is_the_first_response(stopped, clock, alice) -> None:  # noqa: ANN001
     esc = stopped()
     clock.shift(300)
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     esc.refresh_from_db()
     assert esc.first_response_at == esc.closed_at
 
@@ -63,7 +68,9 @@ def test_the_system_panel_shows_percentiles_waiting_cards_and_decisions_per_resp
     for minutes, esc in zip((1, 2, 10), cards, strict=True):
         esc.refresh_from_db()
         clock.move_to(esc.opened_at + timedelta(minutes=minutes), tick=False)
-        escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+        escalation_decide(
+            sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+        )
     waiting = stopped()
     clock.move_to(waiting.opened_at + timedelta(minutes=30), tick=False)
     result = figures.response_figures()

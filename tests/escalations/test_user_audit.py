@@ -17,6 +17,7 @@ from operations.audit.story import story_line
 from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Decision
 from operations.people import acting_as, user_change_record, user_facts
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 
@@ -70,7 +71,9 @@ def test_a_rename_in_the_admin_leaves_every_record_of_the_decision_as_it_was(
     reader = Client()
     reader.force_login(make_user("vera", role="viewer"))
     esc = stopped()
-    escalation_decide(escalation_id=esc.pk, user=responder2, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=responder2, option_id="close", card_version=esc.version
+    )
     op = esc.operation_id
 
     admin_save(admin_client, responder2, username="someone-else")
@@ -101,7 +104,12 @@ def test_the_first_acceptor_keeps_their_name_on_the_card_and_in_the_result(stopp
     first, second = make_user("first-eyes"), make_user("second-eyes")
     esc = stopped("succeeded_no_result")
     escalation_decide(
-        escalation_id=esc.pk, user=first, option_id="accept_output", card_version=esc.version, comment="ok"
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=first,
+        option_id="accept_output",
+        card_version=esc.version,
+        comment="ok",
     )
     first.username = "renamed-eyes"
     first.save()
@@ -110,7 +118,12 @@ def test_the_first_acceptor_keeps_their_name_on_the_card_and_in_the_result(stopp
     assert "<strong>first-eyes</strong> accepted the output" in card
     esc.refresh_from_db()
     escalation_decide(
-        escalation_id=esc.pk, user=second, option_id="accept_output", card_version=esc.version, comment="agreed"
+        sign_in=signed_in_now(),
+        escalation_id=esc.pk,
+        user=second,
+        option_id="accept_output",
+        card_version=esc.version,
+        comment="agreed",
     )
     esc.operation.refresh_from_db()
     assert esc.operation.result["accepted"]["by"] == ["first-eyes", "second-eyes"]
@@ -194,7 +207,9 @@ def test_existing_decisions_are_backfilled_with_their_users_name(stopped, alice)
     from django.db.migrations.executor import MigrationExecutor
 
     esc = stopped()
-    decision = escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version).decision
+    decision = escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    ).decision
     Decision.objects.filter(pk=decision.pk).update(username="")
     # The migration runs on the state of its time, when Decision still lived in the escalations app.
     executor = MigrationExecutor(connection)

@@ -16,7 +16,7 @@ from operations.models import Escalation, Operation, ProcessHeartbeat
 from operations.registration import operation_register
 from operations.vocabulary import Reason, Status
 from tests.integration.support import wait_until
-from tests.support import job_id
+from tests.support import job_id, signed_in_now
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -74,7 +74,12 @@ def test_no_request_after_the_business_deadline_until_a_person_keeps_waiting(pro
     assert status_times(fake_provider, op) == sent
     # ...until a person keeps waiting: polling resumes within the same bounds, and is not stopped again.
     result = escalation_decide(
-        escalation_id=card.pk, user=user, option_id="keep_waiting", card_version=card.version, comment="still useful"
+        sign_in=signed_in_now(),
+        escalation_id=card.pk,
+        user=user,
+        option_id="keep_waiting",
+        card_version=card.version,
+        comment="still useful",
     )
     assert result.outcome == "applied"
     decided = timezone.now().timestamp()

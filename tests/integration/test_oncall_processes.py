@@ -21,7 +21,7 @@ from operations.lifecycle import humans
 from operations.models import Escalation, NotificationDelivery, Operation, PolicyRun
 from operations.registration import operation_register
 from tests.integration.support import wait_until
-from tests.support import CANARY_PD_KEY, CANARY_SLACK_HOOK, job_id
+from tests.support import CANARY_PD_KEY, CANARY_SLACK_HOOK, job_id, signed_in_now
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -156,7 +156,9 @@ def test_an_acknowledgement_before_the_wait_means_level_two_is_never_sent_and_pa
     )
     assert "bob@example.test" not in mailed(mail)
     assert not NotificationDelivery.objects.filter(escalation=esc, level=1).exists()
-    escalation_decide(escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
+    )
     wait_until(
         lambda: len(pd.events()) == 3, timeout=60, what="PagerDuty resolve after the decision", processes=processes
     )

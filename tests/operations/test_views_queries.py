@@ -17,6 +17,7 @@ from operations.decisions.services import escalation_decide
 from operations.lifecycle.cards import open_card
 from operations.models import Decision, Operation, StatusCheck
 from operations.vocabulary import Reason, Status
+from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
 MAX_QUERIES = 15
@@ -54,8 +55,16 @@ def seed(make_operation, user, count: int, start: int = 0) -> Operation:  # noqa
             Operation.objects.filter(pk=op.pk).update(status=Status.NEEDS_ATTENTION, status_requests_used=3)
             op.refresh_from_db()
             esc = open_card(operation=op, reason=Reason.DEADLINE_EXCEEDED, detail="the deadline passed", context={})
-        escalation_decide(escalation_id=esc.pk, user=user, option_id="inspect", card_version=esc.version)
-        escalation_decide(escalation_id=esc.pk, user=user, option_id="extend:600m:1", card_version=esc.version)
+        escalation_decide(
+            sign_in=signed_in_now(), escalation_id=esc.pk, user=user, option_id="inspect", card_version=esc.version
+        )
+        escalation_decide(
+            sign_in=signed_in_now(),
+            escalation_id=esc.pk,
+            user=user,
+            option_id="extend:600m:1",
+            card_version=esc.version,
+        )
         last = op
     assert last is not None
     return last

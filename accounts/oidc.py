@@ -1,0 +1,186 @@
+"""OpenID Connect sign-in on top of mozilla-django-oidc: what it leaves out, added here.
+
+- ID token: signature (the JWKS key matching kid and alg), issuer, audience (and azp with several
+  audiences), expiry, issued-at and nonce are all checked; mozilla-django-oidc itself checks only
+  signature, expiry and nonce (its issue #340), and lets an expired token escape as a 500.
+- Users are matched on (issuer, subject) (accounts.models.ExternalIdentity), created from the claims
+  and kept up to date; their roles follow the group claim (accounts.roles). Creations and role
+  changes are audit entries naming the provider (operations.people).
+- A fresh sign-in (accounts.views, `?fresh=1`) asks the provider for prompt=login and max_age; the
+  backend refuses an ID token whose auth_time is older than that request.
+- Every refusal raises SignInRefused with its reason (never None): Django would count a None as a
+  failed password attempt, and the callback turns the reason into a page instead of a 500.
+- Endpoints are read from discovery when first used, never in a constructor: Django builds every
+  backend for each password sign-in, and the session's backend on every request.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import jwt
+import requests
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import SuspiciousOperation
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest
+from django.utils import timezone
+from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+
+from accounts import discovery, roles
+from accounts.models import ExternalIdentity
+from operations.decisions.signin import OIDC, SignIn
+from operations.people import one_change
+
+# Set on the request by the callback view when the sign-in was a fresh one: the epoch second it
+# was asked for. The ID token's auth_time must not be older.
+FRESH_SINCE_ATTR = "pd_fresh_since"
+REFUSAL_ATTR = "pd_sign_in_refusal"
+# What talking to the provider can raise: the library's HTTP client (requests), our discovery.
+PROVIDER_ERRORS = (requests.RequestException, discovery.DiscoveryError)
+
+
+class SignInRefused(SuspiciousOperation):
+    """The provider's answer cannot be trusted, or does not identify an account that may sign in."""
+
+
+def _endpoint(name: str) -> property:
+    return property(lambda self: discovery.setting(name))
+
+
+def provider_actor(issuer: str) -> dict[str, str]:
+    """Who changed a person's account during a sign-in: the identity provider's claims."""
+    return {"kind": "oidc", "id": issuer}
+
+
+class OIDCBackend(OIDCAuthenticationBackend):
+    get_settings = staticmethod(discovery.setting)
+    OIDC_OP_TOKEN_ENDPOINT = _endpoint("OIDC_OP_TOKEN_ENDPOINT")
+    OIDC_OP_USER_ENDPOINT = _endpoint("OIDC_OP_USER_ENDPOINT")
+    OIDC_OP_JWKS_ENDPOINT = _endpoint("OIDC_OP_JWKS_ENDPOINT")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        # Not the library's constructor: it reads the endpoints (network, through discovery).
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
+        self.OIDC_RP_CLIENT_SECRET = settings.OIDC_RP_CLIENT_SECRET
+        self.OIDC_RP_SIGN_ALGO = settings.OIDC_RP_SIGN_ALGO
+        self.OIDC_RP_IDP_SIGN_KEY = None  # keys always come from the provider's JWKS
+        self.UserModel = get_user_model()
+
+    def authenticate(self, request: HttpRequest | None, **kwargs: object) -> AbstractBaseUser | None:
+        # Only the callback view passes a nonce: a password sign-in whose URL happens to carry
+        # ?code=&state= must not start a token exchange.
+        if request is None or "nonce" not in kwargs:
+            return None
+        user = super().authenticate(request, **kwargs)
+        # The library turns a refusal raised in get_or_create_user into None (and Django would then
+        # count a failed password attempt): raise it, with its reason.
+        refusal = getattr(request, REFUSAL_ATTR, None)
+        if refusal is not None:
+            raise refusal
+        return user
+
+    def get_user(self, user_id: object) -> AbstractBaseUser | None:
+        # The library's get_user returns deactivated users too: a leaver disabled here would keep
+        # their session. ModelBackend refuses them; so does this.
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
+    def verify_token(self, token: str, **kwargs: object) -> dict:
+        if not token:
+            raise SignInRefused("the provider's token response has no ID token")
+        try:
+            key = self.retrieve_matching_jwk(token)
+            payload = jwt.decode(
+                token,
+                key,
+                algorithms=[self.OIDC_RP_SIGN_ALGO],
+                audience=self.OIDC_RP_CLIENT_ID,
+                issuer=settings.OIDC_OP_ISSUER,
+                leeway=settings.OIDC_CLOCK_SKEW_S,
+                options={"require": ["iss", "aud", "exp", "iat", "sub"]},
+            )
+        except jwt.PyJWTError as exc:
+            raise SignInRefused(f"ID token refused: {exc}") from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            # A key set or token header without the fields the library indexes (kid, keys).
+            raise SignInRefused("ID token refused: its header does not match the provider's key set") from exc
+        audiences = payload["aud"] if isinstance(payload["aud"], list) else [payload["aud"]]
+        if len(audiences) > 1 and payload.get("azp") != self.OIDC_RP_CLIENT_ID:
+            raise SignInRefused("ID token refused: it has several audiences and names another authorized party")
+        if "nonce" in kwargs and payload.get("nonce") != kwargs["nonce"]:
+            raise SignInRefused("ID token refused: the nonce does not match this sign-in")
+        return payload
+
+    def get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> AbstractBaseUser:
+        try:
+            return self._get_or_create_user(access_token, id_token, payload)
+        except SignInRefused as refusal:
+            setattr(self.request, REFUSAL_ATTR, refusal)
+            raise
+
+    def _get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> AbstractBaseUser:
+        userinfo = self.get_userinfo(access_token, id_token, payload)
+        if not isinstance(userinfo, dict) or userinfo.get("sub") != payload["sub"]:
+            raise SignInRefused("the provider's userinfo is about another subject than the ID token")
+        auth_time = payload.get("auth_time")
+        fresh_since = getattr(self.request, FRESH_SINCE_ATTR, None)
+        if fresh_since is not None and (
+            not isinstance(auth_time, int | float) or auth_time < fresh_since - settings.OIDC_CLOCK_SKEW_S
+        ):
+            raise SignInRefused("the identity provider did not ask you to sign in again (its auth_time is too old)")
+        issuer, subject = payload["iss"], payload["sub"]
+        claims = {**payload, **userinfo}
+        with transaction.atomic(), one_change(provider_actor(issuer)):
+            user = self._user_for(issuer=issuer, subject=subject, claims=claims)
+            if settings.OIDC_GROUPS_CLAIM:
+                mapping = roles.RoleMapping(
+                    viewer_groups=frozenset(settings.OIDC_VIEWER_GROUPS),
+                    responder_groups=frozenset(settings.OIDC_RESPONDER_GROUPS),
+                    admin_groups=frozenset(settings.OIDC_ADMIN_GROUPS),
+                )
+                groups = roles.groups_from_claim(claims.get(settings.OIDC_GROUPS_CLAIM))
+                roles.sync_roles(user=user, wanted=roles.roles_for(groups, mapping), managed=mapping.managed)
+        authenticated_at = auth_time if isinstance(auth_time, int | float) else payload["iat"]
+        # Read by the callback view once the person is signed in (accounts.signins.remember).
+        user.pd_sign_in = SignIn(  # type: ignore[attr-defined]
+            method=OIDC, at=datetime.fromtimestamp(authenticated_at, tz=UTC), issuer=issuer, subject=subject
+        )
+        return user
+
+    def _user_for(self, *, issuer: str, subject: str, claims: dict) -> AbstractBaseUser:
+        identity = ExternalIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
+        if identity is not None:
+            user = identity.user
+            if not user.is_active:
+                raise SignInRefused(f"the account {user.get_username()!r} is deactivated here")
+            self._update_profile(user, claims)
+            ExternalIdentity.objects.filter(pk=identity.pk).update(last_sign_in_at=timezone.now())
+            return user
+        if not settings.OIDC_CREATE_USER:
+            raise SignInRefused("this identity-provider account has no account here, and accounts are not created")
+        username = str(claims.get(settings.OIDC_USERNAME_CLAIM) or claims.get("email") or subject)[:150]
+        user_model = get_user_model()
+        if user_model.objects.filter(username=username).exists():
+            # Never take over an existing account because a provider sent the same name.
+            raise SignInRefused(
+                f"an account named {username!r} already exists here and is not linked to this provider account"
+            )
+        try:
+            with transaction.atomic():
+                # No password: the account gets an unusable one and signs in through the provider only.
+                user = user_model.objects.create_user(username=username)
+        except IntegrityError as exc:
+            raise SignInRefused(f"could not create the account {username!r}") from exc
+        self._update_profile(user, claims)
+        ExternalIdentity.objects.create(user=user, issuer=issuer, subject=subject, last_sign_in_at=timezone.now())
+        return user
+
+    @staticmethod
+    def _update_profile(user: AbstractBaseUser, claims: dict) -> None:
+        user.email = str(claims.get("email") or "")[:254]  # type: ignore[attr-defined]
+        user.first_name = str(claims.get("given_name") or "")[:150]  # type: ignore[attr-defined]
+        user.last_name = str(claims.get("family_name") or "")[:150]  # type: ignore[attr-defined]
+        user.save(update_fields=["email", "first_name", "last_name"])
