@@ -106,11 +106,6 @@ def utc(value: datetime | None) -> str:
 
 
 @register.filter
-def hhmm(value: datetime | None) -> str:
-    return "—" if value is None else value.astimezone(UTC).strftime("%H:%M:%S")
-
-
-@register.filter
 def reason_name(value: str) -> str:
     return reason_label(value)
 
