@@ -47,6 +47,7 @@ from collections.abc import Callable
 from html import escape
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import TextIOBase
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote
 
@@ -298,7 +299,8 @@ class _Server(ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can take seconds.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        # An AF_INET server's address is (host, port) with the host a str (the stubs allow bytes too).
+        self.server_name, self.server_port = self.server_address[:2]  # type: ignore[assignment]
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -388,7 +390,7 @@ class FakeProvider:
         self.stop()
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, stream: TextIO | None = None) -> None:
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, stream: TextIO | TextIOBase | None = None) -> None:
     """Serve in the foreground until SIGTERM or SIGINT (must run in the main thread)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -24,6 +24,7 @@ from django_q.tasks import async_task
 
 from operations.models import NotificationDelivery
 from operations.notify import rules
+from operations.notify.recipients import Channel
 
 DELIVER_TASK = "escalations.tasks.deliver_notification"
 TASK_GROUP = "notifications"
@@ -66,7 +67,7 @@ def claim_due(*, now: datetime | None = None, limit: int = CLAIMS_PER_PASS) -> i
 def _rule_row(row: NotificationDelivery) -> rules.Row:
     return rules.Row(
         id=row.pk,
-        channel=rules.Channel(row.channel),
+        channel=Channel(row.channel),
         address=row.address,
         event=rules.Event(row.event),
         state=rules.State(row.state),

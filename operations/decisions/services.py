@@ -10,6 +10,7 @@ changed — review again" and that refusal is recorded too (a Decision row with 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -33,6 +34,9 @@ from operations.lifecycle import humans
 from operations.models import Decision, Escalation
 from operations.provider_cancel import send_provider_cancel
 from operations.vocabulary import CONTROL_CHARACTERS, CancelState
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass
@@ -73,13 +77,13 @@ class DecideResult:
         return self.refused and self.decision.refusal_reason == SIGN_IN_AGAIN
 
 
-def take_decision_slot(user: object) -> None:
+def take_decision_slot(user: User) -> None:
     """Count one decision POST against the person's DECISIONS_PER_MINUTE (a bulk decision is one),
     in the database so it holds across web processes; TooManyDecisions beyond it."""
     if settings.DECISIONS_PER_MINUTE <= 0:
         return
     wait_s = ratelimit.take(
-        key=f"decisions:user:{user.pk}",  # type: ignore[attr-defined]
+        key=f"decisions:user:{user.pk}",
         limit=settings.DECISIONS_PER_MINUTE,
         window_s=60,
         now=timezone.now(),
@@ -91,7 +95,7 @@ def take_decision_slot(user: object) -> None:
 def escalation_decide(
     *,
     escalation_id: int,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     option_id: object,
     card_version: object,
@@ -137,7 +141,7 @@ def escalation_decide(
         return apply_offered(checked, user=user, sign_in=sign_in, comment=text)
 
 
-def apply_offered(offered: Offered, *, user: object, sign_in: SignIn | None, comment: str) -> DecideResult:
+def apply_offered(offered: Offered, *, user: User, sign_in: SignIn | None, comment: str) -> DecideResult:
     """Apply an option `check_decision` found offered, inside its transaction (the locks still held)."""
     card, option, now = offered.card, offered.option, offered.now
     if option.kind is Kind.INSPECT:
@@ -163,7 +167,7 @@ def apply_offered(offered: Offered, *, user: object, sign_in: SignIn | None, com
 
 
 def _refused(
-    refused: Refused, *, user: object, sign_in: SignIn | None, posted_id: str, card_version: object, comment: str
+    refused: Refused, *, user: User, sign_in: SignIn | None, posted_id: str, card_version: object, comment: str
 ) -> DecideResult:
     decision = humans.refuse(
         card=refused.card,
@@ -188,7 +192,7 @@ def _cancel_at_provider(
     *,
     operation_id: str,
     escalation_id: int,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     card_version: object,
     comment: str,

@@ -88,8 +88,8 @@ def outcome_words(
     if outcome == "recorded":
         return OutcomeWords("recorded", Tone.NEUTRAL)
     if outcome == "applied" and cancel_answer is not None:
-        known = _CANCEL_WORDS.get(cancel_answer)
-        return known or OutcomeWords(f"sent — {cancel_answer.replace('_', ' ')}", Tone.WARN)
+        cancel_words = _CANCEL_WORDS.get(cancel_answer)
+        return cancel_words or OutcomeWords(f"sent — {cancel_answer.replace('_', ' ')}", Tone.WARN)
     if outcome == "applied":
         return OutcomeWords("applied", Tone.OK)
     return OutcomeWords(outcome.replace("_", " ") or "—", Tone.NEUTRAL)

@@ -8,23 +8,27 @@ A bulk decision is written in steps, each its own short transaction: `open_bulk`
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
 from operations.audit import entries as audit
 from operations.models import BulkDecision, CardGroup, Decision
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 # A refusal lists at most this many reasons (a bulk names at most 100 cards; a few reasons more
 # can concern the whole request).
 REFUSALS_KEPT = 110
 
 
-def _username(user: object) -> str:
-    return str(user.get_username())  # type: ignore[attr-defined]
+def _username(user: User) -> str:
+    return str(user.get_username())
 
 
 def open_bulk(
-    *, group: CardGroup, user: object, option: str, comment: str, requested: int, now: datetime
+    *, group: CardGroup, user: User, option: str, comment: str, requested: int, now: datetime
 ) -> BulkDecision:
     """The bulk's row, before any member is decided (so each member's Decision can name it)."""
     with transaction.atomic():
@@ -49,13 +53,13 @@ def link_member(*, decision: Decision, bulk: BulkDecision) -> None:
 def close_bulk(
     *,
     group: CardGroup,
-    user: object,
+    user: User,
     option: str,
     option_label: str,
     comment: str,
     requested: int,
     applied: list[int],
-    refused: list[dict],
+    refused: list[dict[str, Any]],
     now: datetime,
     bulk: BulkDecision | None = None,
 ) -> BulkDecision:

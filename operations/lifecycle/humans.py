@@ -11,6 +11,7 @@ when the person authenticated.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import F
@@ -34,6 +35,9 @@ from operations.provider_cancel import CancelResult
 from operations.representation import rfc3339
 from operations.vocabulary import CONTROL_CHARACTERS, CancelState, DelaySource, Status
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 _AUTHORIZATION_KIND = {
     Kind.EXTEND: Authorization.Kind.EXTENSION,
     Kind.TREAT_AS_PENDING: Authorization.Kind.TREAT_AS_PENDING,
@@ -42,8 +46,8 @@ _AUTHORIZATION_KIND = {
 }
 
 
-def username(user: object) -> str:
-    return str(user.get_username())  # type: ignore[attr-defined]
+def username(user: User) -> str:
+    return str(user.get_username())
 
 
 def _printable(value: str) -> str:
@@ -53,7 +57,7 @@ def _printable(value: str) -> str:
 def _record(
     *,
     card: Card,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     option_id: str,
     outcome: str,
@@ -83,7 +87,7 @@ def _record(
 def _decision_row(
     *,
     card: Card,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     option_id: str,
     outcome: str,
@@ -108,7 +112,7 @@ def _decision_row(
 
 
 def _decision_entry(
-    decision: Decision, *, user: object, entry_type: str = "human.decision", data: dict[str, object] | None = None
+    decision: Decision, *, user: User, entry_type: str = "human.decision", data: dict[str, object] | None = None
 ) -> None:
     base: dict[str, object] = {
         "escalation_id": decision.escalation_id,
@@ -139,7 +143,7 @@ def _decision_entry(
 def refuse(
     *,
     card: Card,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     posted_id: str,
     posted_version: object,
@@ -178,7 +182,7 @@ def refuse(
     )
 
 
-def _same_refusal(*, card: Card, user: object, option: str, version: int | None, why: str) -> Decision | None:
+def _same_refusal(*, card: Card, user: User, option: str, version: int | None, why: str) -> Decision | None:
     """The latest identical refusal on this card by this person, if it was tried within the window."""
     latest = (
         Decision.objects.filter(
@@ -198,7 +202,7 @@ def _same_refusal(*, card: Card, user: object, option: str, version: int | None,
     return latest if card.facts.now - last_seen <= timedelta(seconds=settings.DECISION_REPEAT_WINDOW_S) else None
 
 
-def record_inspect(*, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str) -> Decision:
+def record_inspect(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str) -> Decision:
     """Who looked and when; the card stays open and its version does not move."""
     return _record(
         card=card,
@@ -214,7 +218,7 @@ def record_inspect(*, card: Card, option: Option, user: object, sign_in: SignIn 
     )
 
 
-def grant(*, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
+def grant(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
     """Options that let polling continue: a new Authorization chained to the previous one.
 
     extend / treat_as_pending grant a window: exactly its checks from now, paced across it (the
@@ -292,7 +296,7 @@ def grant(*, card: Card, option: Option, user: object, sign_in: SignIn | None, c
 
 
 def keep_waiting(
-    *, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime
+    *, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime
 ) -> Decision:
     """business_deadline_passed: poll on until the technical deadline within the bounds already
     granted. No new Authorization (no new authority); the Decision records who chose it."""
@@ -328,7 +332,7 @@ def _waive_business_deadline(operation: Operation, *, now: datetime) -> None:
         operation.business_deadline_waived_at = now
 
 
-def close(*, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
+def close(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
     """Stop watching: the operation ends closed with the responder's reason."""
     operation, escalation = card.operation, card.escalation
     snapshot, version = card.snapshot(), escalation.version
@@ -360,7 +364,7 @@ def close(*, card: Card, option: Option, user: object, sign_in: SignIn | None, c
 
 
 def accept_output(
-    *, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime
+    *, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime
 ) -> Decision:
     """Four eyes: the first responder's acceptance waits; a second, different one applies it."""
     operation, escalation, first = card.operation, card.escalation, card.awaiting
@@ -414,7 +418,7 @@ def accept_output(
 
 
 def claim_cancel(
-    *, card: Card, option: Option, user: object, sign_in: SignIn | None, comment: str, now: datetime
+    *, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime
 ) -> Decision:
     """The one cancel request of a card, claimed before it is sent.
 
@@ -450,7 +454,7 @@ def claim_cancel(
 
 
 def record_cancel_answer(
-    *, operation: Operation, escalation: Escalation, decision: Decision, user: object, result: CancelResult
+    *, operation: Operation, escalation: Escalation, decision: Decision, user: User, result: CancelResult
 ) -> bool:
     """The provider's answer to the card's cancel; the operation ends cancelled only when the provider
     confirmed. Call with the operation and card locked. Returns whether it ended cancelled."""
@@ -515,7 +519,12 @@ def _release_claim(operation: Operation) -> None:
 
 
 def _finish(
-    operation: Operation, *, status: Status, now: datetime, result: dict | None = None, error: dict | None = None
+    operation: Operation,
+    *,
+    status: Status,
+    now: datetime,
+    result: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
 ) -> None:
     """End the operation on a human decision; the completion event rides the same transaction."""
     operation.status = status

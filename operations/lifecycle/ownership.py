@@ -19,6 +19,7 @@ On a card that is no longer open each act raises CardNotOpen and writes nothing.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
@@ -27,6 +28,9 @@ from operations.audit import entries as audit
 from operations.models import CardActivity, Escalation
 from operations.responders import is_responder
 from operations.vocabulary import CONTROL_CHARACTERS
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 NOTE_MAX = 2000
 
@@ -80,8 +84,8 @@ def clean_note(text: object) -> str:
     return normalised
 
 
-def _username(user: object) -> str:
-    return str(user.get_username())  # type: ignore[attr-defined]
+def _username(user: User) -> str:
+    return str(user.get_username())
 
 
 def _lock_open(escalation_id: int) -> Escalation:
@@ -95,7 +99,7 @@ def _activity(
     *,
     escalation: Escalation,
     kind: str,
-    user: object,
+    user: User,
     now: datetime,
     entry_type: str,
     data: dict[str, object],
@@ -123,7 +127,7 @@ def _activity(
     return activity
 
 
-def acknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalation:
+def acknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
     """The person is on it: they hold the card (taking it over from whoever held it) and reminders stop.
 
     Acknowledging a card one already acknowledged changes nothing and records nothing.
@@ -135,10 +139,10 @@ def acknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalatio
             return escalation
         previous = escalation.assignee if escalation.assignee_id not in (None, user_id) else None
         if escalation.assignee_id != user_id:
-            escalation.assignee = user  # type: ignore[assignment]
+            escalation.assignee = user
             escalation.assigned_by = None
             escalation.assigned_at = now
-        escalation.acknowledged_by = user  # type: ignore[assignment]
+        escalation.acknowledged_by = user
         escalation.acknowledged_at = now
         escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
         previous_name = _username(previous) if previous is not None else ""
@@ -155,7 +159,7 @@ def acknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalatio
     return escalation
 
 
-def unacknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalation:
+def unacknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
     """The holder gives the card back: nobody holds it, reminders resume.
 
     Raises NotHolder for anyone but the person who holds it (taking it over is `acknowledge`).
@@ -189,7 +193,7 @@ def unacknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalat
     return escalation
 
 
-def reassign(*, escalation_id: int, by: object, to: object, now: datetime) -> Escalation:
+def reassign(*, escalation_id: int, by: User, to: User, now: datetime) -> Escalation:
     """Hand the card to `to`, a responder, who is told. It is theirs but not acknowledged until they
     say so, so reminders go on meanwhile.
 
@@ -208,8 +212,8 @@ def reassign(*, escalation_id: int, by: object, to: object, now: datetime) -> Es
             return escalation
         previous = escalation.assignee
         previous_name = _username(previous) if previous is not None else ""
-        escalation.assignee = to  # type: ignore[assignment]
-        escalation.assigned_by = by if getattr(by, "pk", None) != to_id else None  # type: ignore[assignment]
+        escalation.assignee = to
+        escalation.assigned_by = by if getattr(by, "pk", None) != to_id else None
         escalation.assigned_at = now
         escalation.acknowledged_by = None
         escalation.acknowledged_at = None
@@ -229,7 +233,7 @@ def reassign(*, escalation_id: int, by: object, to: object, now: datetime) -> Es
     return escalation
 
 
-def add_note(*, escalation_id: int, user: object, text: str, now: datetime) -> CardActivity:
+def add_note(*, escalation_id: int, user: User, text: str, now: datetime) -> CardActivity:
     """A note in the card's thread; decides nothing. Raises InvalidNote for text `clean_note` refuses."""
     note = clean_note(text)
     with transaction.atomic():

@@ -16,7 +16,8 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from escalations import tasks
-from escalations.chart import render_svg, request_chart
+from escalations.chart.requests import request_chart
+from escalations.chart.svg import render_svg
 from operations import dispatch
 from operations.audit.story import operation_story
 from operations.controller import poll_once

@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from escalations.chart import LABEL_GAP, render_svg, request_chart, text_width, time_axis
+from escalations.chart.axis import time_axis
+from escalations.chart.labels import LABEL_GAP, text_width
+from escalations.chart.requests import request_chart
+from escalations.chart.svg import render_svg
 
 T = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
