@@ -1,6 +1,6 @@
 """The small threaded HTTP server under the fake PagerDuty and Slack receivers.
 
-The same choices as operations/fakeprovider.py, which these fakes sit next to in tests:
+The server of the fake provider (demo/fakeprovider.py) too, so all the fakes make the same choices:
 - TCP_NODELAY on every connection (`disable_nagle_algorithm`): a response written in two sends
   would otherwise wait ~40 ms on a delayed ACK;
 - no reverse DNS lookup at bind; daemon handler threads that stop() does not wait for;

@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from escalations.oncall.outbox import rule_row
 from escalations.roles import can_decide
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules
@@ -242,7 +243,7 @@ def _close(
     if new != old and not _write(run, old=old, new=new, now=now):
         raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
     rows = list(NotificationDelivery.objects.filter(escalation_id=escalation.pk).exclude(channel=Channel.SLACK_REPLY))
-    plan = changes(rows=[_rule_row(r) for r in rows])
+    plan = changes(rows=[rule_row(r) for r in rows])
     by_id = {row.pk: row for row in rows}
     for skip in plan.skip:
         NotificationDelivery.objects.filter(pk=skip.row_id, state=State.PENDING, attempts=0).update(
@@ -263,18 +264,6 @@ def _close(
             created_at=now,
         )
         for follow in plan.add
-    )
-
-
-def _rule_row(row: NotificationDelivery) -> rules.Row:
-    return rules.Row(
-        id=row.pk,
-        channel=Channel(row.channel),
-        address=row.address,
-        event=rules.Event(row.event),
-        state=rules.State(row.state),
-        attempts=row.attempts,
-        provider_ref=row.provider_ref,
     )
 
 

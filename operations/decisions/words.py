@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from operations.decisions.option_wording import minutes_text
+
 # The card's own way of naming a preset's minutes ("15 min", "1 h", "2 days"), so titles match labels.
 from operations.decisions.options import Kind
-from operations.decisions.options import _minutes as minutes_text
 
 # Why a posted decision was refused (operations.decisions.check); the words below key on them.
 STALE = "state changed — review again"

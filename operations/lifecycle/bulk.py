@@ -23,25 +23,35 @@ if TYPE_CHECKING:
 REFUSALS_KEPT = 110
 
 
-def _username(user: User) -> str:
-    return str(user.get_username())
-
-
 def open_bulk(
     *, group: CardGroup, user: User, option: str, comment: str, requested: int, now: datetime
 ) -> BulkDecision:
     """The bulk's row, before any member is decided (so each member's Decision can name it)."""
     with transaction.atomic():
-        return BulkDecision.objects.create(
+        return _new_bulk(
             group=group,
             user=user,
-            username=_username(user),
-            decided_at=now,
             option=option,
             comment=comment,
-            outcome=BulkDecision.Outcome.APPLIED,
             requested=requested,
+            now=now,
+            outcome=BulkDecision.Outcome.APPLIED,
         )
+
+
+def _new_bulk(
+    *, group: CardGroup, user: User, option: str, comment: str, requested: int, now: datetime, outcome: str
+) -> BulkDecision:
+    return BulkDecision.objects.create(
+        group=group,
+        user=user,
+        username=user.get_username(),
+        decided_at=now,
+        option=option,
+        comment=comment,
+        outcome=outcome,
+        requested=requested,
+    )
 
 
 def link_member(*, decision: Decision, bulk: BulkDecision) -> None:
@@ -71,15 +81,8 @@ def close_bulk(
     outcome = BulkDecision.Outcome.APPLIED if applied else BulkDecision.Outcome.REFUSED
     with transaction.atomic():
         if bulk is None:
-            bulk = BulkDecision.objects.create(
-                group=group,
-                user=user,
-                username=_username(user),
-                decided_at=now,
-                option=option,
-                comment=comment,
-                outcome=outcome,
-                requested=requested,
+            bulk = _new_bulk(
+                group=group, user=user, option=option, comment=comment, requested=requested, now=now, outcome=outcome
             )
         bulk.outcome, bulk.applied, bulk.refused = outcome, len(applied), refused[:REFUSALS_KEPT]
         bulk.option_label = option_label[:200]

@@ -84,10 +84,6 @@ def clean_note(text: object) -> str:
     return normalised
 
 
-def _username(user: User) -> str:
-    return str(user.get_username())
-
-
 def _lock_open(escalation_id: int) -> Escalation:
     escalation = Escalation.objects.select_for_update(of=("self",)).select_related("assignee").get(pk=escalation_id)
     if escalation.state != Escalation.State.OPEN:
@@ -111,7 +107,7 @@ def _activity(
         operation_id=escalation.operation_id,
         kind=kind,
         user=user,
-        username=_username(user),
+        username=user.get_username(),
         at=now,
         **fields,
     )
@@ -145,7 +141,7 @@ def acknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
         escalation.acknowledged_by = user
         escalation.acknowledged_at = now
         escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
-        previous_name = _username(previous) if previous is not None else ""
+        previous_name = previous.get_username() if previous is not None else ""
         events.card_acknowledged.send(sender=Escalation, escalation=escalation, user=user, previous=previous)
         _activity(
             escalation=escalation,
@@ -170,7 +166,7 @@ def unacknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalatio
         if user_id is None or user_id not in (escalation.assignee_id, escalation.acknowledged_by_id):
             holder = escalation.assignee
             raise NotHolder(
-                f"Only the person who holds this card gives it back; {_username(holder)} holds it."
+                f"Only the person who holds this card gives it back; {holder.get_username()} holds it."
                 if holder is not None
                 else "Nobody holds this card; there is nothing to give back.",
                 escalation=escalation,
@@ -204,14 +200,14 @@ def reassign(*, escalation_id: int, by: User, to: User, now: datetime) -> Escala
         escalation = _lock_open(escalation_id)
         if not is_responder(to):
             raise NotAResponder(
-                f"{_username(to)} cannot be handed a card: they do not have the responder role.",
+                f"{to.get_username()} cannot be handed a card: they do not have the responder role.",
                 escalation=escalation,
             )
         to_id = getattr(to, "pk", None)
         if escalation.assignee_id == to_id:
             return escalation
         previous = escalation.assignee
-        previous_name = _username(previous) if previous is not None else ""
+        previous_name = previous.get_username() if previous is not None else ""
         escalation.assignee = to
         escalation.assigned_by = by if getattr(by, "pk", None) != to_id else None
         escalation.assigned_at = now
@@ -225,9 +221,9 @@ def reassign(*, escalation_id: int, by: User, to: User, now: datetime) -> Escala
             user=by,
             now=now,
             entry_type="human.reassigned",
-            data={"to": _username(to), "previous_holder": previous_name or None},
+            data={"to": to.get_username(), "previous_holder": previous_name or None},
             to_user=to,
-            to_username=_username(to),
+            to_username=to.get_username(),
             previous_username=previous_name,
         )
     return escalation
