@@ -25,6 +25,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from operations.validation import Problem
+
 MAX_LEVELS = 10
 MAX_TARGETS_PER_LEVEL = 20
 REPEAT_RANGE = (0, 10)
@@ -115,17 +117,6 @@ class Policy:
 
 
 # --- validation -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason a policy is refused, naming where (TOML keys, as the admin form shows them)."""
-
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}"
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,7 @@ from operations.models import ProviderProfile
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 from operations.profiles.checks import FIELD_TO_KEY, KEY_TO_FIELD, REQUIRED_KEYS, STATE_KEYS, key_checks
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason a profile is invalid, naming the TOML key it concerns."""
-
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}"
+from operations.validation import Problem
 
 
 @dataclass(frozen=True)
