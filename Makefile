@@ -61,6 +61,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	SECRET_KEY=lint $(BIN)/mypy
 	SECRET_KEY=lint $(BIN)/python manage.py makemigrations --check --dry-run
 
 # Benchmarks print figures (they assert nothing); each uses its own scratch PostgreSQL database.

@@ -9,11 +9,12 @@ on PostgreSQL and SQLite. Everything off the hot path uses the ORM.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
+from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Field, Model
 
 
 @cache
@@ -21,14 +22,19 @@ def table(model: type[Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    # Every name passed here is one of the model's own columns, never a reverse relation.
+    return cast("Field[Any, Any]", model._meta.get_field(name))
+
+
 @cache
 def column(model: type[Model], name: str) -> str:
-    return connection.ops.quote_name(model._meta.get_field(name).column)
+    return connection.ops.quote_name(_field(model, name).column)
 
 
 def prep(model: type[Model], name: str, value: object) -> object:
     """The value as this backend stores it in that field (Django's get_db_prep_save)."""
-    return model._meta.get_field(name).get_db_prep_save(value, connection)
+    return _field(model, name).get_db_prep_save(value, connection)
 
 
 def assignments(model: type[Model], values: Mapping[str, object]) -> tuple[str, list[object]]:
@@ -40,14 +46,14 @@ def assignments(model: type[Model], values: Mapping[str, object]) -> tuple[str, 
     return ", ".join(parts), params
 
 
-def execute(sql: str, params: list[object]) -> int:
+def execute(sql: str, params: Sequence[Any]) -> int:
     """Run one statement; the number of rows it changed."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 
 
-def fetchone(sql: str, params: list[object]) -> tuple | None:
+def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()

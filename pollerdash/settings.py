@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from csp.constants import NONE, SELF
@@ -253,7 +254,7 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "pollerdash.error_reports.SafeExceptionRepor
 
 # --- Logging: stdout, secrets scrubbed --------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"redact_secrets": {"()": "operations.redaction.RedactSecretsFilter"}},

@@ -47,6 +47,7 @@ class Command(BaseCommand):
         # Checked before anything is signed: a typo in the path must not cost a checkpoint.
         target = _target(Path(str(output))) if output else None
         try:
+            # The dates were parsed above; options[] is typed Any by Django.
             lines = stream_export(operation_id=options["operation"], since=since, until=until)  # type: ignore[arg-type]
             count = self._write(lines, target)
         except (ExportError, checkpoints.CheckpointError, DatabaseError) as exc:
@@ -67,7 +68,8 @@ class Command(BaseCommand):
         count = 0
         if target is None or not target.atomic:
             with open(target.path, "wb") if target else contextlib.nullcontext(sys.stdout.buffer) as out:
-                for line in lines:  # type: ignore[attr-defined]
+                # `lines` was set above whenever this branch runs.
+                for line in lines:  # type: ignore[attr-defined]  # set above on this path
                     out.write(line)
                     count += 1
                 out.flush()
@@ -75,7 +77,7 @@ class Command(BaseCommand):
         partial = target.path.with_name(f".{target.path.name}.partial")
         try:
             with open(partial, "wb") as handle:
-                for line in lines:  # type: ignore[attr-defined]
+                for line in lines:  # type: ignore[attr-defined]  # set above on this path
                     handle.write(line)
                     count += 1
                 handle.flush()
