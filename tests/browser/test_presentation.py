@@ -130,7 +130,10 @@ def test_a_viewer_in_los_angeles_with_a_dark_system_sees_local_times_in_the_dark
     expect(sent).to_have_text(local(op.created_at, "%H:%M:%S"))
     # A time inside a sentence of the timeline too: "deadline 13:54:55 PST", UTC on hover.
     registered = page.locator(".story li").first.locator(".story-text")
-    expect(registered).to_contain_text(re.compile(f"deadline {local(op.deadline_at, '%H:%M:%S')} P[SD]T"))
+    # Near local midnight the deadline falls on the next day, which the sentence then names.
+    expect(registered).to_contain_text(
+        re.compile(rf"deadline ({local(op.deadline_at, '%b')} \d+ )?{local(op.deadline_at, '%H:%M:%S')} P[SD]T")
+    )
     expect(registered).not_to_contain_text("UTC")
     expect(page.locator(".chart-svg text[data-zone-label]")).to_have_text(re.compile(r"time \(P[SD]T\)"))
     shoot(page, artifacts, "dark-la-operation")
