@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -392,8 +392,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run at small sizes")
     parser.add_argument("--workers", type=int, default=4, help="django-q2 workers per qcluster")
     parser.add_argument("--clusters", type=int, default=1, help="qcluster processes")
+    parser.add_argument("--rates", help="step (b)'s due rates, comma-separated (polls/s), e.g. 300,450,600,750")
+    parser.add_argument("--skip-burst", action="store_true", help="leave out step (c)")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
+    if args.rates:
+        sizes = replace(sizes, rates=tuple(int(rate) for rate in args.rates.split(",")))
 
     django_on_scratch_postgres(DB_NAME)
     provider, provider_url = start_fake_provider()
@@ -406,7 +410,8 @@ def main() -> None:
         print(f"    bare httpx GET loop (keep-alive, same provider): {bare:7.0f} requests/s")
         print(f"    highest rate held, lag p95 <= 1 s:   {best:7.1f} polls/s  (ratio to bare loop {best / bare:.3f})")
         print(f"    highest throughput in any step:        {peak:7.1f} polls/s  (ratio to bare loop {peak / bare:.3f})")
-        burst(provider_url, sizes)
+        if not args.skip_burst:
+            burst(provider_url, sizes)
     finally:
         fleet.stop()
         provider.terminate()
