@@ -304,16 +304,13 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
             check = StatusCheck(pk=outcome.check.pk)
             _fill_check(check, decision=decision, answer=answer)
             checks.append(
-                [fastsql.prep(StatusCheck, n, getattr(check, n)) for n in _CHECK_RESPONSE_FIELDS] + [check.pk]
+                [check.pk, *[fastsql.prep(StatusCheck, n, getattr(check, n)) for n in _CHECK_RESPONSE_FIELDS]]
             )
             if decision.action is Action.COMPLETE:
                 record_event(operation=op, event_type=EVENT_COMPLETED)
             entries.append(_decision_entry(op, check, decision, answer))
             written[op.pk] = True
-        if checks:
-            sets = ", ".join(f"{fastsql.column(StatusCheck, n)} = %s" for n in _CHECK_RESPONSE_FIELDS)
-            with connection.cursor() as cursor:
-                cursor.executemany(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", checks)
+        _update_checks(checks)
         audit.append_many(entries=entries)
     for outcome in outcomes:
         if outcome.op.pk not in written:
@@ -359,22 +356,23 @@ def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, obj
             if fastsql.execute(sql, [*params, outcome.op.pk, outcome.check.fence, *live]):
                 won.add(outcome.op.pk)
         return won
-    fields_of = [Operation._meta.get_field(name) for name in names]
-    casts = [f"%s::{field.db_type(connection)}" for field in fields_of]
-    row_sql = f"(%s, %s::bigint, {', '.join(casts)})"
-    aliases = [f"c{index}" for index in range(len(names))]
-    params: list[object] = []
-    for outcome, fields in rows:
-        params += [outcome.op.pk, outcome.check.fence]
-        params += [fastsql.prep(Operation, name, fields[name]) for name in names]
-    sets = ", ".join(
-        f"{fastsql.column(Operation, name)} = v.{alias}" for name, alias in zip(names, aliases, strict=True)
+    values = [
+        [outcome.op.pk, outcome.check.fence, *[fastsql.prep(Operation, name, fields[name]) for name in names]]
+        for outcome, fields in rows
+    ]
+    where = f" AND o.{status} IN (%s, %s)"
+    return set(
+        fastsql.update_rows(Operation, keys=("id", "fence"), names=names, rows=[*values], where=where, params=live)
     )
-    sql = (
-        f"UPDATE {table} AS o SET {sets} FROM (VALUES {', '.join([row_sql] * len(rows))}) "
-        f"AS v(id, fence, {', '.join(aliases)}) WHERE o.id = v.id AND o.{fence} = v.fence AND o.{status} IN (%s, %s) "
-        "RETURNING o.id"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *live])
-        return {row[0] for row in cursor.fetchall()}
+
+
+def _update_checks(rows: list[list[object]]) -> None:
+    """The answers on the group's status checks (our own rows, inserted by the charge)."""
+    if not rows:
+        return
+    if connection.vendor == "postgresql":
+        fastsql.update_rows(StatusCheck, keys=("id",), names=_CHECK_RESPONSE_FIELDS, rows=rows)
+        return
+    sets = ", ".join(f"{fastsql.column(StatusCheck, n)} = %s" for n in _CHECK_RESPONSE_FIELDS)
+    for pk, *values in rows:
+        fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*values, pk])
