@@ -87,3 +87,20 @@ def update_rows(
     with connection.cursor() as cursor:
         cursor.execute(sql, [*(value for row in rows for value in row), *params])
         return [row[0] for row in cursor.fetchall()]
+
+
+def lock_rows(model: type[Model], pks: Sequence[object]) -> None:
+    """PostgreSQL: lock these rows in primary-key order before a statement that writes several.
+
+    A multi-row UPDATE locks rows in whatever order its plan meets them; two of them over
+    overlapping rows (a group's outcomes, an account pause) could then wait on each other. Taking
+    the locks in one global order first rules that out.
+    """
+    if connection.vendor != "postgresql" or len(pks) < 2:
+        return
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {table(model)} WHERE {pk} IN ({', '.join(['%s'] * len(pks))}) ORDER BY {pk} FOR UPDATE",
+            list(pks),
+        )

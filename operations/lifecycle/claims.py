@@ -224,6 +224,7 @@ def charge_group(
         params += [op.pk, claim_fence]
     params += [Status.PENDING.value, Status.RUNNING.value, fastsql.prep(Operation, "lease_expires_at", now)]
     increments = f"{fence} = {fence} + 1, {used} = {used} + 1, {sequence} = {sequence} + 1"
+    fastsql.lock_rows(Operation, sorted(op.pk for op, _ in claims))
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where} RETURNING id", params)
         won = {row[0] for row in cursor.fetchall()}

@@ -238,9 +238,12 @@ def _pause_account(*, op: Operation, until: datetime, http_status: int | None) -
     ProviderAccount.objects.filter(pk=account.pk).update(
         paused_until=until, pause_reason=_pause_reason(op, http_status)
     )
-    Operation.objects.filter(account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until).exclude(
-        pk=op.pk
-    ).update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER, sequence=F("sequence") + 1)
+    waiting = Operation.objects.filter(
+        account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until
+    ).exclude(pk=op.pk)
+    # Locked in primary-key order first, like a group's outcomes (fastsql.lock_rows says why).
+    fastsql.lock_rows(Operation, list(waiting.order_by("pk").values_list("pk", flat=True)))
+    waiting.update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER, sequence=F("sequence") + 1)
     return True
 
 
@@ -291,6 +294,7 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
         for outcome in common:
             fields = changes[outcome.op.pk] = _decision_fields(outcome.op, outcome.decision, answer=outcome.answer)
             shapes.setdefault(tuple(fields), []).append((outcome, fields))
+        fastsql.lock_rows(Operation, sorted(changes))
         won: set[str] = set()
         for names, rows in shapes.items():
             won |= _update_many(names, rows)
