@@ -1,6 +1,6 @@
 """Dispatch benchmarks: real `dispatch_polls` + `qcluster` processes, PostgreSQL, the fake provider.
 
-    .venv/bin/python bench/dispatch.py [--quick] [--workers 4] [--clusters 1]
+    .venv/bin/python bench/dispatch.py [--quick] [--workers 4] [--clusters 1] [--rates 300,450,600,750] [--skip-burst]
 
 (a) steady state: 10,000 watched operations, each polled every 100 s (about 100 polls/s due):
     dispatch lag p50/p95/p99 (StatusCheck.started_at - due time) and sustained polls/s.
