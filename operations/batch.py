@@ -10,10 +10,10 @@ trips and transactions around them:
     send the requests concurrently over the one shared client, at most SEND_CONCURRENCY at a time
     decide each (pure), then write the outcomes in one fenced transaction (lifecycle.polls)
 
-A claim the window has no room for, or that the dispatcher did not admit, is polled alone
-afterwards (controller.poll_once, which may wait for a send slot or defer), so per-account pacing
-is exactly the single poll's. A task with one claim is a single poll: a light load keeps its
-latency.
+A claim the dispatcher did not admit, or of an account with a low rate limit or near its limit
+(`_admit`), is polled alone afterwards (controller.poll_once, which may wait for a send slot or
+defer), so per-account pacing is the single poll's wherever it binds. A task with one claim is a
+single poll: a light load keeps its latency.
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ from operations.models import Operation
 # never larger than this, so every request of a group starts at once and the group takes as long
 # as its slowest request (the task's time limit is sized for one request).
 SEND_CONCURRENCY = 8
+
+# A group is charged together only on accounts allowing at least this many requests per window
+# (pacing.allowance): there its requests leaving together cannot crowd the limit (see _admit).
+GROUP_MIN_ALLOWANCE = 10 * SEND_CONCURRENCY
 
 _pool: ThreadPoolExecutor | None = None
 _pool_pid: int | None = None
@@ -137,25 +141,32 @@ def poll_group(*, claims: list[tuple[str, int]], rng: random.Random) -> list[Pol
 
 
 def _admit(*, ready: list[tuple[int, Operation, int]]) -> list[tuple[int, Operation, int]]:
-    """Inside the charge's transaction: the polls whose account has room for them right now.
+    """Inside the charge's transaction: the polls whose account has ample room for them right now.
 
     Accounts are share-locked in name order (lock order: accounts first), as a single admitted
-    charge does; the polls beyond the room left
-    in the window, like a paused account's, are left to the single poll's path.
+    charge does. A group's requests are charged at one moment and leave together, so on a busy
+    host they can reach the provider later than single polls charged after them: a group is
+    therefore only charged where it is a small part of the account's allowance
+    (GROUP_MIN_ALLOWANCE) and leaves at least as much room again in the window. Near an account's
+    limit, as for a paused account, the polls are left to the single poll's path, each charged
+    right before its own request.
     """
     chosen = []
     for name in sorted({op.account for _, op, _ in ready}):
+        mine = [entry for entry in ready if entry[1].account == name]
+        rate = min(op.provider.rate_limit_per_s for _, op, _ in mine)
+        if pacing.allowance(rate_per_s=rate).max_in_window < GROUP_MIN_ALLOWANCE:
+            continue
         account = pacing.share_account(name=name)
         if account is None:
             continue
-        mine = [entry for entry in ready if entry[1].account == name]
         # Read the clock after any lock wait: `sent_at` is what pacing counts (see pacing.py).
         now = timezone.now()
         if account.paused_until and account.paused_until > now:
             # The single poll defers them (its audit entry must not come before our charge's writes).
             continue
-        rate = min(op.provider.rate_limit_per_s for _, op, _ in mine)
-        chosen += mine[: max(0, pacing.room(account=name, rate_per_s=rate, now=now))]
+        if pacing.room(account=name, rate_per_s=rate, now=now) >= 2 * len(mine):
+            chosen += mine
     return chosen
 
 

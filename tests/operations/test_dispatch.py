@@ -455,6 +455,32 @@ def test_a_group_task_polls_together_and_a_claim_taken_over_mid_flight_writes_no
     assert len(status_requests(fake_provider, victim)) == 2
 
 
+@pytest.mark.django_db
+def test_a_group_charges_together_only_where_the_account_has_ample_room(
+    make_profile, make_operation, settings, monkeypatch, fake_provider
+):
+    from operations import batch
+
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
+    low = make_profile(rate_limit_per_s=40)  # 40 per window: a group of 4 would be a tenth of it
+    high = make_profile()
+    ops = [make_operation(job_id("slow_success", polls=1), provider=p) for p in (low, low, high, high)]
+    claim(now=T0)
+    together = []
+    real_charge = batch.charge_group
+
+    def spy(*, claims, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        together.extend(op.pk for op, _ in claims)
+        return real_charge(claims=claims, **kwargs)
+
+    monkeypatch.setattr(batch, "charge_group", spy)
+    assert set(work().values()) == {PollResult.POLLED}
+    # The low-limit account's polls took the single poll's path, each charged right before its request.
+    assert sorted(together) == sorted(op.pk for op in ops[2:])
+    for op in ops:
+        assert reload(op).status_requests_used == 1 and len(status_requests(fake_provider, op)) == 1
+
+
 # --- the pass, idle sleep, heartbeat -------------------------------------------------------------------
 
 
