@@ -15,7 +15,8 @@ behaves like ``slow_success__polls=2``):
 
 - slow_success [polls=3], late_failure [polls=3], never_finishes, duplicate_completion [polls=1],
   terminal_flip [polls=1], succeeded_no_result, past_own_expiry, partial [total=100, failed=3],
-  unknown_state [value=needs_payment; null, missing, number], bench [polls=3] (lean bodies)
+  unknown_state [value=needs_payment; null, missing, number], bench [polls=3] (lean bodies),
+  timed [done_ms=epoch milliseconds] (lean bodies; running until that wall-clock moment)
 - retry_after_seconds [value=120, status=503, times=1],
   retry_after_date [form=imf|rfc850|asctime, offset=30, status=503, times=1, date_skew=0],
   rate_limited_no_hint [times=infinite], bad_hint [value=-1, polls=2],

@@ -21,7 +21,8 @@ stored last entry, so a tampered head row stops appends instead of forking the c
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import rfc8785
@@ -280,3 +281,98 @@ SYSTEM_CONTROLLER = {"kind": "system", "id": "controller"}
 
 def user_actor(user: object) -> dict[str, str]:
     return {"kind": "user", "id": str(getattr(user, "get_username", lambda: str(user))())}
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """One entry for `append_many`: the arguments `append` takes."""
+
+    entry_type: str
+    actor: Mapping[str, str]
+    operation_id: str | None
+    data: Mapping[str, object]
+    at: datetime | None = None
+
+
+_MANY_ROW = "(%s, %s::bigint, %s, %s, %s::bytea, %s::timestamptz, %s, %s)"
+
+
+def append_many(*, entries: Sequence[NewEntry]) -> list[AuditEntry]:
+    """Append several entries in order under one lock of the head: one INSERT on PostgreSQL.
+
+    Same rules as `append`: inside the business transaction, as its last writes; fails closed.
+    """
+    if not connection.in_atomic_block:
+        raise AuditError("audit.append_many must run inside the decision's transaction")
+    if connection.vendor != "postgresql" or len(entries) < 2:
+        return [
+            append(entry_type=e.entry_type, actor=e.actor, operation_id=e.operation_id, data=e.data, at=e.at)
+            for e in entries
+        ]
+    log = settings.AUDIT_LOG_NAME
+    prepared = []
+    for e in entries:
+        if e.operation_id is not None and (
+            not isinstance(e.operation_id, str) or len(e.operation_id) > OPERATION_ID_CHARS
+        ):
+            raise AuditError("operation_id must be a string of at most 32 characters")
+        when = e.at or timezone.now()
+        prepared.append((e, build_data(e.entry_type, e.data), _actor(e.actor), when, iso(when)))
+    head_seq, head_hash = _lock_head(log)
+    rows, params, prev = [], [], head_hash
+    for offset, (e, data, actor, when, at_text) in enumerate(prepared):
+        seq = head_seq + 1 + offset
+        body = canonical(
+            {
+                "v": VERSION,
+                "log": log,
+                "seq": seq,
+                "prev": prev,
+                "at": at_text,
+                "type": e.entry_type,
+                "actor": actor,
+                "operation_id": e.operation_id,
+                "data": data,
+            }
+        )
+        if len(body) > MAX_BODY_BYTES:
+            raise AuditError(f"{e.entry_type} entry of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
+        row = AuditEntry(
+            log=log,
+            seq=seq,
+            prev_hash=prev,
+            entry_hash=entry_hash(body),
+            body=body,
+            at=when,
+            type=e.entry_type,
+            operation_id=e.operation_id or "",
+        )
+        rows.append(row)
+        params += [log, seq, prev, row.entry_hash, body, when, e.entry_type, row.operation_id]
+        prev = row.entry_hash
+    sql = f"""
+WITH checked AS (
+    SELECT 1 FROM operations_auditentry WHERE log = %s AND seq = %s AND entry_hash = %s
+    UNION ALL
+    SELECT 1 WHERE %s = 0 AND %s = %s
+), inserted AS (
+    INSERT INTO operations_auditentry (log, seq, prev_hash, entry_hash, body, at, type, operation_id)
+    SELECT * FROM (VALUES {", ".join([_MANY_ROW] * len(rows))}) AS v
+    WHERE EXISTS (SELECT 1 FROM checked)
+    RETURNING id, seq
+), moved AS (
+    UPDATE operations_audithead SET seq = %s, head_hash = %s WHERE log = %s AND EXISTS (SELECT 1 FROM inserted)
+)
+SELECT id, seq FROM inserted
+"""
+    head = [log, head_seq, head_hash, head_seq, head_hash, GENESIS_PREV]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*head, *params, rows[-1].seq, rows[-1].entry_hash, log])
+        ids = dict((seq, pk) for pk, seq in cursor.fetchall())
+    if len(ids) != len(rows):
+        raise _head_mismatch(head_seq)
+    for row in rows:
+        row.pk = ids[row.seq]
+        row._state.adding = False
+        row._state.db = connection.alias
+    return rows

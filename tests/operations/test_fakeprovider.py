@@ -466,6 +466,12 @@ def test_bench_is_lean(client: httpx.Client) -> None:
     assert responses[1].json()["result"]["output_url"].startswith("https://files.fake.test/bench__")
 
 
+def test_timed_runs_until_its_wall_clock_moment(client: httpx.Client) -> None:
+    past, future = jid("timed__done_ms=1000"), jid(f"timed__done_ms={10**15}")
+    assert client.get(f"/v1/jobs/{future}").json() == {"id": future, "state": "running"}
+    assert client.get(f"/v1/jobs/{past}").json()["state"] == "succeeded"
+
+
 def test_console_page_escapes_and_is_logged(client: httpx.Client, provider: FakeProvider) -> None:
     job = jid("slow_success") + "<b>"
     client.get(f"/v1/jobs/{job}")
