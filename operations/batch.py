@@ -23,6 +23,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import cast
 
 from django.conf import settings
 from django.db import transaction
@@ -76,7 +77,8 @@ def poll_claims(*, claims: list[tuple[str, int]], rng: random.Random | None = No
     rng = rng or _rng
     # The longest a poll can take: the waits for a send slot in _charge, then the whole request.
     longest_poll_s = SLOT_ATTEMPTS * MAX_SLOT_WAIT_S + settings.POLL_HTTP_TOTAL_TIMEOUT_S
-    budget_s = settings.Q_CLUSTER["timeout"] - longest_poll_s - 5
+    # The stubs type a settings dict's values as object; "timeout" is always a whole number of seconds.
+    budget_s = cast(int, settings.Q_CLUSTER["timeout"]) - longest_poll_s - 5
     started = time.monotonic()
     # One concurrent round fits whenever one request does; a limit shorter than that leaves one poll.
     together = min(SEND_CONCURRENCY, len(claims)) if budget_s > 0 else 1

@@ -64,9 +64,9 @@ def update_rows(
     *,
     keys: Sequence[str],
     names: Sequence[str],
-    rows: Sequence[Sequence[object]],
+    rows: Sequence[Sequence[Any]],
     where: str = "",
-    params: Sequence[object] = (),
+    params: Sequence[Any] = (),
 ) -> list[object]:
     """PostgreSQL: one UPDATE of many rows, each matched on `keys` and given its own `names` values.
 
@@ -75,7 +75,8 @@ def update_rows(
     keys of the rows changed. Only the first VALUES row carries type casts: PostgreSQL types the
     others from it, and the statement stays short enough for psycopg to cache its parsing.
     """
-    fields = [model._meta.get_field(name) for name in (*keys, *names)]
+    # Only concrete columns are named here, never a generic relation.
+    fields = [cast("Field[Any, Any]", model._meta.get_field(name)) for name in (*keys, *names)]
     aliases = [f"v{index}" for index in range(len(fields))]
     first = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
     other = ", ".join(["%s"] * len(fields))
@@ -95,7 +96,7 @@ def update_rows(
         return [row[0] for row in cursor.fetchall()]
 
 
-def lock_rows(model: type[Model], pks: Sequence[object]) -> None:
+def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:
     """PostgreSQL: lock these rows in primary-key order before a statement that writes several.
 
     A multi-row UPDATE locks rows in whatever order its plan meets them; two of them over
