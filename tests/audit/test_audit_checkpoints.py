@@ -3,6 +3,7 @@ and keeps its key to itself."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import stat
@@ -44,7 +45,7 @@ def test_a_checkpoint_is_a_signed_note_over_size_head_and_time(signing_key, cloc
     checkpoint = checkpoints.sign_checkpoint()
     note = av.parse_note(checkpoint.note)
     assert checkpoint.note.startswith(
-        f"pollerdash/audit\n3\n{av.base64.b64encode(bytes.fromhex(entries[-1].entry_hash)).decode()}\n"
+        f"pollerdash/audit\n3\n{base64.b64encode(bytes.fromhex(entries[-1].entry_hash)).decode()}\n"
     )
     assert (note.size, note.head, note.time) == (3, entries[-1].entry_hash, T0)
     assert note.time_text == "2026-12-01T10:00:00.000000Z" and checkpoint.signed_at == T0
