@@ -122,9 +122,11 @@ def bench_bare_insert(seconds: float) -> float:
 def check_chain() -> int:
     from django.conf import settings
 
-    from operations.audit.checkpoints import verify_segment
+    from operations.audit.integrate import integrate_all
+    from operations.audit.treecheck import verify_tree_segment
 
-    return verify_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[]).size
+    integrate_all()
+    return verify_tree_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[]).size
 
 
 # --- offline verification of a generated export ----------------------------------------------------------

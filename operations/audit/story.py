@@ -45,7 +45,7 @@ _TERMINAL_WORDS = {
 @dataclass(frozen=True)
 class StoryLine:
     at: datetime
-    seq: int
+    seq: int | None  # None while the entry awaits integration into the tree
     kind: str  # the entry type, e.g. "controller.decision" (audit_types.DATA_KEYS)
     actor: str  # "controller", a username, or "<kind>:<id>" for agents and operators
     text: str
@@ -56,19 +56,17 @@ class StoryLine:
 
 def operation_story(*, operation_id: str) -> list[StoryLine]:
     """Every audit entry of the operation, oldest first, as one line each."""
-    bodies = AuditEntry.objects.filter(operation_id=operation_id).order_by("seq").values_list("seq", "body")
+    bodies = AuditEntry.objects.filter(operation_id=operation_id).order_by("pk").values_list("seq", "body")
     return [story_line(seq=seq, body=bytes(body)) for seq, body in bodies]
 
 
 def operation_story_latest(*, operation_id: str, limit: int) -> list[StoryLine]:
     """The newest `limit` lines of an operation's story, oldest first (the page shows only these)."""
-    rows = list(
-        AuditEntry.objects.filter(operation_id=operation_id).order_by("-seq").values_list("seq", "body")[:limit]
-    )
+    rows = list(AuditEntry.objects.filter(operation_id=operation_id).order_by("-pk").values_list("seq", "body")[:limit])
     return [story_line(seq=seq, body=bytes(body)) for seq, body in reversed(rows)]
 
 
-def story_line(*, seq: int, body: bytes) -> StoryLine:
+def story_line(*, seq: int | None, body: bytes) -> StoryLine:
     """One entry body as a StoryLine; an entry it cannot read still gets a line, never an error."""
     try:
         entry = json.loads(body)

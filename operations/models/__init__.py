@@ -1,6 +1,6 @@
 from operations.models.account import ProviderAccount
 from operations.models.agent import Agent, AgentToken, IdempotencyKey
-from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead
+from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead, AuditTree, AuditTreeNode
 from operations.models.authorization import Authorization
 from operations.models.callback import CallbackDelivery, CallbackEndpoint
 from operations.models.credential import CredentialFingerprint
@@ -26,6 +26,8 @@ __all__ = [
     "AuditCheckpoint",
     "AuditEntry",
     "AuditHead",
+    "AuditTree",
+    "AuditTreeNode",
     "Authorization",
     "BulkDecision",
     "CallbackDelivery",

@@ -156,7 +156,7 @@ def test_a_note_must_be_plain_bounded_text(stopped, alice, text, why) -> None:  
 def test_a_note_is_kept_with_its_line_breaks_and_audited(stopped, alice) -> None:  # noqa: ANN001
     esc = stopped()
     note = ownership.card_note(escalation_id=esc.pk, user=alice, text="On the phone with the vendor\r\nETA 20 min ")
-    assert note.text == "On the phone with the vendor\nETA 20 min" and note.audit_seq
+    assert note.text == "On the phone with the vendor\nETA 20 min" and note.audit_entry_id
     [entry] = entries(esc, "human.note")
     assert entry["data"]["text"] == note.text and entry["data"]["activity_id"] == note.pk
     assert reload(esc).version == esc.version

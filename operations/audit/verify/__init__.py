@@ -134,6 +134,7 @@ from .files import (
     read_pin,
     verify_export,
 )
+from .tree import TreeVerifier
 
 __all__ = [
     "ACTOR_KEYS",
@@ -167,6 +168,7 @@ __all__ = [
     "SCOPES",
     "SEQ_GAP",
     "SIGNATURE_DASH",
+    "TreeVerifier",
     "STALE",
     "Signature",
     "UNKNOWN_KEY",
