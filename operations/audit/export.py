@@ -5,11 +5,14 @@
 
 Format `pollerdash-audit-export/2`: a header line, then
 
-- full export (no filter): every entry body verbatim in `seq` order, each checkpoint of a size
+- full export (no filter): every entry body verbatim in `seq` order (after the archived ones, if
+  `manage.py archive` removed some: then it opens with `{"frontier": ...}`, the tree's right edge
+  at that size, and the header's `from` says the size), each checkpoint of a size
   right after the entry it covers (the newest chain checkpoint, the switch, the newest tree
   checkpoint of that size), a `{"consistency": ...}` proof before each tree checkpoint from the
   one before it, closed by the checkpoint signed at export time;
-- operation (`operation_id`) or time window (`since <= at < until`): the closing checkpoint, then
+- operation (`operation_id`) or time window (`since <= at < until`): the newest checkpoint that
+  witnesses cosigned and a consistency proof from it (when there is one), the closing checkpoint, then
   each selected entry verbatim followed by `{"inclusion": {"seq", "size", "hashes"}}`, its RFC 9162
   audit path to that checkpoint's root. Nothing of any other entry appears but hashes inside
   proofs. `consistency_from` adds proofs from earlier tree sizes to the closing one, for readers
@@ -29,7 +32,7 @@ from datetime import datetime
 
 from django.db.models import Max, QuerySet
 
-from operations.audit import checkpoints, tree
+from operations.audit import checkpoints, tree, witness
 from operations.audit import verify as av
 from operations.models import AuditCheckpoint, AuditEntry
 
@@ -48,6 +51,7 @@ class ExportPlan:
     closing: AuditCheckpoint
     selected: QuerySet[AuditEntry]
     consistency_from: tuple[int, ...] = ()
+    start: int = 0  # a full export after an archive: the archived size it continues from
 
     def header(self) -> dict[str, object]:
         return {
@@ -57,6 +61,7 @@ class ExportPlan:
             "operation_id": self.operation_id,
             "exported_at": av.format_time(self.closing.signed_at),
             "size": self.closing.size,
+            "from": self.start,
             **av.HEADER_V2_CONSTANTS,
         }
 
@@ -107,10 +112,24 @@ def plan_export(
         scope = "range"
     else:
         scope = "full"
+    start = tree.archived_upto(log) if scope == "full" else 0
+    if scope == "full":
+        entries = entries.filter(seq__gt=start)
     if scope != "full" and not entries.exists():
         what = operation_id or "the window"
         raise ExportError(f"no audit entries of {what} up to the latest checkpoint")
-    return ExportPlan(log, scope, operation_id, closing, entries.order_by("seq"), tuple(sorted(set(consistency_from))))
+    proofs_from = tuple(sorted(set(consistency_from)))
+    return ExportPlan(log, scope, operation_id, closing, entries.order_by("seq"), proofs_from, start)
+
+
+def range_plan(*, closing: AuditCheckpoint, start: int) -> ExportPlan:
+    """A full export of entries start+1 .. closing.size: what an archive holds."""
+    entries = AuditEntry.objects.filter(log=closing.log, seq__gt=start, seq__lte=closing.size).order_by("seq")
+    return ExportPlan(closing.log, "full", None, closing, entries, (), start)
+
+
+def full_lines(plan: ExportPlan) -> Iterator[bytes]:
+    return _full(plan)
 
 
 def _chunks(entries: QuerySet[AuditEntry]) -> Iterator[list[tuple[int, bytes]]]:
@@ -140,7 +159,13 @@ def inclusion_line(*, log: str, seq: int, size: int) -> bytes:
 def _proven(plan: ExportPlan) -> Iterator[bytes]:
     size = plan.closing.size
     yield av.header_line(plan.header())
-    yield av.checkpoint_line(plan.closing.note)
+    witnessed = witness.newest_witnessed(log=plan.log, upto=plan.closing)
+    if witnessed is not None and witnessed.pk != plan.closing.pk:
+        # The newest checkpoint witnesses cosigned, linked to the closing one by a consistency proof.
+        yield av.checkpoint_line(witness.cosigned_note(witnessed))
+        if witnessed.size != size:
+            yield consistency_line(log=plan.log, old=witnessed.size, new=size)
+    yield av.checkpoint_line(witness.cosigned_note(plan.closing))
     for old in plan.consistency_from:
         if old < size:
             yield consistency_line(log=plan.log, old=old, new=size)
@@ -157,15 +182,22 @@ class _Checkpoints:
         self.plan = plan
         self.last_tree_size: int | None = None
 
-    def lines(self, first: int, last: int) -> dict[int, list[bytes]]:
+    def lines(self, first: int, last: int, *, opening: bool = False) -> dict[int, list[bytes]]:
         plan = self.plan
+        signed = AuditCheckpoint.objects.filter(log=plan.log, size__gte=first, size__lte=last, pk__lte=plan.closing.pk)
+        if opening:  # after a frontier, only plain tree checkpoints: the chain and the switch are archived
+            signed = signed.filter(tree=True, chain_head="")
         newest = (
-            AuditCheckpoint.objects.filter(log=plan.log, size__gte=first, size__lte=last, pk__lte=plan.closing.pk)
-            .values("size", "tree", "chain_head")
-            .annotate(last_pk=Max("pk"))
-            .values_list("last_pk", flat=True)
+            signed.values("size", "tree", "chain_head").annotate(last_pk=Max("pk")).values_list("last_pk", flat=True)
         )
-        rows = AuditCheckpoint.objects.filter(pk__in=list(newest)).values_list("size", "tree", "chain_head", "note")
+        pks = list(newest)
+        notes = witness.notes_with_cosignatures(pks)
+        rows = [
+            (size, is_tree, chain, notes[pk])
+            for pk, size, is_tree, chain in AuditCheckpoint.objects.filter(pk__in=pks).values_list(
+                "pk", "size", "tree", "chain_head"
+            )
+        ]
         # Per size: the chain checkpoint, then the switch, then the tree checkpoint.
         ordered = sorted(rows, key=lambda row: (row[0], row[1], not row[2]))
         out: dict[int, list[bytes]] = {}
@@ -182,7 +214,10 @@ class _Checkpoints:
 def _full(plan: ExportPlan) -> Iterator[bytes]:
     yield av.header_line(plan.header())
     notes = _Checkpoints(plan)
-    yield from notes.lines(0, 0).get(0, [])
+    if plan.start:
+        hashes = [digest.hex() for digest in tree.frontier(log=plan.log, size=plan.start).hashes()]
+        yield av.compact_json({"frontier": {"hashes": hashes, "size": plan.start}}) + b"\n"
+    yield from notes.lines(plan.start, plan.start, opening=bool(plan.start)).get(plan.start, [])
     for rows in _chunks(plan.selected):
         covering = notes.lines(rows[0][0], rows[-1][0])
         for seq, body in rows:

@@ -16,10 +16,15 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from operations.audit import integrate
+from operations.audit import integrate, witness
 from operations.models import AuditCheckpoint, ProcessHeartbeat
 
-AUDIT_TABLES = ("operations_auditentry", "operations_auditcheckpoint", "operations_audittreenode")
+AUDIT_TABLES = (
+    "operations_auditentry",
+    "operations_auditcheckpoint",
+    "operations_audittreenode",
+    "operations_auditcosignature",
+)
 # The system panel turns red when the newest checkpoint is older than this many intervals.
 STALE_INTERVALS = 3
 # ...and when the oldest entry awaiting integration is older than this (every dispatcher pass integrates).
@@ -35,7 +40,20 @@ class HealthCheck:
 
 def audit_protection_checks() -> list[HealthCheck]:
     """Whether the audit log is protected and checkpointed, one line per concern."""
-    return [*_database_checks(), _checkpoint_check(), _integration_check()]
+    return [*_database_checks(), _checkpoint_check(), _integration_check(), *_witness_checks()]
+
+
+def _witness_checks() -> list[HealthCheck]:
+    checks = []
+    for lag in witness.witness_lags(now=timezone.now()):
+        if lag.seconds is None:
+            message = f"witness {lag.name} has cosigned nothing yet: run manage.py audit_witness on its host"
+        else:
+            message = f"witness {lag.name} cosigned size {lag.size} {int(lag.seconds)} s ago"
+        if witness.behind(lag):
+            message += f" - behind (more than {settings.AUDIT_WITNESS_MAX_LAG_S} s)"
+        checks.append(HealthCheck(f"audit witness {lag.name}", not witness.behind(lag), message))
+    return checks
 
 
 def _integration_check() -> HealthCheck:

@@ -339,6 +339,13 @@ def _signin_locked_out(data: Mapping[str, object], actor: str, at: datetime) -> 
     )
 
 
+def _audit_archived(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return (
+        f"audit entries {data.get('first_seq')}-{data.get('last_seq')} archived to {data.get('name')} "
+        "and removed from the database"
+    )
+
+
 def _generic(data: Mapping[str, object], actor: str, at: datetime) -> str:
     shown = ", ".join(f"{key}={_quote(value, limit=60)}" for key, value in data.items() if value is not None)
     return f"{actor}: {shown}" if shown else actor
@@ -372,6 +379,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "user.reactivated": _user_reactivated,
     "user.deleted": _user_deleted,
     "signin.locked_out": _signin_locked_out,
+    "audit.archived": _audit_archived,
 }
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Q
+from django.db.models import Max, Q
 
 from operations.audit.verify import merkle
-from operations.models import AuditTreeNode
+from operations.models import AuditArchive, AuditTreeNode
 
 
 class TreeError(Exception):
@@ -70,3 +70,9 @@ def consistency_proof(*, log: str, old: int, new: int) -> list[bytes]:
     if old == 0 or old == new:
         return []
     return _range_hashes(log=log, ranges=merkle.consistency_ranges(old, new))
+
+
+def archived_upto(log: str) -> int:
+    """The size up to which entries were archived and pruned (0 when none were): the tree's nodes
+    still cover them, their bodies are in the archive files."""
+    return AuditArchive.objects.filter(log=log).aggregate(last=Max("last_seq"))["last"] or 0

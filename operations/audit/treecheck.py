@@ -45,7 +45,7 @@ def verify_tree_anchor(checkpoint: AuditCheckpoint, keys: list[av.VerifierKey]) 
     if root.hex() != note.head:
         detail = f"the stored tree of size {checkpoint.size} no longer gives its signed root"
         raise av.VerifyFailure(av.HASH_MISMATCH, detail, seq=checkpoint.size)
-    if checkpoint.size:
+    if checkpoint.size > tree.archived_upto(checkpoint.log):
         # The entry at the signed size must still be there with its bytes: a log cut back to an
         # earlier size, or the last signed entry edited, stops the signer here.
         body = AuditEntry.objects.filter(log=checkpoint.log, seq=checkpoint.size).values_list("body", flat=True).first()
@@ -109,22 +109,38 @@ def verify_tree_segment(*, log: str, anchor: AuditCheckpoint | None, keys: list[
     return TreeSegment(size=size, root=root.hex(), entries=size - start)
 
 
-def verify_log(*, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[tuple[int, str]]) -> dict[str, object]:
+def verify_log(
+    *, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[tuple[int, str, bool]]
+) -> dict[str, object]:
     """Every stored entry (bytes, chain links, columns) and every stored checkpoint (signature,
-    place, head or root), streaming; `checkpoints` are (size, note) in (size, insertion) order.
+    place, head or root), streaming; `checkpoints` are (size, note, plain tree?) in (size,
+    insertion) order.
     Entries after the newest checkpoint and pending ones are normal here: counted."""
     verifier = av.TreeVerifier(keys=keys, log=log, scope="full", strict=True, require_consistency=False)
     verifier.allow_unsigned_tail = True
     assert verifier.chain is not None
     verifier.chain.allow_unsigned_tail = True
     chained = chain_size(log)
+    start = tree.archived_upto(log)
+    if start:
+        # Entries up to `start` are in archive files (verified when written, and by the offline
+        # verifier with the archives); here the log continues from the tree's stored right edge.
+        verifier.tree = tree.frontier(log=log, size=start)
+        verifier.switched = True
     pending = checkpoints
     upcoming = next(pending, None)
     line = 0
-    while upcoming is not None and upcoming[0] == 0:
-        verifier.checkpoint(upcoming[1], number=line)
+    while upcoming is not None and (upcoming[0] == 0 or upcoming[0] < start):
+        if not start:
+            verifier.checkpoint(upcoming[1], number=line)
         upcoming = next(pending, None)
-    for row in iter_entries(log=log, after=0):
+    if start:
+        # Of the checkpoints at the archived size, only the tree's: the chain and the switch are archived.
+        while upcoming is not None and upcoming[0] == start:
+            if upcoming[2]:
+                verifier.checkpoint(upcoming[1], number=line)
+            upcoming = next(pending, None)
+    for row in iter_entries(log=log, after=start):
         line += 1
         if row.seq != verifier.tree.size + 1:
             raise av.VerifyFailure(av.SEQ_GAP, f"entry {verifier.tree.size + 1} is missing", seq=verifier.tree.size + 1)
@@ -143,7 +159,7 @@ def verify_log(*, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[tu
         # A checkpoint signed a size the stored log does not reach: entries were removed.
         verifier.checkpoint(upcoming[1], number=line)
     head = AuditHead.objects.filter(log=log).values_list("seq", "head_hash").first()
-    if head is not None and head != (verifier.chain.head_seq, verifier.chain.head):
+    if not start and head is not None and head != (verifier.chain.head_seq, verifier.chain.head):
         raise av.VerifyFailure(
             av.LINK_BREAK,
             f"the head row (seq {head[0]}) disagrees with the stored chain (seq {verifier.chain.head_seq})",

@@ -100,3 +100,42 @@ class AuditTree(models.Model):
 
     def __str__(self) -> str:
         return f"{self.log} tree of {self.size}"
+
+
+class AuditCosignature(models.Model):
+    """A witness's cosignature of a checkpoint (C2SP tlog-cosignature), kept as the signature line it
+    adds to the note (operations.audit.witness). Protected by the same triggers as checkpoints."""
+
+    checkpoint = models.ForeignKey(AuditCheckpoint, on_delete=models.PROTECT, related_name="cosignatures")
+    witness = models.CharField(max_length=200)
+    key_id = models.CharField(max_length=16)
+    signed_at = models.DateTimeField()
+    line = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["checkpoint", "witness"], name="audit_unique_cosignature")]
+
+    def __str__(self) -> str:
+        return f"{self.witness} on {self.checkpoint_id}"
+
+
+class AuditArchive(models.Model):
+    """A sealed range of the log (entries first_seq..last_seq, their checkpoints and the tree's edge)
+    written and verified by `manage.py archive`, then pruned from the database by the guarded
+    function pollerdash_audit_prune (operations/migrations/0019). The tree nodes stay: proofs for
+    the entries still here keep working."""
+
+    log = models.CharField(max_length=200)
+    first_seq = models.BigIntegerField()
+    last_seq = models.BigIntegerField()
+    name = models.CharField(max_length=500)
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    root = models.CharField(max_length=64)
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["log", "last_seq"], name="audit_unique_archive")]
+
+    def __str__(self) -> str:
+        return f"{self.log} {self.first_seq}-{self.last_seq}"

@@ -36,7 +36,7 @@ STATEMENTS = {
     "operations_auditcheckpoint": [
         "UPDATE operations_auditcheckpoint SET size = size + 1",
         "DELETE FROM operations_auditcheckpoint",
-        "TRUNCATE operations_auditcheckpoint",
+        "TRUNCATE operations_auditcheckpoint CASCADE",  # cosignatures reference it
     ],
 }
 

@@ -59,6 +59,8 @@ Reason codes (the first failure is reported, with its ``seq`` and line number):
   links it to the export's checkpoints
 - BAD_PROOF: (version 2) an inclusion proof does not lead from the entry to the signed root
 - INCONSISTENT: (version 2) a consistency proof between two checkpoints does not verify
+- UNWITNESSED: (version 2) ``--witnesses-required K`` and no checkpoint carries K valid
+  cosignatures of the ``--witness-key`` keys (a cosignature by any other key counts for nothing)
 
 Exit status: 0 valid, 1 tampered or inconsistent, 2 usage or I/O error. One JSON line on stdout.
 """
@@ -99,6 +101,7 @@ from .base import (
     STALE,
     UNKNOWN_KEY,
     UNSIGNED_TAIL,
+    UNWITNESSED,
     Note,
     Signature,
     UsageError,
@@ -135,6 +138,7 @@ from .files import (
     verify_export,
 )
 from .tree import TreeVerifier
+from .witness import WitnessKey, cosignature_line, cosigned_message, parse_witness_keys, witness_key, witnesses_of
 
 __all__ = [
     "ACTOR_KEYS",
@@ -169,6 +173,13 @@ __all__ = [
     "SEQ_GAP",
     "SIGNATURE_DASH",
     "TreeVerifier",
+    "UNWITNESSED",
+    "WitnessKey",
+    "cosignature_line",
+    "cosigned_message",
+    "parse_witness_keys",
+    "witness_key",
+    "witnesses_of",
     "STALE",
     "Signature",
     "UNKNOWN_KEY",

@@ -26,7 +26,11 @@ SCOPES = ("full", "range", "operation")
 # Version 2: entries are RFC 9162 leaves (docs/DESIGN.md section 8); the body has no seq or prev.
 EXPORT_FORMAT_V2 = "pollerdash-audit-export/2"
 HEADER_V2_CONSTANTS = {"canon": "rfc8785", "hash": "sha256", "tree": "rfc9162"}
-HEADER_V2_KEYS = frozenset({"format", "log", "scope", "operation_id", "exported_at", "size"} | set(HEADER_V2_CONSTANTS))
+# `from`: the tree size before the first entry (0, or where an earlier archive ends: a full export
+# then opens with that size's `{"frontier": ...}`, the right edge of the tree the archive holds).
+HEADER_V2_KEYS = frozenset(
+    {"format", "log", "scope", "operation_id", "exported_at", "size", "from"} | set(HEADER_V2_CONSTANTS)
+)
 ENTRY_V2_KEYS = frozenset({"v", "log", "at", "type", "actor", "operation_id", "data"})
 ENTRY_KEYS = frozenset({"v", "log", "seq", "prev", "at", "type", "actor", "operation_id", "data"})
 ACTOR_KEYS = frozenset({"kind", "id"})
@@ -51,6 +55,7 @@ STALE = "STALE"
 PIN_MISMATCH = "PIN_MISMATCH"
 BAD_PROOF = "BAD_PROOF"
 INCONSISTENT = "INCONSISTENT"
+UNWITNESSED = "UNWITNESSED"
 
 EXIT_OK, EXIT_TAMPERED, EXIT_USAGE = 0, 1, 2
 

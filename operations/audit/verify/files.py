@@ -30,6 +30,7 @@ from .base import (
 )
 from .chain import ChainVerifier, parse_json_line
 from .tree import TreeVerifier
+from .witness import WitnessKey, parse_witness_keys
 
 # --- a whole export file ----------------------------------------------------------------------------------
 
@@ -97,8 +98,12 @@ def _parse_header_v2(header: dict[str, object], obj: object, line: bytes) -> dic
         raise VerifyFailure(PARSE, "header scope and operation_id disagree", line=1)
     if operation_id is not None and (type(operation_id) is not str or not operation_id):
         raise VerifyFailure(PARSE, "header operation_id is not a string", line=1)
-    if type(header["log"]) is not str or type(header["exported_at"]) is not str or type(header["size"]) is not int:
-        raise VerifyFailure(PARSE, "header log and exported_at are strings, size an integer", line=1)
+    if type(header["log"]) is not str or type(header["exported_at"]) is not str:
+        raise VerifyFailure(PARSE, "header log and exported_at are strings", line=1)
+    if type(header["size"]) is not int or type(header["from"]) is not int or not 0 <= header["from"] <= header["size"]:
+        raise VerifyFailure(PARSE, "header size and from are integers, from at most size", line=1)
+    if header["from"] and scope != "full":
+        raise VerifyFailure(PARSE, "only a full export starts after an archive (from > 0)", line=1)
     return header
 
 
@@ -125,6 +130,8 @@ def verify_export(
     covered_until: datetime | None = None,
     pins: Sequence[Note] = (),
     strict: bool = False,
+    witness_keys: Sequence[WitnessKey] = (),
+    witnesses_required: int = 0,
 ) -> dict[str, object]:
     """Verify one export read from `stream`; returns the summary or raises VerifyFailure."""
     lines = iter_lines(stream)
@@ -140,7 +147,10 @@ def verify_export(
         except VerifyFailure as exc:
             raise VerifyFailure(PIN_MISMATCH, f"the pinned checkpoint does not verify: {exc.detail}") from None
     if header["format"] == EXPORT_FORMAT_V2:
-        return _verify_v2(header, lines, keys=keys, covered_until=covered_until, pins=pins, strict=strict)
+        witnesses = {"witness_keys": witness_keys, "witnesses_required": witnesses_required}
+        return _verify_v2(header, lines, keys=keys, covered_until=covered_until, pins=pins, strict=strict, **witnesses)
+    if witnesses_required:
+        raise UsageError(f"{EXPORT_FORMAT} exports carry no witness cosignatures")
     verifier = ChainVerifier(
         keys=keys,
         log=str(header["log"]),
@@ -172,6 +182,8 @@ def _verify_v2(
     covered_until: datetime | None,
     pins: Sequence[Note],
     strict: bool,
+    witness_keys: Sequence[WitnessKey],
+    witnesses_required: int,
 ) -> dict[str, object]:
     verifier = TreeVerifier(
         keys=keys,
@@ -180,6 +192,8 @@ def _verify_v2(
         operation_id=header["operation_id"],  # type: ignore[arg-type]
         strict=strict,
         pins=pins,
+        witness_keys=witness_keys,
+        witnesses_required=witnesses_required,
     )
     number = 1
     for number, line in lines:
@@ -189,8 +203,12 @@ def _verify_v2(
             verifier.inclusion(line, number=number)
         elif line.startswith(b'{"consistency":'):
             verifier.consistency_line(line, number=number)
+        elif line.startswith(b'{"frontier":'):
+            verifier.frontier_line(line, number=number, start=int(header["from"]))  # type: ignore[call-overload]
         else:
             verifier.entry(line, number=number)
+    if header["from"] and verifier.start_frontier is None:
+        raise VerifyFailure(PARSE, f"the export starts at size {header['from']} without its frontier line")
     result = verifier.finish(covered_until=covered_until)
     last = verifier.last_note
     assert last is not None
@@ -205,6 +223,7 @@ def _verify_v2(
     result["scope"] = header["scope"]
     result["operation_id"] = header["operation_id"]
     result["format"] = EXPORT_FORMAT_V2
+    result["from"] = header["from"]
     return result
 
 
@@ -247,3 +266,16 @@ def load_keys(path: str) -> list[VerifierKey]:
         raise UsageError(f"cannot read --keys {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise UsageError(f"--keys {path} is not UTF-8 text") from None
+
+
+def load_witness_keys(paths: Sequence[str]) -> list[WitnessKey]:
+    keys: list[WitnessKey] = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                keys += parse_witness_keys(handle.read(1 << 20))
+        except OSError as exc:
+            raise UsageError(f"cannot read --witness-key {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--witness-key {path} is not UTF-8 text") from None
+    return keys

@@ -57,6 +57,10 @@ class CompactRange:
         self.size += 1
         return made
 
+    def hashes(self) -> list[bytes]:
+        """The frontier, left to right: what `CompactRange(size, hashes)` starts again from."""
+        return [digest for _, digest in self._stack]
+
     def root(self) -> bytes:
         if not self._stack:
             return EMPTY_ROOT

@@ -26,6 +26,7 @@ from .base import (
     SEQ_GAP,
     STALE,
     UNSIGNED_TAIL,
+    UNWITNESSED,
     Note,
     VerifierKey,
     VerifyFailure,
@@ -34,6 +35,7 @@ from .base import (
     parse_note,
 )
 from .chain import _EXACT, _TIME_RE, ChainVerifier, _scan_fast, compact_json, parse_json_line
+from .witness import WitnessKey, witnesses_of
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -76,6 +78,9 @@ class TreeVerifier:
     # every leaf instead) and may hold entries the signer has not signed yet.
     require_consistency: bool = True
     allow_unsigned_tail: bool = False
+    # --witness-key / --witnesses-required: some checkpoint must carry that many cosignatures.
+    witness_keys: Sequence[WitnessKey] = ()
+    witnesses_required: int = 0
 
     tree: merkle.CompactRange = field(default_factory=merkle.CompactRange)
     chain: ChainVerifier | None = None
@@ -87,6 +92,9 @@ class TreeVerifier:
     closing: Note | None = None
     first_unsigned: int | None = None
     consistency: dict[int, dict[str, object]] = field(default_factory=dict)
+    earlier: list[Note] = field(default_factory=list)  # an operation export's witnessed checkpoints
+    witnessed: Note | None = None
+    start_frontier: list[str] | None = None  # a full export after an archive: where it starts
     _pending: bytes | None = None  # an operation export's entry awaiting its inclusion proof
     _last_seq: int = 0
     _line: int = 0
@@ -192,6 +200,22 @@ class TreeVerifier:
 
     # checkpoints -----------------------------------------------------------------------------------
 
+    def frontier_line(self, line: bytes, *, number: int, start: int) -> None:
+        """`{"frontier": {"size", "hashes"}}`: the tree an earlier archive holds, continued here.
+        Nothing vouches for it but the signed roots it must lead to (and the archive itself, when
+        verified together)."""
+        self._line = number
+        try:
+            body = parse_proof(line, "frontier", ("size",))
+            tree = merkle.CompactRange(body["size"], body["hashes"])  # type: ignore[arg-type]
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise self._fail(PARSE, f"frontier line: {exc}") from None
+        if self.scope != "full" or self.tree.size or self.entries or body["size"] != start or start == 0:
+            raise self._fail(PARSE, "a frontier line opens a full export that starts after an archive")
+        self.tree = tree
+        self.switched = True  # archives end at a tree checkpoint, past the switch
+        self.start_frontier = [digest.hex() for digest in tree.hashes()]
+
     def consistency_line(self, line: bytes, *, number: int) -> None:
         self._line = number
         try:
@@ -219,9 +243,12 @@ class TreeVerifier:
             raise self._fail(exc.reason, exc.detail, seq=note.size) from None
         if note.origin != self.log:
             raise self._fail(CHECKPOINT_MISMATCH, f"checkpoint of another log ({note.origin[:80]!r})", seq=note.size)
+        self._witness(note)
         if self.scope != "full":
+            if self.entries or self._pending is not None:
+                raise self._fail(CHECKPOINT_MISMATCH, "checkpoints come before the entries and their proofs")
             if self.closing is not None:
-                raise self._fail(CHECKPOINT_MISMATCH, "an operation or range export holds one closing checkpoint")
+                self.earlier.append(self.closing)
             self.closing = note
             self._note_seen(note)
             return
@@ -241,6 +268,11 @@ class TreeVerifier:
         self.last_tree_note = note
         self.first_unsigned = None
         self._check_pins(note.size)
+
+    def _witness(self, note: Note) -> None:
+        if self.witness_keys and len(witnesses_of(note, self.witness_keys)) >= max(1, self.witnesses_required):
+            if self.witnessed is None or note.size >= self.witnessed.size:
+                self.witnessed = note
 
     def _switch(self, note: Note) -> None:
         assert self.chain is not None
@@ -311,6 +343,17 @@ class TreeVerifier:
                 f"minus {int(COVERAGE_GRACE.total_seconds())} s",
             )
         self._final_pins(newest)
+        for note in self.earlier:
+            proof = self.consistency.get(note.size)
+            if (note.size == newest.size and note.head != newest.head) or (
+                note.size != newest.size
+                and (proof is None or proof["to"] != newest.size or not self._prove_consistent(note, newest, proof))
+            ):
+                detail = f"no valid consistency proof from the checkpoint of size {note.size} to the closing one"
+                raise self._fail(INCONSISTENT, detail, seq=note.size)
+        if self.witnesses_required and self.witnessed is None:
+            detail = f"no checkpoint carries cosignatures of {self.witnesses_required} of the given witnesses"
+            raise self._fail(UNWITNESSED, detail)
         return {
             "ok": True,
             "entries": self.entries,
@@ -319,6 +362,9 @@ class TreeVerifier:
             "size": newest.size,
             "root": newest.head,
             "covered_until": newest.time_text,
+            "witnessed_size": None if self.witnessed is None else self.witnessed.size,
+            "start_frontier": self.start_frontier,
+            "frontier": [digest.hex() for digest in self.tree.hashes()] if self.scope == "full" else None,
             "unsigned_tail": 0 if self.first_unsigned is None else self.tree.size - self.first_unsigned + 1,
         }
 
