@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db import connection
 from django.db.models import Max, Q
 
 from operations.audit.verify import merkle
@@ -20,22 +21,25 @@ class TreeError(Exception):
 
 
 def nodes(*, log: str, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """The stored hashes of the (level, index) nodes asked for, in one query."""
+    """The stored hashes of the (level, index) nodes asked for, in one indexed query."""
     wanted = set(wanted)
     if not wanted:
         return {}
-    by_level: dict[int, list[int]] = {}
-    for level, index in wanted:
-        by_level.setdefault(level, []).append(index)
-    condition = Q()
-    for level, indexes in by_level.items():
-        condition |= Q(level=level, index__in=indexes)
-    found = {
-        (level, index): bytes(digest)
-        for level, index, digest in AuditTreeNode.objects.filter(condition, log=log).values_list(
-            "level", "index", "hash"
-        )
-    }
+    if connection.vendor == "postgresql":
+        levels, indexes = zip(*sorted(wanted), strict=True)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT level, index, hash FROM operations_audittreenode WHERE log = %s AND (level, index) IN "
+                "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))",
+                [log, list(levels), list(indexes)],
+            )
+            rows = cursor.fetchall()
+    else:
+        condition = Q()
+        for level, index in wanted:
+            condition |= Q(level=level, index=index)
+        rows = list(AuditTreeNode.objects.filter(condition, log=log).values_list("level", "index", "hash"))
+    found = {(level, index): bytes(digest) for level, index, digest in rows}
     if len(found) != len(wanted):
         missing = sorted(wanted - found.keys())[:3]
         raise TreeError(f"tree nodes {missing} of {log} are missing")

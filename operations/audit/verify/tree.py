@@ -38,6 +38,9 @@ from .chain import _EXACT, _TIME_RE, ChainVerifier, _scan_fast, compact_json, pa
 from .witness import WitnessKey, witnesses_of
 
 _HEX = frozenset("0123456789abcdef")
+# RFC 8785 sorts keys: a version-2 entry starts with its actor and ends with "v":2.
+_ENTRY_START = b'{"actor":{'
+_V2_END = b',"v":2}'
 
 
 def _hashes(value: object) -> list[bytes]:
@@ -153,6 +156,15 @@ class TreeVerifier:
             self._pending = line
             return
         seq = self.tree.size + 1
+        if self.switched and not self.strict and line.endswith(_V2_END) and line.startswith(_ENTRY_START):
+            # The hot loop of a million-entry export: a version-2 line is hashed as it is, and its
+            # bytes are bound to the next signed root, so parsing it would change no verdict - a
+            # changed byte fails there (HASH_MISMATCH). --strict, the signer and audit_verify parse.
+            self.tree.push(merkle.leaf_hash(line))
+            self.entries += 1
+            if self.first_unsigned is None:
+                self.first_unsigned = seq
+            return
         obj = self.check_entry(line, seq)
         if obj.get("v") == 1:
             if self.switched:
