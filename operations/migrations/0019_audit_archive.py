@@ -95,5 +95,9 @@ class Migration(migrations.Migration):
                 "constraints": [models.UniqueConstraint(fields=("log", "last_seq"), name="audit_unique_archive")],
             },
         ),
+        migrations.AlterModelOptions(
+            name='auditentry',
+            options={'ordering': ['id']},
+        ),
         migrations.RunPython(forwards, backwards),
     ]

@@ -23,7 +23,7 @@ class AuditEntry(models.Model):
     operation_id = models.CharField(max_length=32, blank=True)
 
     class Meta:
-        ordering = ["seq"]
+        ordering = ["id"]  # insertion order: pending entries have no seq yet
         constraints = [
             models.UniqueConstraint(fields=["log", "seq"], name="audit_unique_seq"),
             models.UniqueConstraint(fields=["log", "prev_hash"], name="audit_unique_prev"),

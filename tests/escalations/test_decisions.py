@@ -37,12 +37,12 @@ def reload(obj):  # noqa: ANN001, ANN201
 
 
 def audit_types(op: Operation) -> list[str]:
-    return list(AuditEntry.objects.filter(operation_id=op.pk).order_by("seq").values_list("type", flat=True))
+    return list(AuditEntry.objects.filter(operation_id=op.pk).order_by("pk").values_list("type", flat=True))
 
 
 def audit_data(op: Operation, entry_type: str) -> list[dict]:
     bodies = (
-        AuditEntry.objects.filter(operation_id=op.pk, type=entry_type).order_by("seq").values_list("body", flat=True)
+        AuditEntry.objects.filter(operation_id=op.pk, type=entry_type).order_by("pk").values_list("body", flat=True)
     )
     return [json.loads(bytes(body))["data"] for body in bodies]
 

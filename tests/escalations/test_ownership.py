@@ -30,7 +30,7 @@ def reload(esc: Escalation) -> Escalation:
 
 
 def entries(esc: Escalation, entry_type: str) -> list[dict]:
-    bodies = AuditEntry.objects.filter(operation_id=esc.operation_id, type=entry_type).order_by("seq")
+    bodies = AuditEntry.objects.filter(operation_id=esc.operation_id, type=entry_type).order_by("pk")
     return [json.loads(bytes(body)) for body in bodies.values_list("body", flat=True)]
 
 
