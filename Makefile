@@ -11,7 +11,7 @@ PROVIDER_PORT ?= 8765
 CALLBACK_PORT ?= 8766
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test lint bench soak clean venv
 
 $(STAMP): pyproject.toml
 	@echo "Installing pollerdash into $(VENV) (log: var/install.log)"
@@ -61,6 +61,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	SECRET_KEY=lint $(BIN)/mypy
 	SECRET_KEY=lint $(BIN)/python manage.py makemigrations --check --dry-run
 
 # Benchmarks print figures (they assert nothing); each uses its own scratch PostgreSQL database.
@@ -70,6 +71,10 @@ bench: $(STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/audit.py
 	SECRET_KEY=bench $(BIN)/python bench/api.py
 	SECRET_KEY=bench $(BIN)/python bench/dashboard.py
+
+# The soak with faults: 10 minutes on a private PostgreSQL cluster it starts (initdb as postgres).
+soak: $(STAMP)
+	SECRET_KEY=bench $(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) var

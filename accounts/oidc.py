@@ -23,6 +23,7 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import SuspiciousOperation
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
@@ -114,14 +115,14 @@ class OIDCBackend(OIDCAuthenticationBackend):
             raise SignInRefused("ID token refused: the nonce does not match this sign-in")
         return payload
 
-    def get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> AbstractBaseUser:
+    def get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> User:
         try:
             return self._get_or_create_user(access_token, id_token, payload)
         except SignInRefused as refusal:
             setattr(self.request, REFUSAL_ATTR, refusal)
             raise
 
-    def _get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> AbstractBaseUser:
+    def _get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> User:
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if not isinstance(userinfo, dict) or userinfo.get("sub") != payload["sub"]:
             raise SignInRefused("the provider's userinfo is about another subject than the ID token")
@@ -145,12 +146,13 @@ class OIDCBackend(OIDCAuthenticationBackend):
                 roles.sync_roles(user=user, wanted=roles.roles_for(groups, mapping), managed=mapping.managed)
         authenticated_at = auth_time if isinstance(auth_time, int | float) else payload["iat"]
         # Read by the callback view once the person is signed in (accounts.signins.remember).
+        # An attribute of this request's user object only, not a model field.
         user.pd_sign_in = SignIn(  # type: ignore[attr-defined]
             method=OIDC, at=datetime.fromtimestamp(authenticated_at, tz=UTC), issuer=issuer, subject=subject
         )
         return user
 
-    def _user_for(self, *, issuer: str, subject: str, claims: dict) -> AbstractBaseUser:
+    def _user_for(self, *, issuer: str, subject: str, claims: dict) -> User:
         identity = ExternalIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
         if identity is not None:
             user = identity.user
@@ -179,8 +181,8 @@ class OIDCBackend(OIDCAuthenticationBackend):
         return user
 
     @staticmethod
-    def _update_profile(user: AbstractBaseUser, claims: dict) -> None:
-        user.email = str(claims.get("email") or "")[:254]  # type: ignore[attr-defined]
-        user.first_name = str(claims.get("given_name") or "")[:150]  # type: ignore[attr-defined]
-        user.last_name = str(claims.get("family_name") or "")[:150]  # type: ignore[attr-defined]
+    def _update_profile(user: User, claims: dict) -> None:
+        user.email = str(claims.get("email") or "")[:254]
+        user.first_name = str(claims.get("given_name") or "")[:150]
+        user.last_name = str(claims.get("family_name") or "")[:150]
         user.save(update_fields=["email", "first_name", "last_name"])

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 
 from operations.responders import RESPONDER, VIEWER
 
@@ -58,25 +57,25 @@ def roles_for(groups: frozenset[str], mapping: RoleMapping) -> frozenset[str]:
     return frozenset(roles)
 
 
-def current_roles(user: AbstractBaseUser) -> frozenset[str]:
-    names = set(user.groups.filter(name__in=GROUP_ROLES).values_list("name", flat=True))  # type: ignore[attr-defined]
+def current_roles(user: User) -> frozenset[str]:
+    names = set(user.groups.filter(name__in=GROUP_ROLES).values_list("name", flat=True))
     if getattr(user, "is_superuser", False):
         names.add(ADMIN)
     return frozenset(names)
 
 
-def sync_roles(*, user: AbstractBaseUser, wanted: frozenset[str], managed: frozenset[str]) -> None:
+def sync_roles(*, user: User, wanted: frozenset[str], managed: frozenset[str]) -> None:
     """Grant and take away the managed roles to match `wanted`. Run it inside `people.one_change` (and
     a transaction): that records the changes, naming who made them."""
     have = current_roles(user)
     for role in sorted(managed & (wanted ^ have)):
         grant = role in wanted
         if role == ADMIN:
-            user.is_superuser = user.is_staff = grant  # type: ignore[attr-defined]
+            user.is_superuser = user.is_staff = grant
             user.save(update_fields=["is_superuser", "is_staff"])
             continue
         group, _ = Group.objects.get_or_create(name=role)
         if grant:
-            user.groups.add(group)  # type: ignore[attr-defined]
+            user.groups.add(group)
         else:
-            user.groups.remove(group)  # type: ignore[attr-defined]
+            user.groups.remove(group)

@@ -1,6 +1,6 @@
 """The small threaded HTTP server under the fake PagerDuty and Slack receivers.
 
-The same choices as operations/fakeprovider.py, which these fakes sit next to in tests:
+The server of the fake provider (demo/fakeprovider.py) too, so all the fakes make the same choices:
 - TCP_NODELAY on every connection (`disable_nagle_algorithm`): a response written in two sends
   would otherwise wait ~40 ms on a delayed ACK;
 - no reverse DNS lookup at bind; daemon handler threads that stop() does not wait for;
@@ -36,7 +36,8 @@ class FakeServer(ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can take seconds.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        # An AF_INET server's address is (host, port) with the host a str (the stubs allow bytes too).
+        self.server_name, self.server_port = self.server_address[:2]  # type: ignore[assignment]
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -113,6 +114,7 @@ class FakeReceiver:
         if self._server is not None:
             raise RuntimeError(f"{type(self).__name__} already started")
         self._server = FakeServer(host, port, self.handler)
+        # The handler reaches its receiver through the server object (not a field of HTTPServer).
         self._server.receiver = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name=self.thread_name, daemon=True

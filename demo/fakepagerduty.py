@@ -128,6 +128,7 @@ class _Handler(FakeHandler):
     server_version = "fake-pagerduty/1"
 
     def do_POST(self) -> None:
+        # Set by FakeReceiver.start (demo/fakehttp.py) on the server object.
         state: _State = self.server.receiver.state  # type: ignore[attr-defined]
         if self.path.partition("?")[0] != "/v2/enqueue":
             return self.reply(404, b'{"status":"not found"}', content_type="application/json")

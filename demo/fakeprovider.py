@@ -15,7 +15,8 @@ behaves like ``slow_success__polls=2``):
 
 - slow_success [polls=3], late_failure [polls=3], never_finishes, duplicate_completion [polls=1],
   terminal_flip [polls=1], succeeded_no_result, past_own_expiry, partial [total=100, failed=3],
-  unknown_state [value=needs_payment; null, missing, number], bench [polls=3] (lean bodies)
+  unknown_state [value=needs_payment; null, missing, number], bench [polls=3] (lean bodies),
+  timed [done_ms=epoch milliseconds] (lean bodies; running until that wall-clock moment)
 - retry_after_seconds [value=120, status=503, times=1],
   retry_after_date [form=imf|rfc850|asctime, offset=30, status=503, times=1, date_skew=0],
   rate_limited_no_hint [times=infinite], bad_hint [value=-1, polls=2],
@@ -38,18 +39,18 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
-import socketserver
 import sys
 import threading
 import time
 from collections.abc import Callable
 from html import escape
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from io import TextIOBase
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote
 
+from demo.fakehttp import FakeServer
 from demo.scenarios import (
     HTML,
     SCENARIOS,
@@ -279,52 +280,15 @@ def _presence(authorization: str | None) -> str:
     return "present" if authorization else "absent"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # ThreadingMixIn would otherwise join every handler thread on close, i.e. wait for idle
-    # keep-alive connections and slowloris answers.
-    block_on_close = False
-    allow_reuse_address = True
+class _Server(FakeServer):
+    """demo/fakehttp.py's server (no reverse DNS at bind, daemon threads, stop() wakes held
+    connections) with the provider's state and a deeper accept queue for the benchmarks."""
+
     request_queue_size = 256
 
     def __init__(self, host: str, port: int) -> None:
         self.state = _State()
-        self.stop_event = threading.Event()
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__((host, port), _Handler)
-        self.host_port = f"{host}:{self.server_address[1]}"
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can take seconds.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients that hang up (a capped body read, a timeout, stop()) are normal here.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
-
-    def close_connections(self) -> None:
-        """Wake handler threads blocked reading idle keep-alive connections so they exit."""
-        with self._connections_lock:
-            connections = list(self._connections)
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        super().__init__(host, port, _Handler)
 
 
 class FakeProvider:
@@ -388,7 +352,7 @@ class FakeProvider:
         self.stop()
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, stream: TextIO | None = None) -> None:
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, stream: TextIO | TextIOBase | None = None) -> None:
     """Serve in the foreground until SIGTERM or SIGINT (must run in the main thread)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -172,6 +172,7 @@ class _Handler(FakeHandler):
 
     @property
     def state(self) -> _State:
+        # Set by FakeReceiver.start (demo/fakehttp.py) on the server object.
         return self.server.receiver.state  # type: ignore[attr-defined]
 
     def do_POST(self) -> None:

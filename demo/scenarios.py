@@ -386,6 +386,13 @@ def _bench(c: Call) -> Reply:
     return json_reply(200, {"id": c.job_id, "state": "succeeded", "result": c.result()})
 
 
+def _timed(c: Call) -> Reply:
+    # Done at a wall-clock moment (epoch milliseconds), however often it is asked: the soak's jobs.
+    if c.now * 1000 < int_param(c.params, "done_ms", 0):
+        return json_reply(200, {"id": c.job_id, "state": "running"})
+    return json_reply(200, {"id": c.job_id, "state": "succeeded", "result": c.result()})
+
+
 SCENARIOS: dict[str, Callable[[Call], Reply]] = {
     "slow_success": _slow_success,
     "late_failure": _late_failure,
@@ -415,6 +422,7 @@ SCENARIOS: dict[str, Callable[[Call], Reply]] = {
     "cancel_unsupported": _never_finishes,
     "echo_auth": _echo_auth,
     "bench": _bench,
+    "timed": _timed,
 }
 
 

@@ -20,19 +20,19 @@ class _AttributedViews:
 
     def changeform_view(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         with one_change(audit.user_actor(request.user)):
-            return super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]
+            return super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]  # a mixin: the ModelAdmin it joins has it
 
     def save_related(self, request: HttpRequest, form: object, formsets: object, change: bool) -> None:
-        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]  # a mixin: the ModelAdmin it joins has it
         record_pending()
 
     def changelist_view(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         with acting_as(audit.user_actor(request.user)):
-            return super().changelist_view(request, *args, **kwargs)  # type: ignore[misc]
+            return super().changelist_view(request, *args, **kwargs)  # type: ignore[misc]  # a mixin: the ModelAdmin it joins has it
 
     def delete_view(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         with acting_as(audit.user_actor(request.user)):
-            return super().delete_view(request, *args, **kwargs)  # type: ignore[misc]
+            return super().delete_view(request, *args, **kwargs)  # type: ignore[misc]  # a mixin: the ModelAdmin it joins has it
 
 
 class AttributedUserAdmin(_AttributedViews, UserAdmin):

@@ -14,6 +14,7 @@ from functools import wraps
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render, resolve_url
 from django.utils.html import format_html
 
@@ -28,12 +29,14 @@ def roles_of(user: object) -> frozenset[str]:
         return frozenset()
     cached = getattr(user, "_pollerdash_roles", None)
     if cached is None:
+        # Any authenticated user (is_authenticated checked above) has groups.
         names = set(user.groups.filter(name__in=(VIEWER, RESPONDER)).values_list("name", flat=True))  # type: ignore[attr-defined]
         if getattr(user, "is_superuser", False):
             names |= {VIEWER, RESPONDER}
         if RESPONDER in names:
             names.add(VIEWER)
         cached = frozenset(names)
+        # Cached on the request's user object for this request only, not a model field.
         user._pollerdash_roles = cached  # type: ignore[attr-defined]
     return cached
 
@@ -65,11 +68,11 @@ def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
     return render(request, "403.html", {"message": message}, status=403)
 
 
-def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def viewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Signed in, with the viewer or responder role (or an admin)."""
 
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponseBase:
         if not request.user.is_authenticated:
             return _login_redirect(request)
         if not can_read(request.user):
@@ -82,11 +85,11 @@ def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
     return wrapped
 
 
-def responder_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def responder_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Signed in with the responder role: every decision goes through here."""
 
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponseBase:
         if not request.user.is_authenticated:
             return _login_redirect(request)
         if not can_decide(request.user):

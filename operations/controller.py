@@ -37,7 +37,7 @@ from operations.lifecycle.claims import charge, defer, release
 from operations.models import Operation, ProviderProfile, StatusCheck
 from operations.polling.decide import decide
 from operations.polling.gate import Gate, before_send
-from operations.polling.model import Bounds, Observation, Policy
+from operations.polling.model import Bounds, Decision, Observation, Policy
 from operations.polling.states import StateTable
 from operations.redaction import redact_bytes, scrub
 from operations.vocabulary import DelaySource
@@ -121,10 +121,30 @@ def poll_once(
     op = _load_for_poll(operation_id)
     if op is None or op.fence != fence:
         return PollResult.STALE
+    stopped = gate_or_stop(op=op, fence=fence, now=started_at)
+    if stopped is not None:
+        return stopped
+    profile = op.provider
+    charged = _charge(op=op, fence=fence, worker=worker, started_at=started_at)
+    if isinstance(charged, PollResult):
+        return charged
+    op, check = charged
+    raw = http.send_to_provider(
+        method="GET",
+        url=status_url(profile=profile, job_id=op.provider_job_id),
+        credential_env=profile.credential_env,
+        auth_scheme=profile.auth_scheme,
+    )
+    received_at = timezone.now()
+    return _record(op=op, check=check, raw=raw, received_at=received_at, rng=rng)
+
+
+def gate_or_stop(*, op: Operation, fence: int, now: datetime) -> PollResult | None:
+    """The checks before a request; None to go on, else how the poll stopped (released or escalated)."""
     profile = op.provider
     gate = before_send(
         status=op.status,
-        now=started_at,
+        now=now,
         deadline_at=op.deadline_at,
         requests_used=op.status_requests_used,
         max_requests=op.max_status_requests,
@@ -144,19 +164,7 @@ def poll_once(
         assert gate.reason is not None
         escalate(operation_id=op.pk, fence=fence, reason=gate.reason, explanation=gate.explanation)
         return PollResult.ESCALATED
-
-    charged = _charge(op=op, fence=fence, worker=worker, started_at=started_at)
-    if isinstance(charged, PollResult):
-        return charged
-    op, check = charged
-    raw = http.send_to_provider(
-        method="GET",
-        url=status_url(profile=profile, job_id=op.provider_job_id),
-        credential_env=profile.credential_env,
-        auth_scheme=profile.auth_scheme,
-    )
-    received_at = timezone.now()
-    return _record(op=op, check=check, raw=raw, received_at=received_at, rng=rng)
+    return None
 
 
 # Columns a poll never reads; skipping them saves decoding JSON on every poll.
@@ -170,52 +178,41 @@ def clear_profile_cache() -> None:
 
 
 @cache
-def _load_sql() -> str:
+def _select_sql() -> str:
     names = [field.column for field in Operation._meta.concrete_fields if field.name not in _COLD_FIELDS]
     columns = ", ".join(f"o.{fastsql.connection.ops.quote_name(name)}" for name in names)
     return (
         f"SELECT {columns}, p.updated_at AS profile_stamp FROM {fastsql.table(Operation)} o "
-        f"JOIN {fastsql.table(ProviderProfile)} p ON p.id = o.provider_id WHERE o.id = %s"
+        f"JOIN {fastsql.table(ProviderProfile)} p ON p.id = o.provider_id"
     )
 
 
 def _load_for_poll(operation_id: str) -> Operation | None:
     """The operation with its profile; profiles are cached per process until they change."""
-    found = list(Operation.objects.raw(_load_sql(), [operation_id]))
-    if not found:
-        return None
-    op = found[0]
-    # The stamp is compared as the backend returned it (a string on SQLite, a datetime on
-    # PostgreSQL): equal stamps mean an unchanged profile.
-    stamp = op.profile_stamp  # type: ignore[attr-defined]
-    cached = _profiles.get(op.provider_id)
-    if cached is None or cached[0] != stamp:
-        cached = (stamp, ProviderProfile.objects.get(pk=op.provider_id))
-        _profiles[op.provider_id] = cached
-    op.provider = cached[1]
-    return op
+    found = load_for_polls([operation_id])
+    return found.get(operation_id)
 
 
-def poll_claims(*, claims: list[tuple[str, int]], rng: random.Random | None = None) -> list[PollResult]:
-    """Poll several claimed operations one after another (one worker task under load).
-
-    A poll is only started while a whole request still fits the task's time limit; the claims
-    left over are released (fence + 1, still due) so the next dispatcher pass hands them to
-    another worker at once instead of waiting for their leases to run out.
-    """
-    # The longest a poll can take: the waits for a send slot in _charge, then the whole request.
-    longest_poll_s = SLOT_ATTEMPTS * MAX_SLOT_WAIT_S + settings.POLL_HTTP_TOTAL_TIMEOUT_S
-    budget_s = settings.Q_CLUSTER["timeout"] - longest_poll_s - 5
-    started = time.monotonic()
-    results: list[PollResult] = []
-    for index, (operation_id, fence) in enumerate(claims):
-        if index and time.monotonic() - started > budget_s:
-            for later_id, later_fence in claims[index:]:
-                release(operation_id=later_id, fence=later_fence)
-                results.append(PollResult.STALE)
-            break
-        results.append(poll_once(operation_id=operation_id, fence=fence, rng=rng))
-    return results
+def load_for_polls(operation_ids: list[str]) -> dict[str, Operation]:
+    """Several operations with their profiles, in one query (a group task's polls)."""
+    if len(operation_ids) == 1:
+        found = Operation.objects.raw(f"{_select_sql()} WHERE o.id = %s", operation_ids)
+    else:
+        found = Operation.objects.raw(
+            f"{_select_sql()} WHERE o.id IN ({', '.join(['%s'] * len(operation_ids))})", operation_ids
+        )
+    loaded = {}
+    for op in found:
+        # The stamp is compared as the backend returned it (a string on SQLite, a datetime on
+        # PostgreSQL): equal stamps mean an unchanged profile.
+        stamp = op.profile_stamp  # type: ignore[attr-defined]
+        cached = _profiles.get(op.provider_id)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, ProviderProfile.objects.get(pk=op.provider_id))
+            _profiles[op.provider_id] = cached
+        op.provider = cached[1]
+        loaded[op.pk] = op
+    return loaded
 
 
 def _charge(
@@ -308,7 +305,16 @@ def _defer(
 def _record(
     *, op: Operation, check: StatusCheck, raw: http.RawResponse, received_at: datetime, rng: random.Random
 ) -> PollResult:
-    """Interpret the response (pure) and hand the outcome to the lifecycle's one fenced transaction.
+    """Interpret the response (pure) and hand the outcome to the lifecycle's one fenced transaction."""
+    decision, answer = interpret(op=op, raw=raw, received_at=received_at, rng=rng)
+    written = polls.record_outcome(op=op, check=check, decision=decision, answer=answer)
+    return PollResult.POLLED if written else PollResult.STALE
+
+
+def interpret(
+    *, op: Operation, raw: http.RawResponse, received_at: datetime, rng: random.Random
+) -> tuple[Decision, polls.Answer]:
+    """What a response means for the operation (pure decision) and what its check records.
 
     A provider may echo the credential (say, the Authorization header in an error body): every
     registered secret is scrubbed from the body before anything is taken from it, and from every
@@ -339,5 +345,4 @@ def _record(
         body_bytes=raw.body_bytes,
         transport_error=raw.transport_error or "",
     )
-    written = polls.record_outcome(op=op, check=check, decision=decision, answer=answer)
-    return PollResult.POLLED if written else PollResult.STALE
+    return decision, answer

@@ -9,11 +9,12 @@ on PostgreSQL and SQLite. Everything off the hot path uses the ORM.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
+from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Field, Model
 
 
 @cache
@@ -21,14 +22,19 @@ def table(model: type[Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    # Every name passed here is one of the model's own columns, never a reverse relation.
+    return cast("Field[Any, Any]", model._meta.get_field(name))
+
+
 @cache
 def column(model: type[Model], name: str) -> str:
-    return connection.ops.quote_name(model._meta.get_field(name).column)
+    return connection.ops.quote_name(_field(model, name).column)
 
 
 def prep(model: type[Model], name: str, value: object) -> object:
     """The value as this backend stores it in that field (Django's get_db_prep_save)."""
-    return model._meta.get_field(name).get_db_prep_save(value, connection)
+    return _field(model, name).get_db_prep_save(value, connection)
 
 
 def assignments(model: type[Model], values: Mapping[str, object]) -> tuple[str, list[object]]:
@@ -40,14 +46,68 @@ def assignments(model: type[Model], values: Mapping[str, object]) -> tuple[str, 
     return ", ".join(parts), params
 
 
-def execute(sql: str, params: list[object]) -> int:
+def execute(sql: str, params: Sequence[Any]) -> int:
     """Run one statement; the number of rows it changed."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 
 
-def fetchone(sql: str, params: list[object]) -> tuple | None:
+def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
+
+
+def update_rows(
+    model: type[Model],
+    *,
+    keys: Sequence[str],
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    where: str = "",
+    params: Sequence[Any] = (),
+) -> list[object]:
+    """PostgreSQL: one UPDATE of many rows, each matched on `keys` and given its own `names` values.
+
+    Each row holds the key values then the new values, prepared (`prep`). `where` may add a
+    condition on the table (alias `o`) with its parameters after the rows'. Returns the primary
+    keys of the rows changed. Only the first VALUES row carries type casts: PostgreSQL types the
+    others from it, and the statement stays short enough for psycopg to cache its parsing.
+    """
+    # Only concrete columns are named here, never a generic relation.
+    fields = [cast("Field[Any, Any]", model._meta.get_field(name)) for name in (*keys, *names)]
+    aliases = [f"v{index}" for index in range(len(fields))]
+    first = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
+    other = ", ".join(["%s"] * len(fields))
+    values = ", ".join([f"({first})", *[f"({other})"] * (len(rows) - 1)])
+    sets = ", ".join(
+        f"{column(model, name)} = v.{alias}" for name, alias in zip(names, aliases[len(keys) :], strict=True)
+    )
+    match = " AND ".join(
+        f"o.{column(model, key)} = v.{alias}" for key, alias in zip(keys, aliases[: len(keys)], strict=True)
+    )
+    sql = (
+        f"UPDATE {table(model)} AS o SET {sets} FROM (VALUES {values}) AS v({', '.join(aliases)}) "
+        f"WHERE {match}{where} RETURNING o.{connection.ops.quote_name(model._meta.pk.column)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*(value for row in rows for value in row), *params])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:
+    """PostgreSQL: lock these rows in primary-key order before a statement that writes several.
+
+    A multi-row UPDATE locks rows in whatever order its plan meets them; two of them over
+    overlapping rows (a group's outcomes, an account pause) could then wait on each other. Taking
+    the locks in one global order first rules that out.
+    """
+    if connection.vendor != "postgresql" or len(pks) < 2:
+        return
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {table(model)} WHERE {pk} IN ({', '.join(['%s'] * len(pks))}) ORDER BY {pk} FOR UPDATE",
+            list(pks),
+        )

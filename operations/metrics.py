@@ -12,7 +12,7 @@ credentials and pause reasons stay out; labels are pollerdash's own words and ac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -125,7 +125,11 @@ def dispatch_lag(*, now: datetime, window: timedelta = LAG_WINDOW) -> Lag:
         if not samples:
             return Lag(samples=0)
         return Lag(samples=samples, quantiles=dict(zip(QUANTILES, values, strict=True)), max_s=worst)
-    lags = sorted((started - due).total_seconds() for started, due in recent.values_list("started_at", "due_at"))
+    # due_at is set on every row of `recent` (filtered above); the stubs type the column as nullable.
+    lags = sorted(
+        (started - due).total_seconds()  # type: ignore[operator]
+        for started, due in recent.values_list("started_at", "due_at")
+    )
     if not lags:
         return Lag(samples=0)
     return Lag(samples=len(lags), quantiles={q: _percentile(lags, q) for q in QUANTILES}, max_s=lags[-1])
@@ -142,7 +146,8 @@ def _percentile(ordered: list[float], q: float) -> float:
 def snapshot(*, now: datetime | None = None) -> Snapshot:
     now = now or timezone.now()
     paused = [
-        PausedAccount(name=name, paused_until=until, remaining_s=(until - now).total_seconds(), reason=reason)
+        # paused_until__gt below: every row has a pause end (the stubs type the column as nullable).
+        PausedAccount(name=name, paused_until=until, remaining_s=(until - now).total_seconds(), reason=reason)  # type: ignore[arg-type,operator]
         for name, until, reason in ProviderAccount.objects.filter(paused_until__gt=now)
         .order_by("paused_until")
         .values_list("name", "paused_until", "pause_reason")
@@ -305,7 +310,7 @@ def _gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFam
     return gauge
 
 
-def _labelled(name: str, documentation: str, label: str, values: dict[str, float]) -> GaugeMetricFamily:
+def _labelled(name: str, documentation: str, label: str, values: Mapping[str, float]) -> GaugeMetricFamily:
     gauge = GaugeMetricFamily(name, documentation, labels=[label])
     for key, value in values.items():
         gauge.add_metric([key], value)

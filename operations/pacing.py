@@ -94,6 +94,12 @@ def has_room(*, account: str, rate_per_s: float, now: datetime) -> bool:
     return _sent_in_window(account=account, rule=rule, now=now) < rule.max_in_window
 
 
+def room(*, account: str, rate_per_s: float, now: datetime) -> int:
+    """How many more requests to this account fit the allowance now (a group charges that many)."""
+    rule = allowance(rate_per_s=rate_per_s)
+    return rule.max_in_window - _sent_in_window(account=account, rule=rule, now=now)
+
+
 def _sent_in_window(*, account: str, rule: Allowance, now: datetime) -> int:
     # Bounded: counting stops at the allowance, whatever the traffic. Plain SQL: every charge
     # runs it (operations/fastsql.py says why).

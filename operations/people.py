@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
@@ -52,16 +52,16 @@ class UserFacts:
         return {"groups": list(self.groups), "is_staff": self.is_staff, "is_superuser": self.is_superuser}
 
 
-def user_facts(user: object, *, groups: tuple[str, ...] | None = None) -> UserFacts:
+def user_facts(user: User, *, groups: tuple[str, ...] | None = None) -> UserFacts:
     """What the audit compares, as the object holds it now (groups read from the database)."""
     if groups is None:
-        groups = tuple(sorted(user.groups.values_list("name", flat=True)))  # type: ignore[attr-defined]
+        groups = tuple(sorted(user.groups.values_list("name", flat=True)))
     return UserFacts(
-        user_id=user.pk,  # type: ignore[attr-defined]
-        username=user.get_username(),  # type: ignore[attr-defined]
-        is_active=bool(user.is_active),  # type: ignore[attr-defined]
-        is_staff=bool(user.is_staff),  # type: ignore[attr-defined]
-        is_superuser=bool(user.is_superuser),  # type: ignore[attr-defined]
+        user_id=user.pk,
+        username=user.get_username(),
+        is_active=bool(user.is_active),
+        is_staff=bool(user.is_staff),
+        is_superuser=bool(user.is_superuser),
         groups=groups,
     )
 
@@ -164,23 +164,26 @@ def user_change_record(*, before: UserFacts | None, after: UserFacts | None, act
 # --- signal receivers ---------------------------------------------------------------------------------
 
 
-def _before_save(sender: type, instance: object, raw: bool = False, update_fields: object = None, **_: object) -> None:
-    instance._pollerdash_before = None  # type: ignore[attr-defined]
-    if raw or instance.pk is None:  # type: ignore[attr-defined]
+def _before_save(
+    sender: type[User], instance: User, raw: bool = False, update_fields: object = None, **_: object
+) -> None:
+    instance._pollerdash_before = None  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
+    if raw or instance.pk is None:
         return
+    # update_fields is an iterable of names whenever it is not None.
     if update_fields is not None and not TRACKED_FIELDS & set(update_fields):  # type: ignore[call-overload]
         return
-    stored = sender.objects.filter(pk=instance.pk).first()  # type: ignore[attr-defined]
-    instance._pollerdash_before = None if stored is None else user_facts(stored)  # type: ignore[attr-defined]
+    stored = sender.objects.filter(pk=instance.pk).first()
+    instance._pollerdash_before = None if stored is None else user_facts(stored)  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
 
 
-def _after_save(sender: type, instance: object, created: bool, raw: bool = False, **_: object) -> None:
+def _after_save(sender: type[User], instance: User, created: bool, raw: bool = False, **_: object) -> None:
     if raw:
         return
     before = getattr(instance, "_pollerdash_before", None)
-    instance._pollerdash_before = None  # type: ignore[attr-defined]
+    instance._pollerdash_before = None  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
     if created or before is not None:
-        _changed(instance.pk, before)  # type: ignore[attr-defined]
+        _changed(instance.pk, before)
 
 
 def _members(group: Group) -> list[UserFacts]:
@@ -192,28 +195,29 @@ def _groups_changed(
 ) -> None:
     if action.startswith("pre_"):
         if not reverse:
-            befores = [user_facts(instance)]
+            # m2m_changed: the instance is a User when sent from the user's side, else a Group.
+            befores = [user_facts(instance)]  # type: ignore[arg-type]  # User from the user side, else Group
         elif pk_set is None:  # group.user_set.clear(): everyone in the group
-            befores = _members(instance)  # type: ignore[arg-type]
+            befores = _members(instance)  # type: ignore[arg-type]  # User from the user side, else Group
         else:
             befores = [user_facts(user) for user in get_user_model().objects.filter(pk__in=pk_set)]
-        instance._pollerdash_members_before = befores  # type: ignore[attr-defined]
+        instance._pollerdash_members_before = befores  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
         return
     _members_changed(instance)
 
 
 def _members_changed(instance: object) -> None:
     befores = getattr(instance, "_pollerdash_members_before", None) or []
-    instance._pollerdash_members_before = None  # type: ignore[attr-defined]
+    instance._pollerdash_members_before = None  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
     for before in befores:
         _changed(before.user_id, before)
 
 
-def _before_user_delete(sender: type, instance: object, **_: object) -> None:
-    instance._pollerdash_deleted = user_facts(instance)  # type: ignore[attr-defined]
+def _before_user_delete(sender: type[User], instance: User, **_: object) -> None:
+    instance._pollerdash_deleted = user_facts(instance)  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
 
 
-def _after_user_delete(sender: type, instance: object, **_: object) -> None:
+def _after_user_delete(sender: type[User], instance: User, **_: object) -> None:
     before = getattr(instance, "_pollerdash_deleted", None)
     if before is not None:
         _changed(before.user_id, before)
@@ -221,11 +225,11 @@ def _after_user_delete(sender: type, instance: object, **_: object) -> None:
 
 def _before_group_save(sender: type, instance: Group, raw: bool = False, **_: object) -> None:
     # Roles are group names: renaming a group changes the roles of everyone in it.
-    instance._pollerdash_members_before = None  # type: ignore[attr-defined]
+    instance._pollerdash_members_before = None  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
     if raw or instance.pk is None:
         return
     if Group.objects.filter(pk=instance.pk).exclude(name=instance.name).exists():
-        instance._pollerdash_members_before = _members(instance)  # type: ignore[attr-defined]
+        instance._pollerdash_members_before = _members(instance)  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
 
 
 def _after_group_save(sender: type, instance: Group, raw: bool = False, **_: object) -> None:
@@ -234,7 +238,7 @@ def _after_group_save(sender: type, instance: Group, raw: bool = False, **_: obj
 
 
 def _before_group_delete(sender: type, instance: Group, **_: object) -> None:
-    instance._pollerdash_members_before = _members(instance)  # type: ignore[attr-defined]
+    instance._pollerdash_members_before = _members(instance)  # type: ignore[attr-defined]  # kept on the instance until the post_ signal
 
 
 def _after_group_delete(sender: type, instance: Group, **_: object) -> None:

@@ -71,15 +71,15 @@ def charge_registration(*, agent: Agent, now: datetime) -> None:
             )
     per_minute = settings.AGENT_REGISTRATIONS_PER_MINUTE
     if per_minute > 0:
-        left = ratelimit.take(
+        retry_s = ratelimit.take(
             key=f"registrations:agent:{agent.pk}", limit=per_minute, window_s=REGISTRATION_WINDOW_S, now=now
         )
-        if left is not None:
+        if retry_s is not None:
             raise QuotaExceeded(
                 "registrations_per_minute",
                 f"The registrations-per-minute quota is used up: at most {per_minute} new registrations per "
-                f"minute per agent; retry after {left} s",
-                left,
+                f"minute per agent; retry after {retry_s} s",
+                retry_s,
             )
 
 

@@ -192,6 +192,7 @@ def operation_register(*, charge_quotas: bool = False, **request: object) -> Ope
     another client watches (OperationConflict `job_already_watched`); with `charge_quotas` the
     agent's quotas are checked and charged too (operations.quotas.QuotaExceeded).
     """
+    # The keyword arguments are the API's validated request, typed there.
     new = check_registration(**request)  # type: ignore[arg-type]
     with transaction.atomic():
         agent = new.agent

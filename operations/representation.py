@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from operations.models import Operation
+from operations.models import Escalation, Operation
 from operations.vocabulary import REASON_LABELS, TERMINAL_STATUSES, Reason, Status
 
 API_PREFIX = "/api/v1/operations"
@@ -97,7 +97,7 @@ def _done_code(acked: bool, action: str) -> str:
     return "done_acknowledged" if acked else f"done_{action}_then_ack"
 
 
-def operation_object(op: Operation, *, open_escalation: object | None = None, now: datetime | None = None) -> dict:
+def operation_object(op: Operation, *, open_escalation: Escalation | None = None, now: datetime | None = None) -> dict:
     """The JSON-ready Operation object. `open_escalation` is the open Escalation row, if any."""
     now = now or timezone.now()
     retry_s = retry_after_s(op, now=now)
@@ -108,7 +108,7 @@ def operation_object(op: Operation, *, open_escalation: object | None = None, no
     if open_escalation is not None:
         escalation = {
             "reason": reason,
-            "opened_at": rfc3339(open_escalation.opened_at),  # type: ignore[attr-defined]
+            "opened_at": rfc3339(open_escalation.opened_at),
             "url": f"{settings.SITE_URL}/operations/{op.pk}/",
         }
     result, error = _outcome(op) if done else (None, None)
@@ -184,7 +184,7 @@ def _cancel(op: Operation) -> dict | None:
 def list_object(
     *,
     operations: list[Operation],
-    escalations: dict[str, object],
+    escalations: dict[str, Escalation],
     counts: dict[str, int],
     limit: int,
     next_cursor: str | None,

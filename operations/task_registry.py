@@ -2,7 +2,7 @@
 
 A django-q2 Schedule names its function as text, and the workers hold the provider credentials,
 SECRET_KEY and DATABASE_URL: a schedule whose `func` is `os.system` is remote code execution. So
-django-q2's models are read-only in the admin (operations/admin.py), the schedules pollerdash
+django-q2's models are read-only in the admin (operations/admin/queue.py), the schedules pollerdash
 needs are written by code at migrate time (`schedules_ensure`), and every task, whatever enqueued
 it (the scheduler included), passes `guard_task` on its way into the queue: a function that is not
 one of pollerdash's own is swapped for `refuse_task` before the task is signed, so a worker never

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from operations.batch import poll_claims
 from operations.callbacks.delivery import deliver
-from operations.controller import poll_claims, poll_once
+from operations.controller import poll_once
 from operations.credentials import credentials_publish_all
 from operations.services import provider_cancel_forward
 

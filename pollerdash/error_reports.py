@@ -22,7 +22,10 @@ HIDDEN_NAMES = "API|AUTH|TOKEN|KEY|SECRET|PASS|SIGNATURE|HTTP_COOKIE|URL|WEBHOOK
 class SafeExceptionReporterFilter(debug.SafeExceptionReporterFilter):
     hidden_settings = _lazy_re_compile(HIDDEN_NAMES, flags=re.IGNORECASE)
 
-    def get_traceback_frame_variables(self, request: HttpRequest, tb_frame: object) -> list[tuple[str, object]]:
+    # Django only iterates over the pairs: a list does as well as the ItemsView the stubs declare.
+    def get_traceback_frame_variables(  # type: ignore[override]
+        self, request: HttpRequest, tb_frame: object
+    ) -> list[tuple[str, object]]:
         return [
             (name, self.cleansed_substitute if self.hidden_settings.search(name) else value)
             for name, value in super().get_traceback_frame_variables(request, tb_frame)

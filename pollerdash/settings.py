@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from csp.constants import NONE, SELF
@@ -253,7 +254,7 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "pollerdash.error_reports.SafeExceptionRepor
 
 # --- Logging: stdout, secrets scrubbed --------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"redact_secrets": {"()": "operations.redaction.RedactSecretsFilter"}},
@@ -316,10 +317,10 @@ DISPATCH_MIN_SLEEP_S = env_float("DISPATCH_MIN_SLEEP_S", 0.1)
 # small because every django-q2 dequeue scans the whole (unindexed) queue table.
 DISPATCH_MAX_QUEUED = env_int("DISPATCH_MAX_QUEUED", 250)
 DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
-# Under load one pass claims more polls than there are workers: the claims are then grouped into
-# about this many tasks (each a few polls, run one after another by one worker), because
-# django-q2's fixed cost per task (queue row, dequeue, acknowledgement) is as large as a poll's
-# own. A light pass still gets one task per poll.
+# A pass that claims more polls than this groups them into tasks of up to DISPATCH_POLLS_PER_TASK
+# (one worker sends a group's requests together and writes its outcomes in one transaction),
+# because django-q2's fixed cost per task (queue row, dequeue, acknowledgement) is as large as a
+# poll's own. A light pass still gets one task per poll.
 DISPATCH_TASK_SPREAD = env_int("DISPATCH_TASK_SPREAD", 4)
 DISPATCH_POLLS_PER_TASK = env_int("DISPATCH_POLLS_PER_TASK", 8)
 # /metrics: with a token, scrapers send "Authorization: Bearer <token>"; without one, only

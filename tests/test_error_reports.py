@@ -24,7 +24,7 @@ def debug_page(request: object) -> str:
     raise AssertionError("no failure")
 
 
-def test_the_debug_page_hides_webhook_urls_dsns_and_routing_keys(settings) -> None:  # noqa: ANN001
+def test_the_debug_page_hides_webhook_urls_dsns_and_routing_keys(settings) -> None:
     # Drawn at run time: the page quotes this file's source lines, which must not hold them.
     hidden = {name: secrets.token_hex(12) for name in ("webhook", "routing", "dsn", "database", "token")}
     settings.DEBUG = True

@@ -142,7 +142,7 @@ def test_a_pem_credential_is_never_sent_and_never_quoted(
 
 
 @pytest.fixture
-def agent_client(db) -> Client:  # noqa: ANN001
+def agent_client(db) -> Client:
     issued = agent_token_issue(name="echo-bot")
     return Client(headers={"Authorization": f"Bearer {issued.token}"})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
@@ -83,7 +84,7 @@ def card_facts(*, escalation: Escalation, now: datetime) -> CardFacts:
     )
 
 
-def _group_facts(escalation: Escalation) -> dict[str, object]:
+def _group_facts(escalation: Escalation) -> dict[str, Any]:
     if escalation.group_id is None:
         return {}
     size = Escalation.objects.filter(group_id=escalation.group_id, state=Escalation.State.OPEN).count()

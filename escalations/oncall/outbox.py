@@ -24,6 +24,7 @@ from django_q.tasks import async_task
 
 from operations.models import NotificationDelivery
 from operations.notify import rules
+from operations.notify.recipients import Channel
 
 DELIVER_TASK = "escalations.tasks.deliver_notification"
 TASK_GROUP = "notifications"
@@ -46,7 +47,7 @@ def claim_due(*, now: datetime | None = None, limit: int = CLAIMS_PER_PASS) -> i
         with transaction.atomic():
             if after_id is not None:
                 before = NotificationDelivery.objects.filter(pk=after_id).first()
-                readiness, why = rules.follow_up_ready(predecessor=None if before is None else _rule_row(before))
+                readiness, why = rules.follow_up_ready(predecessor=None if before is None else rule_row(before))
                 if readiness is rules.Readiness.WAIT:
                     continue
                 if readiness is rules.Readiness.SKIP:
@@ -63,10 +64,11 @@ def claim_due(*, now: datetime | None = None, limit: int = CLAIMS_PER_PASS) -> i
     return claimed
 
 
-def _rule_row(row: NotificationDelivery) -> rules.Row:
+def rule_row(row: NotificationDelivery) -> rules.Row:
+    """A delivery as the pure rules read it (operations.notify.rules)."""
     return rules.Row(
         id=row.pk,
-        channel=rules.Channel(row.channel),
+        channel=Channel(row.channel),
         address=row.address,
         event=rules.Event(row.event),
         state=rules.State(row.state),

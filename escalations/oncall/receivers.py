@@ -8,6 +8,7 @@ and workers send it afterwards.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
@@ -16,17 +17,20 @@ from escalations.oncall import outbox, runs
 from operations.models import Decision, Escalation, NotificationDelivery
 from operations.responders import responders
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 def on_card_opened(*, escalation: Escalation, **_: object) -> None:
     runs.start(escalation=escalation, now=timezone.now())
 
 
-def on_card_acknowledged(*, escalation: Escalation, user: object, previous: object = None, **_: object) -> None:
+def on_card_acknowledged(*, escalation: Escalation, user: User, previous: User | None = None, **_: object) -> None:
     """The policy stops; a take-over tells the person who held the card."""
     now = timezone.now()
     runs.acknowledge(escalation=escalation, now=now)
     if previous is not None:
-        taker = user.get_username()  # type: ignore[attr-defined]
+        taker = user.get_username()
         runs.tell(
             escalation=escalation,
             users=[previous],
@@ -45,9 +49,9 @@ def on_card_closed(*, escalation: Escalation, **_: object) -> None:
     runs.end(escalation=escalation, now=timezone.now())
 
 
-def on_card_reassigned(*, escalation: Escalation, by: object, to: object, **_: object) -> None:
+def on_card_reassigned(*, escalation: Escalation, by: User, to: User, **_: object) -> None:
     """The responder a card was handed to is told; the policy goes on until they acknowledge."""
-    giver = by.get_username()  # type: ignore[attr-defined]
+    giver = by.get_username()
     runs.tell(
         escalation=escalation,
         users=[to],

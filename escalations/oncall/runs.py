@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from escalations.oncall.outbox import rule_row
 from escalations.roles import can_decide
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules
@@ -61,6 +62,7 @@ def should_notify_opened(*, escalation: Escalation) -> bool:
     starts none; the group's first card's run speaks for the whole group, and its messages say how
     many cards the group holds and link to the group page.
     """
+    # group_id is checked, so the group is there (mypy does not tie the two fields).
     group_first = escalation.group.first_card_id if escalation.group_id is not None else None  # type: ignore[union-attr]
     return group_first in (None, escalation.pk)
 
@@ -241,7 +243,7 @@ def _close(
     if new != old and not _write(run, old=old, new=new, now=now):
         raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
     rows = list(NotificationDelivery.objects.filter(escalation_id=escalation.pk).exclude(channel=Channel.SLACK_REPLY))
-    plan = changes(rows=[_rule_row(r) for r in rows])
+    plan = changes(rows=[rule_row(r) for r in rows])
     by_id = {row.pk: row for row in rows}
     for skip in plan.skip:
         NotificationDelivery.objects.filter(pk=skip.row_id, state=State.PENDING, attempts=0).update(
@@ -265,18 +267,6 @@ def _close(
     )
 
 
-def _rule_row(row: NotificationDelivery) -> rules.Row:
-    return rules.Row(
-        id=row.pk,
-        channel=Channel(row.channel),
-        address=row.address,
-        event=rules.Event(row.event),
-        state=rules.State(row.state),
-        attempts=row.attempts,
-        provider_ref=row.provider_ref,
-    )
-
-
 # --- messages outside the levels ------------------------------------------------------------------------
 
 
@@ -286,7 +276,7 @@ def tell(
     event: str,
     note: str,
     now: datetime,
-    users: Sequence[object] = (),
+    users: Sequence[User] = (),
     addresses: Sequence[str] = (),
 ) -> list[NotificationDelivery]:
     """Email people about the card outside its levels (handed to them, taken over from them, an
@@ -294,10 +284,10 @@ def tell(
     cannot be reached. `note`: the message's head and first sentence, in pollerdash's words."""
     people = People(
         by_username={
-            u.get_username(): Person(  # type: ignore[attr-defined]
-                username=u.get_username(),  # type: ignore[attr-defined]
-                email=u.email,  # type: ignore[attr-defined]
-                is_active=u.is_active,  # type: ignore[attr-defined]
+            u.get_username(): Person(
+                username=u.get_username(),
+                email=u.email,
+                is_active=u.is_active,
                 is_responder=can_decide(u),
             )
             for u in users

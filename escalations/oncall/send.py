@@ -94,7 +94,7 @@ def deliver(*, delivery_id: int, attempt: int) -> str:
         )
         if row.event in TO_PEOPLE:
             _count(escalation.pk, skipped=False)
-        logger.info("notification %s (card %s, %s %s): sent", row.pk, escalation.pk, row.event, row.display)
+        logger.debug("notification %s (card %s, %s %s): sent", row.pk, escalation.pk, row.event, row.display)
         return "sent"
     if outcome.verdict is Verdict.REJECTED:
         outbox.finish(delivery=row, state=State.FAILED, detail=detail, now=now, http_status=outcome.http_status)

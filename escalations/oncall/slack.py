@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import parse_qs, urlsplit
 
-from slack_sdk.signature import SignatureVerifier
+from slack_sdk.signature import Clock, SignatureVerifier
 
 from escalations.oncall.slack_blocks import ACK_ACTION_ID, OPEN_ACTION_ID
 
@@ -43,7 +43,7 @@ class Refusal(StrEnum):
     TOO_LARGE = "too_large"
 
 
-class _FixedClock:
+class _FixedClock(Clock):
     def __init__(self, now: float) -> None:
         self._now = now
 
@@ -108,8 +108,8 @@ def parse_click(*, body: bytes, team_id: str, app_id: str, test_hosts: frozenset
         return _with(empty, problem="the payload is not JSON")
     if not isinstance(payload, dict) or payload.get("type") != "block_actions":
         return empty
-    user = payload.get("user") if isinstance(payload.get("user"), dict) else {}
-    team = payload.get("team") if isinstance(payload.get("team"), dict) else {}
+    user = given if isinstance(given := payload.get("user"), dict) else {}
+    team = given if isinstance(given := payload.get("team"), dict) else {}
     clicker_team = str(user.get("team_id") or team.get("id") or "")
     base = Click(
         Kind.IGNORED,
@@ -152,7 +152,7 @@ def _response_url(value: object, test_hosts: frozenset[str]) -> str:
 
 
 def _with(click: Click, **changes: object) -> Click:
-    return Click(**{**click.__dict__, **changes})  # type: ignore[arg-type]
+    return Click(**{**click.__dict__, **changes})
 
 
 # --- who clicked --------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def parse_users_info(answer: object) -> SlackUser | str:
     user = answer.get("user")
     if not isinstance(user, dict):
         return "users.info answered without a user"
-    profile = user.get("profile") if isinstance(user.get("profile"), dict) else {}
+    profile = given if isinstance(given := user.get("profile"), dict) else {}
     email = profile.get("email")
     return SlackUser(
         id=str(user.get("id") or ""),

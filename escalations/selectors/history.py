@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
@@ -14,6 +15,8 @@ from operations.decisions.options import Kind
 from operations.models import CardActivity, Decision, ProviderProfile
 from operations.query_dates import day_end, day_start, parse_day
 from operations.vocabulary import Reason
+
+_Row = TypeVar("_Row", Decision, CardActivity)
 
 OUTCOMES = [choice for choice, _ in Decision.Outcome.choices]
 OPTION_KINDS = [kind.value for kind in Kind]
@@ -89,17 +92,7 @@ def history_queryset(*, filters: HistoryFilters) -> QuerySet[Decision]:
             query = query.filter(confirmed_by__isnull=True)
     if filters.option:
         query = query.filter(Q(option=filters.option) | Q(option__startswith=f"{filters.option}:"))
-    if filters.reason:
-        query = query.filter(escalation__reason=filters.reason)
-    if filters.provider:
-        query = query.filter(operation__provider__slug=filters.provider)
-    if filters.operation:
-        query = query.filter(operation_id=filters.operation)
-    if filters.since_at:
-        query = query.filter(decided_at__gte=filters.since_at)
-    if filters.until_at:
-        query = query.filter(decided_at__lt=filters.until_at)
-    return query
+    return _card_filters(query, filters, at="decided_at")
 
 
 def activity_queryset(*, filters: HistoryFilters) -> QuerySet[CardActivity]:
@@ -110,6 +103,12 @@ def activity_queryset(*, filters: HistoryFilters) -> QuerySet[CardActivity]:
         return query.none()
     if filters.user:
         query = query.filter(username=filters.user)
+    return _card_filters(query, filters, at="at")
+
+
+def _card_filters(query: QuerySet[_Row], filters: HistoryFilters, *, at: str) -> QuerySet[_Row]:
+    """The filters decisions and card activity share: the card's reason, the provider, the operation,
+    and the date range on the row's time field `at`."""
     if filters.reason:
         query = query.filter(escalation__reason=filters.reason)
     if filters.provider:
@@ -117,9 +116,9 @@ def activity_queryset(*, filters: HistoryFilters) -> QuerySet[CardActivity]:
     if filters.operation:
         query = query.filter(operation_id=filters.operation)
     if filters.since_at:
-        query = query.filter(at__gte=filters.since_at)
+        query = query.filter(**{f"{at}__gte": filters.since_at})
     if filters.until_at:
-        query = query.filter(at__lt=filters.until_at)
+        query = query.filter(**{f"{at}__lt": filters.until_at})
     return query
 
 

@@ -86,6 +86,7 @@ class InboxFilters:
 
     def query(self, **changes: object) -> str:
         """The URL query for these filters with some changed: filters live in the URL."""
+        # The changes name this dataclass's own fields (checked at run time by replace).
         current = replace(self, **changes)  # type: ignore[arg-type]
         params = {
             "mine": "1" if current.mine else "",
@@ -296,4 +297,5 @@ def _attach_members(query: QuerySet[Escalation], groups: list[GroupRow]) -> None
     )
     by_group = {g.group_id: g for g in groups}
     for member in ranked:
-        by_group[member.group_id].members.append(member)
+        # `ranked` holds members of these groups only (group_id__in above), so group_id is set.
+        by_group[member.group_id].members.append(member)  # type: ignore[index]

@@ -10,7 +10,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 
 from escalations.selectors.paging import PAGE_SIZE
-from operations.models import Authorization, Decision, Escalation, Operation, ProviderProfile
+from operations.models import Authorization, Decision, Escalation, Operation, ProviderProfile, StatusCheck
 from operations.vocabulary import Reason, Status
 
 # Status requests drawn on the operation page (the chart and the table); the CSV has them all.
@@ -73,6 +73,7 @@ class OperationFilters:
         return tuple(str(s) for s in STATUS_TABS[self.tab][1])
 
     def query(self, **changes: object) -> str:
+        # The changes name this dataclass's own fields (checked at run time by replace).
         current = replace(self, **changes)  # type: ignore[arg-type]
         params = {
             "tab": "" if current.tab == "all" else current.tab,
@@ -148,10 +149,10 @@ def operation_list(*, filters: OperationFilters, page: object = 1) -> OperationL
 @dataclass
 class OperationPage:
     operation: Operation
-    checks: list[object]  # rows with the CHECK_FIELDS attributes
+    checks: list[StatusCheck]  # loaded with the CHECK_FIELDS columns only
     checks_total: int
     authorizations: list[Authorization]
-    decisions: list[object]
+    decisions: list[Decision]
 
 
 CHECK_FIELDS = (
@@ -181,7 +182,7 @@ class Warnings:
     earlier: list[str]
 
 
-def operation_warnings(*, operation: Operation, checks: list[object]) -> Warnings:
+def operation_warnings(*, operation: Operation, checks: list[StatusCheck]) -> Warnings:
     """The operation's warnings as the page lists them: what is true now, and what no longer is.
 
     While the operation is watched every warning is current. Once it ended, a warning a status
@@ -195,8 +196,8 @@ def operation_warnings(*, operation: Operation, checks: list[object]) -> Warning
     while_watched = {
         text
         for check in checks
-        if check.sent_at <= operation.completed_at and check.decision != IGNORED_AFTER_TERMINAL  # type: ignore[attr-defined]
-        for text in (check.warnings or [])  # type: ignore[attr-defined]
+        if check.sent_at <= operation.completed_at and check.decision != IGNORED_AFTER_TERMINAL
+        for text in (check.warnings or [])
     }
     return Warnings(
         now=[w for w in warnings if w not in while_watched],

@@ -16,6 +16,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from operations.audit.story import StoryLine
 from operations.decisions.cards import reason_label
 from operations.decisions.options import human_duration
 from operations.decisions.signin import OIDC, SignIn
@@ -106,11 +107,6 @@ def utc(value: datetime | None) -> str:
 
 
 @register.filter
-def hhmm(value: datetime | None) -> str:
-    return "—" if value is None else value.astimezone(UTC).strftime("%H:%M:%S")
-
-
-@register.filter
 def reason_name(value: str) -> str:
     return reason_label(value)
 
@@ -176,7 +172,7 @@ def pretty_json(value: object) -> str:
 
 
 @register.simple_tag
-def story_lines(lines: list[object]) -> str:
+def story_lines(lines: list[StoryLine]) -> str:
     """The timeline's <li> lines, built in one pass (an operation can have thousands)."""
     return format_html_join(
         "",
@@ -185,13 +181,13 @@ def story_lines(lines: list[object]) -> str:
         '<span class="story-actor">{}</span> <span class="story-text" data-utc-text>{}</span></li>',
         (
             (
-                line.kind.replace(".", "-"),  # type: ignore[attr-defined]
-                line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),  # type: ignore[attr-defined]
-                line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),  # type: ignore[attr-defined]
-                _utc(line.at),  # type: ignore[attr-defined]
-                line.at.strftime("%H:%M:%S"),  # type: ignore[attr-defined]
-                line.actor,  # type: ignore[attr-defined]
-                line.text,  # type: ignore[attr-defined]
+                line.kind.replace(".", "-"),
+                line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                line.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                _utc(line.at),
+                line.at.strftime("%H:%M:%S"),
+                line.actor,
+                line.text,
             )
             for line in lines
         ),

@@ -10,12 +10,14 @@ undone and comes too long after it is refused with a "Sign in again" link back t
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from functools import wraps
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -29,6 +31,7 @@ from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import cards as card_selectors
 from escalations.selectors import history as history_selectors
 from escalations.selectors import inbox as inbox_selectors
+from escalations.views import DashboardRequest
 from operations.audit import checkpoints
 from operations.audit import export as audit_export
 from operations.decisions import ownership as ownership_services
@@ -46,7 +49,9 @@ def refresh_s() -> int:
     return int(getattr(settings, "DASHBOARD_REFRESH_S", REFRESH_S))
 
 
-def card_context(request: HttpRequest, view: card_selectors.CardView, *, where: str, flash: dict | None = None) -> dict:
+def card_context(
+    request: DashboardRequest, view: card_selectors.CardView, *, where: str, flash: dict | None = None
+) -> dict:
     return {
         "cv": view,
         "card": view.card,
@@ -67,7 +72,7 @@ def card_return_url(card: Card) -> str:
     return f"{reverse('operation_detail', args=[card.operation.pk])}?{query}#card-{escalation.pk}"
 
 
-def sign_in_context(request: HttpRequest, card: Card) -> dict:
+def sign_in_context(request: DashboardRequest, card: Card) -> dict:
     """Whether options that cannot be undone may be taken under this session's sign-in now; if not,
     the card offers "Sign in again" in their place (the decision service checks it again)."""
     sign_in = signins.current(request.session)
@@ -81,7 +86,7 @@ def sign_in_context(request: HttpRequest, card: Card) -> dict:
 
 @viewer_required
 @require_GET
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: DashboardRequest) -> HttpResponse:
     filters = inbox_selectors.InboxFilters.from_query(request.GET)
     data = inbox_selectors.inbox(user=request.user, filters=filters, page=request.GET.get("page"))
     page = data.page.number
@@ -106,7 +111,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 @require_GET
-def card(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def card(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
     if view is None:
         raise Http404("no such card")
@@ -115,8 +120,13 @@ def card(request: HttpRequest, escalation_id: int) -> HttpResponse:
     if request.GET.get("etag") == view.etag:
         # Live refresh: nothing on the card changed, keep what the responder is looking at.
         return HttpResponse(status=204)
-    where = request.GET.get("where") if request.GET.get("where") in {"inbox", "operation"} else "operation"
+    where = _where(request.GET.get("where"))
     return _on_page(render(request, "escalations/_card.html", card_context(request, view, where=where)), where=where)
+
+
+def _where(posted: str | None) -> str:
+    """Which page a card is shown on: the inbox or (by default, for anything else) the operation page."""
+    return posted if posted in {"inbox", "operation"} else "operation"
 
 
 def _on_page(response: HttpResponse, *, where: str) -> HttpResponse:
@@ -128,7 +138,7 @@ def _on_page(response: HttpResponse, *, where: str) -> HttpResponse:
 
 @responder_required
 @require_POST
-def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def decide(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     option = request.POST.get("option", "")
     try:
         result = services.escalation_decide(
@@ -162,13 +172,13 @@ def decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
         if response_state is not None and response_state != "confirmed":
             kind = "warn"  # the cancel went out but the provider did not confirm it
         status = 200
-        flash = {"kind": kind, "text": result.message}
+        flash: dict[str, object] = {"kind": kind, "text": result.message}
         if result.refused:
             status = 409 if result.stale else 422
         if result.needs_fresh_sign_in:
             status = 403
             flash = {"kind": "error", "text": _sign_in_again_text(), "reauth": True}
-        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        where = _where(request.POST.get("where"))
         context = card_context(request, view, where=where, flash=flash)
         return _on_page(render(request, "escalations/_card.html", context, status=status), where=where)
     level = messages.ERROR if result.refused else messages.SUCCESS
@@ -185,11 +195,13 @@ def _sign_in_again_text() -> str:
     )
 
 
-def _too_many_decisions(request: HttpRequest, *, escalation_id: int, exc: services.TooManyDecisions) -> HttpResponse:
+def _too_many_decisions(
+    request: DashboardRequest, *, escalation_id: int, exc: services.TooManyDecisions
+) -> HttpResponse:
     """429 with the card as it is (htmx) or a short page saying so; nothing was recorded."""
     view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now()) if request.htmx else None
     if view is not None:
-        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        where = _where(request.POST.get("where"))
         context = card_context(request, view, where=where, flash={"kind": "error", "text": exc.message})
         response = render(request, "escalations/_card.html", context, status=429)
     else:
@@ -201,7 +213,7 @@ def _too_many_decisions(request: HttpRequest, *, escalation_id: int, exc: servic
 # --- holding a card and writing on it: acts that decide nothing ------------------------------------------
 
 
-def _card_act(request: HttpRequest, escalation_id: int, act: Callable[[], object], *, done: str) -> HttpResponse:
+def _card_act(request: DashboardRequest, escalation_id: int, act: Callable[[], object], *, done: str) -> HttpResponse:
     """Run one ownership act and answer with the card as it is now.
 
     A refusal (closed card 409, someone else holds it 409, a bad note or hand-over 422, too many
@@ -220,7 +232,7 @@ def _card_act(request: HttpRequest, escalation_id: int, act: Callable[[], object
     view = card_selectors.card_by_id(escalation_id=escalation_id, now=timezone.now())
     assert view is not None
     if request.htmx:
-        where = request.POST.get("where") if request.POST.get("where") in {"inbox", "operation"} else "operation"
+        where = _where(request.POST.get("where"))
         context = card_context(request, view, where=where, flash=flash) | {"takeover_open": takeover}
         response = render(request, "escalations/_card.html", context, status=status)
         if where == "inbox":
@@ -239,11 +251,11 @@ def _card_act(request: HttpRequest, escalation_id: int, act: Callable[[], object
 
 @responder_required
 @require_POST
-def acknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def acknowledge(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     return _acknowledge(request, escalation_id)
 
 
-def _acknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def _acknowledge(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     return _card_act(
         request,
         escalation_id,
@@ -256,11 +268,11 @@ def _acknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
 
 @responder_required
 @require_POST
-def unacknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def unacknowledge(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     return _unacknowledge(request, escalation_id)
 
 
-def _unacknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def _unacknowledge(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     return _card_act(
         request,
         escalation_id,
@@ -271,7 +283,7 @@ def _unacknowledge(request: HttpRequest, escalation_id: int) -> HttpResponse:
 
 @responder_required
 @require_POST
-def reassign(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def reassign(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     to = request.POST.get("to", "")
     return _card_act(
         request,
@@ -283,7 +295,7 @@ def reassign(request: HttpRequest, escalation_id: int) -> HttpResponse:
 
 @responder_required
 @require_POST
-def add_note(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def add_note(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     return _card_act(
         request,
         escalation_id,
@@ -296,7 +308,7 @@ def add_note(request: HttpRequest, escalation_id: int) -> HttpResponse:
 
 @responder_required
 @require_POST
-def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
+def assign(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     """The URL of the former "Take this card" (take=1) / "Give it back" (take=0): acknowledge and
     unacknowledge now, with the same confirmation for taking over someone else's card."""
     if request.POST.get("take") == "1":
@@ -304,12 +316,12 @@ def assign(request: HttpRequest, escalation_id: int) -> HttpResponse:
     return _unacknowledge(request, escalation_id)
 
 
-def with_history_filters(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def with_history_filters(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Parse the history filters of the URL for the view; a filter that cannot be applied is a 400
     page naming it (the history, its exports and its report alike)."""
 
     @wraps(view)
-    def wrapped(request: HttpRequest) -> HttpResponse:
+    def wrapped(request: DashboardRequest) -> HttpResponseBase:
         try:
             filters = history_selectors.HistoryFilters.from_query(request.GET)
         except FilterError as exc:
@@ -329,7 +341,7 @@ def with_history_filters(view: Callable[..., HttpResponse]) -> Callable[..., Htt
 @viewer_required
 @require_GET
 @with_history_filters
-def history(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+def history(request: DashboardRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     data = history_selectors.history(filters=filters, page=request.GET.get("page"))
     return render(
         request,
@@ -348,7 +360,7 @@ def history(request: HttpRequest, filters: history_selectors.HistoryFilters) -> 
 @viewer_required
 @require_GET
 @with_history_filters
-def history_csv(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+def history_csv(request: DashboardRequest, filters: history_selectors.HistoryFilters) -> HttpResponseBase:
     return exports.csv_response(
         request,
         filename=f"pollerdash-decisions-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
@@ -360,7 +372,7 @@ def history_csv(request: HttpRequest, filters: history_selectors.HistoryFilters)
 @viewer_required
 @require_GET
 @with_history_filters
-def history_activity_csv(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+def history_activity_csv(request: DashboardRequest, filters: history_selectors.HistoryFilters) -> HttpResponseBase:
     return exports.csv_response(
         request,
         filename=f"pollerdash-card-activity-{timezone.now():%Y%m%dT%H%M%SZ}.csv",
@@ -372,7 +384,7 @@ def history_activity_csv(request: HttpRequest, filters: history_selectors.Histor
 @viewer_required
 @require_GET
 @with_history_filters
-def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+def history_jsonl(request: DashboardRequest, filters: history_selectors.HistoryFilters) -> HttpResponseBase:
     # A verifiable export cannot leave out entries of its range: it is cut by operation and dates only.
     return audit_jsonl(
         request,
@@ -386,7 +398,7 @@ def history_jsonl(request: HttpRequest, filters: history_selectors.HistoryFilter
 @viewer_required
 @require_GET
 @with_history_filters
-def history_report(request: HttpRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
+def history_report(request: DashboardRequest, filters: history_selectors.HistoryFilters) -> HttpResponse:
     decisions = list(history_selectors.history_queryset(filters=filters)[: exports.CHUNK])
     activity = list(history_selectors.activity_queryset(filters=filters)[: exports.CHUNK])
     return render(
@@ -403,11 +415,11 @@ def history_report(request: HttpRequest, filters: history_selectors.HistoryFilte
 
 
 def audit_jsonl(
-    request: HttpRequest, *, operation_id: str | None, since: object, until: object, filename: str
-) -> HttpResponse:
+    request: HttpRequest, *, operation_id: str | None, since: datetime | None, until: datetime | None, filename: str
+) -> HttpResponseBase:
     """The verifiable audit export (operations.audit.export), streamed; errors become a page."""
     try:
-        lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until)  # type: ignore[arg-type]
+        lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until)
     except (audit_export.ExportError, checkpoints.CheckpointError) as exc:
         return render(request, "export_error.html", {"message": str(exc)}, status=409)
     return exports.jsonl_response(request, filename=filename, lines=lines)

@@ -18,6 +18,7 @@ from accounts import signins
 from accounts.views import reauthenticate_url
 from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import groups as group_selectors
+from escalations.views import DashboardRequest
 from escalations.views.cards import refresh_s
 from operations.decisions import bulk, ownership, services
 from operations.decisions.words import SIGN_IN_AGAIN
@@ -71,13 +72,13 @@ def _refusals(bulk_decision: BulkDecision | None) -> list[tuple[Escalation | Non
 
 @viewer_required
 @require_GET
-def group(request: HttpRequest, group_id: int) -> HttpResponse:
+def group(request: DashboardRequest, group_id: int) -> HttpResponse:
     return _page(request, group_id)
 
 
 @responder_required
 @require_POST
-def group_acknowledge(request: HttpRequest, group_id: int) -> HttpResponse:
+def group_acknowledge(request: DashboardRequest, group_id: int) -> HttpResponse:
     if not CardGroup.objects.filter(pk=group_id).exists():
         raise Http404("no such group")
     try:
@@ -93,7 +94,7 @@ def group_acknowledge(request: HttpRequest, group_id: int) -> HttpResponse:
 
 @responder_required
 @require_POST
-def group_bulk(request: HttpRequest, group_id: int) -> HttpResponse:
+def group_bulk(request: DashboardRequest, group_id: int) -> HttpResponse:
     group_row = CardGroup.objects.filter(pk=group_id).first()
     if group_row is None:
         raise Http404("no such group")
@@ -123,7 +124,7 @@ def group_bulk(request: HttpRequest, group_id: int) -> HttpResponse:
     return HttpResponseRedirect(f"{reverse('card_group', args=[group_id])}?bulk={result.bulk.pk}", status=303)
 
 
-def _too_many(request: HttpRequest, exc: services.TooManyDecisions) -> HttpResponse:
+def _too_many(request: DashboardRequest, exc: services.TooManyDecisions) -> HttpResponse:
     response = render(request, "escalations/too_many_decisions.html", {"message": exc.message}, status=429)
     response["Retry-After"] = str(exc.retry_after_s)
     return response

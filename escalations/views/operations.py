@@ -8,17 +8,20 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from escalations import exports
-from escalations.chart import render_svg, request_chart
+from escalations.chart.requests import request_chart
+from escalations.chart.svg import render_svg
 from escalations.roles import can_decide, viewer_required
 from escalations.selectors import cards as card_selectors
 from escalations.selectors import history as history_selectors
 from escalations.selectors import operations as operation_selectors
+from escalations.views import DashboardRequest
 from escalations.views.cards import audit_jsonl, refresh_s, sign_in_context
 from operations import selectors
 from operations.audit.story import operation_story, operation_story_latest
@@ -30,7 +33,7 @@ from operations.vocabulary import POLLABLE_STATUSES, Reason
 
 @viewer_required
 @require_GET
-def operation_list(request: HttpRequest) -> HttpResponse:
+def operation_list(request: DashboardRequest) -> HttpResponse:
     filters = operation_selectors.OperationFilters.from_query(request.GET)
     data = operation_selectors.operation_list(filters=filters, page=request.GET.get("page"))
     page = data.page.number
@@ -58,7 +61,7 @@ CHECKS_LISTED = 50
 
 @viewer_required
 @require_GET
-def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_detail(request: DashboardRequest, operation_id: str) -> HttpResponse:
     page = operation_selectors.operation_page(operation_id=operation_id)
     if page is None:
         raise Http404("no such operation")
@@ -113,7 +116,7 @@ def _planned_checks(op: Operation) -> list[datetime]:
     )
 
 
-def _back_from_sign_in(request: HttpRequest, card_view: card_selectors.CardView | None) -> dict | None:
+def _back_from_sign_in(request: DashboardRequest, card_view: card_selectors.CardView | None) -> dict | None:
     """Back on the page after "Sign in again" (?card=<id>&v=<version shown>): the card as it was, or
     the usual "state changed — review again" when it moved meanwhile. Nothing is decided for the
     person: a decision that cannot be undone is always a click after the fresh sign-in."""
@@ -130,17 +133,17 @@ def _back_from_sign_in(request: HttpRequest, card_view: card_selectors.CardView 
     return {"kind": "warn", "text": text}
 
 
-def _elapsed_pct(op: object, now: object) -> int:
-    total = (op.deadline_at - op.created_at).total_seconds()  # type: ignore[attr-defined]
-    end = op.completed_at or now  # type: ignore[attr-defined]
+def _elapsed_pct(op: Operation, now: datetime) -> int:
+    total = (op.deadline_at - op.created_at).total_seconds()
+    end = op.completed_at or now
     if total <= 0:
         return 100
-    return max(0, min(100, round(100 * (end - op.created_at).total_seconds() / total)))  # type: ignore[attr-defined,operator]
+    return max(0, min(100, round(100 * (end - op.created_at).total_seconds() / total)))
 
 
 @viewer_required
 @require_GET
-def operation_checks_csv(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_checks_csv(request: DashboardRequest, operation_id: str) -> HttpResponseBase:
     op = selectors.operation_get(operation_id=operation_id)
     if op is None:
         raise Http404("no such operation")
@@ -154,7 +157,7 @@ def operation_checks_csv(request: HttpRequest, operation_id: str) -> HttpRespons
 
 @viewer_required
 @require_GET
-def operation_decisions_csv(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_decisions_csv(request: DashboardRequest, operation_id: str) -> HttpResponseBase:
     op = selectors.operation_get(operation_id=operation_id)
     if op is None:
         raise Http404("no such operation")
@@ -168,7 +171,7 @@ def operation_decisions_csv(request: HttpRequest, operation_id: str) -> HttpResp
 
 @viewer_required
 @require_GET
-def operation_activity_csv(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_activity_csv(request: DashboardRequest, operation_id: str) -> HttpResponseBase:
     op = selectors.operation_get(operation_id=operation_id)
     if op is None:
         raise Http404("no such operation")
@@ -182,7 +185,7 @@ def operation_activity_csv(request: HttpRequest, operation_id: str) -> HttpRespo
 
 @viewer_required
 @require_GET
-def operation_audit_jsonl(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_audit_jsonl(request: DashboardRequest, operation_id: str) -> HttpResponseBase:
     op = selectors.operation_get(operation_id=operation_id)
     if op is None:
         raise Http404("no such operation")
@@ -191,7 +194,7 @@ def operation_audit_jsonl(request: HttpRequest, operation_id: str) -> HttpRespon
 
 @viewer_required
 @require_GET
-def operation_report(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_report(request: DashboardRequest, operation_id: str) -> HttpResponse:
     page = operation_selectors.operation_page(operation_id=operation_id, checks_shown=None)
     if page is None:
         raise Http404("no such operation")

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import httpx
 from django.conf import settings
@@ -34,6 +35,9 @@ from operations.decisions import ownership
 from operations.decisions.services import TooManyDecisions
 from operations.models import Escalation, SlackRefusal
 from operations.redaction import register_secret
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +66,11 @@ def interactions(request: HttpRequest) -> HttpResponse:
         if click.problem:
             logger.info("Slack interaction ignored: %s", click.problem)
         return HttpResponse(status=200)
-    escalation = Escalation.objects.select_related("operation__provider").filter(pk=click.escalation_id).first()
+    escalation = (
+        Escalation.objects.select_related("operation__provider").filter(pk=click.escalation_id).first()
+        if click.escalation_id is not None
+        else None
+    )
     if escalation is None:
         return HttpResponse(status=200)
     now = timezone.now()
@@ -84,7 +92,7 @@ def interactions(request: HttpRequest) -> HttpResponse:
     return HttpResponse(status=200)
 
 
-def _acknowledge(*, escalation: Escalation, user: object, slack_user: str) -> str:
+def _acknowledge(*, escalation: Escalation, user: User, slack_user: str) -> str:
     """Acknowledge as `user`, audited as them (operations.decisions.ownership, the same act as the
     card's button); the reply to the click: "replace" (the message then shows the card's state)
     or words only the clicker sees."""

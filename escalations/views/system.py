@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from escalations.roles import viewer_required
+from escalations.views import DashboardRequest
 from operations import figures, metrics
 from operations.audit.health import audit_protection_checks
 from operations.models import SlackRefusal
@@ -23,7 +25,7 @@ QUEUE_WAIT_WARN_S = 5.0
 
 @viewer_required
 @require_GET
-def system(request: HttpRequest) -> HttpResponse:
+def system(request: DashboardRequest) -> HttpResponse:
     snap = metrics.snapshot()
     responses = figures.response_figures(now=snap.at)
     context = {
@@ -44,7 +46,7 @@ def system(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _response_tables(responses: figures.ResponseFigures) -> list[dict[str, object]]:
+def _response_tables(responses: figures.ResponseFigures) -> list[dict[str, Any]]:
     """One table per (measure, grouping): rows of group label, 24 h and 7 d figures, waiting cards."""
     tables = []
     for measure, title in ((figures.ACK, "Time to acknowledge"), (figures.DECIDE, "Time to decide")):

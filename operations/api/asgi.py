@@ -53,9 +53,9 @@ class ThreadlessHandler(ASGIHandler):
     """Django's ASGI request handling minus the middleware chain and the per-request thread."""
 
     def load_middleware(self, is_async: bool = False) -> None:
-        self._view_middleware = []
-        self._template_response_middleware = []
-        self._exception_middleware = []
+        self._view_middleware: list[Callable[..., Any]] = []
+        self._template_response_middleware: list[Callable[..., Any]] = []
+        self._exception_middleware: list[Callable[..., Any]] = []
         self._middleware_chain = self._answer_in_json
 
     async def _answer_in_json(self, request: HttpRequest) -> HttpResponseBase:
@@ -69,7 +69,8 @@ class ThreadlessHandler(ASGIHandler):
             )
         # Instead of Django's HTML error page: even a failure outside the views is a problem.
         try:
-            return await self._get_response_async(request)
+            # Django's own step after the middleware (private, so the stubs leave it out).
+            return await self._get_response_async(request)  # type: ignore[attr-defined]
         except Exception as exc:  # noqa: BLE001 - answered as problem+json, logged there
             return unexpected(request, exc)
 
@@ -102,7 +103,8 @@ class ThreadlessHandler(ASGIHandler):
         request, error_response = self.create_request(scope, body_file)
         if request is None:
             body_file.close()
-            await self.send_response(error_response, send)
+            # create_request hands back an error response whenever it hands back no request.
+            await self.send_response(error_response, send)  # type: ignore[arg-type]
             return
         tasks = [
             asyncio.create_task(self.listen_for_disconnect(receive)),
@@ -119,15 +121,17 @@ class ThreadlessHandler(ASGIHandler):
                     await task
         body_file.close()
 
-    async def _respond(self, request: object, send: Callable) -> None:
-        response = mark_no_store(request, await self.get_response_async(request))  # type: ignore[arg-type]
+    async def _respond(self, request: HttpRequest, send: Callable) -> None:
+        response = mark_no_store(request, await self.get_response_async(request))
         if not response.streaming and not response.has_header("Content-Length"):
             # What CommonMiddleware would add: lets keep-alive clients skip chunked decoding.
-            response["Content-Length"] = str(len(response.content))
+            # Not streaming, so an HttpResponse with content (the stubs type the base class).
+            response["Content-Length"] = str(len(response.content))  # type: ignore[attr-defined]
         try:
             await self.send_response(response, send)
         finally:
-            for closer in response._resource_closers:
+            # The response's own resources to release (a private Django field, so not in the stubs).
+            for closer in response._resource_closers:  # type: ignore[attr-defined]
                 with contextlib.suppress(Exception):
                     closer()
 

@@ -76,9 +76,8 @@ def validation_problem(request: HttpRequest, errors: list[dict]) -> HttpResponse
         kind = str(error.get("type", ""))
         if loc[:2] == ("path", "operation_id"):
             # Not an id this server makes: no such operation, like any unknown id.
-            operation_id = (getattr(request, "resolver_match", None) and request.resolver_match.kwargs or {}).get(
-                "operation_id", ""
-            )
+            match = getattr(request, "resolver_match", None)
+            operation_id = (match and match.kwargs or {}).get("operation_id", "")
             return problem(request, not_found(str(operation_id)))
         if loc[:2] == ("query", "timeout_s"):
             top = "invalid_timeout"
@@ -156,14 +155,19 @@ def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 def install(api: NinjaAPI) -> None:
     """Register the handlers; django-ninja picks the most specific class of each exception."""
-    api.add_exception_handler(Exception, _on_unexpected)
-    api.add_exception_handler(ApiProblem, problem)
-    api.add_exception_handler(SchemaProblem, lambda request, exc: validation_problem(request, exc.errors))
-    api.add_exception_handler(ValidationError, lambda request, exc: validation_problem(request, list(exc.errors)))
-    api.add_exception_handler(HttpError, _on_http_error)
-    api.add_exception_handler(AuthenticationError, _on_unauthenticated)
-    api.add_exception_handler(RequestDataTooBig, _on_too_big)
-    api.add_exception_handler(Http404, no_such_resource)
+    # Each handler takes its own class (django-ninja's annotation asks for one taking the class or the type).
+    handlers: list[tuple[type[Exception], Callable[..., HttpResponse]]] = [
+        (Exception, _on_unexpected),
+        (ApiProblem, problem),
+        (SchemaProblem, lambda request, exc: validation_problem(request, exc.errors)),
+        (ValidationError, lambda request, exc: validation_problem(request, list(exc.errors))),
+        (HttpError, _on_http_error),
+        (AuthenticationError, _on_unauthenticated),
+        (RequestDataTooBig, _on_too_big),
+        (Http404, no_such_resource),
+    ]
+    for exc_class, handler in handlers:
+        api.add_exception_handler(exc_class, handler)
 
 
 def json_answers_only(view: Callable) -> Callable:
@@ -199,5 +203,6 @@ def json_answers_only(view: Callable) -> Callable:
         except Http404:
             return no_such_resource(request)
 
+    # Django's own marker on a view function (read by CsrfViewMiddleware).
     wrapped.csrf_exempt = True  # type: ignore[attr-defined]
     return wrapped

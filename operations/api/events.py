@@ -74,7 +74,8 @@ async def stream(*, agent_id: int, operation_id: str, first: dict, after: int | 
         latest = woke or await api_wait.run_db(api_wait.load_operation, agent_id=agent_id, operation_id=operation_id)
         if latest is None:
             return
-        obj = latest
+        # TIMED_OUT went on above (mypy does not narrow a sentinel object by identity).
+        obj = latest  # type: ignore[assignment]
         if obj["sequence"] > seen:
             seen = obj["sequence"]
             yield _event(obj)

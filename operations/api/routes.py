@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.urls import URLPattern, include, path, re_path
 from ninja import Path, Query
 from ninja.security import HttpBearer
@@ -122,7 +123,8 @@ def _render(op: Any) -> dict:
 
 
 def _agent(request: HttpRequest) -> Agent:
-    return request.auth  # type: ignore[attr-defined,return-value]
+    # django-ninja sets request.auth to what the bearer check returned (an Agent); HttpRequest has no such field.
+    return request.auth  # type: ignore[attr-defined]
 
 
 # --- endpoints ---------------------------------------------------------------------------------------
@@ -319,7 +321,7 @@ docs.document(
     operation_id="streamOperationEvents",
     summary="Server-sent events: one `operation` event per change (id = sequence; resume with Last-Event-ID)",
 )
-async def operation_events(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponse:
+async def operation_events(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponseBase:
     reject_unknown_query(request, set())
     agent_id = _agent(request).pk
     first = await api_events.first_state(agent_id=agent_id, operation_id=operation_id)
@@ -419,6 +421,7 @@ def _unknown_path(request: HttpRequest, rest: str = "") -> HttpResponse:
     return no_such_resource(request)
 
 
+# Django's own marker on a view function (read by CsrfViewMiddleware).
 _unknown_path.csrf_exempt = True  # type: ignore[attr-defined]
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TIME = {"format": "date-time"}
+TIME: dict[str, Any] = {"format": "date-time"}
 
 
 class _Strict(BaseModel):

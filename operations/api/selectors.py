@@ -60,6 +60,7 @@ def open_page(*, agent_id: int, limit: int, after: tuple[int, datetime, str] | N
     last = rows[-1] if more and rows else None
     return OpenPage(
         operations=rows,
+        # `rank` is the query's annotation, unknown to the model's type.
         next_position=(last.rank, last.created_at, last.pk) if last is not None else None,  # type: ignore[attr-defined]
     )
 

@@ -85,6 +85,8 @@ class _Waiter:
     future: asyncio.Future
     # Wake when the sequence passes this value (event streams); None: wake on done/needs_attention.
     after_sequence: int | None = None
+    # The watcher is loading its operation (the future is set when that is done).
+    waking: bool = False
 
 
 @dataclass
@@ -95,6 +97,7 @@ class Watcher:
     waiters: dict[str, set[_Waiter]] = field(default_factory=dict)
     per_agent: dict[int, int] = field(default_factory=dict)
     task: asyncio.Task | None = None
+    waking: set[asyncio.Task] = field(default_factory=set)
 
     def add(self, waiter: _Waiter) -> None:
         if self.per_agent.get(waiter.agent_id, 0) >= settings.API_WAIT_MAX_PER_AGENT:
@@ -139,14 +142,20 @@ class Watcher:
             woken: dict[str, list[_Waiter]] = {}
             for operation_id, status, sequence in rows:
                 for waiter in self.waiters.get(operation_id, ()):
-                    if waiter.future.done():
+                    if waiter.future.done() or waiter.waking:
                         continue
                     if (waiter.after_sequence is None and status in WAKE_STATUSES) or (
                         waiter.after_sequence is not None and sequence > waiter.after_sequence
                     ):
                         woken.setdefault(operation_id, []).append(waiter)
             if woken:
-                await self._wake(woken)
+                # Loading the woken operations must not hold up the next tick's status query.
+                for group in woken.values():
+                    for waiter in group:
+                        waiter.waking = True
+                wake = self.loop.create_task(self._wake(woken), name="pollerdash-wait-wake")
+                self.waking.add(wake)
+                wake.add_done_callback(self.waking.discard)
 
     async def _wake(self, woken: dict[str, list[_Waiter]]) -> None:
         """Load every woken operation in one query and hand each waiter its fresh object."""

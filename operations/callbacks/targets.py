@@ -104,6 +104,7 @@ def resolve_target(url: str) -> Target:
     problem = callback_url_problem(url)
     if problem is not None:
         raise TargetRefused(f"callback URL {problem}")
+    # The URL passed the check above, so _host_of answers a tuple, not a refusal.
     scheme, host, port = _host_of(url)  # type: ignore[misc]
     if _allowed(scheme=scheme, host=host, port=port):
         return Target(url=url, headers={}, extensions={})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.utils import timezone
@@ -30,6 +31,9 @@ from operations.decisions.signin import SignIn
 from operations.lifecycle import bulk as lifecycle_bulk
 from operations.lifecycle import humans
 from operations.models import BulkDecision, CardGroup, Escalation
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 BULK_MAX = 100
 # Options decided one card at a time: a look at one job's console, and the one cancel request of a
@@ -132,7 +136,7 @@ def parse_members(values: Iterable[object]) -> tuple[list[Member], list[str]]:
     return members, problems
 
 
-def _whole_problems(*, group: CardGroup, members: list[Member], option_id: str, user: object) -> list[dict]:
+def _whole_problems(*, group: CardGroup, members: list[Member], option_id: str, user: User) -> list[dict]:
     """Every reason the request cannot be applied at all, naming the card where there is one."""
     problems: list[dict] = []
     parsed = parse_option_id(option_id)
@@ -160,6 +164,7 @@ def _whole_problems(*, group: CardGroup, members: list[Member], option_id: str, 
         elif escalation.state != Escalation.State.OPEN:
             why = f"{CLOSED} ({escalation.state})"
         elif escalation.assignee_id not in (None, user_id):
+            # assignee_id is set, so the assignee is there (mypy does not tie the two fields).
             holder = escalation.assignee.get_username()  # type: ignore[union-attr]
             why = f"held by {holder}: take it over on the card, or leave it out"
         else:
@@ -168,7 +173,7 @@ def _whole_problems(*, group: CardGroup, members: list[Member], option_id: str, 
     return problems
 
 
-def preview_bulk(*, group: CardGroup, members: list[Member], option_id: str, user: object) -> BulkPreview:
+def preview_bulk(*, group: CardGroup, members: list[Member], option_id: str, user: User) -> BulkPreview:
     """The confirmation of a bulk decision: each selected member's options as they are now."""
     problems = [
         f"card {p['escalation_id']}: {p['why']}" if p["escalation_id"] else p["why"]
@@ -191,7 +196,7 @@ def preview_bulk(*, group: CardGroup, members: list[Member], option_id: str, use
 def decide_bulk(
     *,
     group_id: int,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     option_id: object,
     members: list[Member],
@@ -278,7 +283,7 @@ def _decide_member(
     bulk: BulkDecision,
     member: Member,
     operation_id: str,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     option_id: str,
     comment: str,

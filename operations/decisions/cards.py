@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from urllib.parse import quote
 
 import rfc8785
@@ -112,7 +113,7 @@ class Card:
         }
 
 
-def snapshot_sha256(snapshot: dict[str, object]) -> str:
+def snapshot_sha256(snapshot: dict[str, Any]) -> str:
     return hashlib.sha256(rfc8785.dumps(snapshot)).hexdigest()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
@@ -25,6 +26,9 @@ from operations.decisions.signin import SignIn, is_fresh
 from operations.decisions.words import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, SIGN_IN_AGAIN, STALE
 from operations.models import Escalation, Operation
 from operations.vocabulary import CONTROL_CHARACTERS
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 COMMENT_MAX = 2000
 # The options that cannot be undone: each needs a sign-in within FRESH_SIGN_IN_MINUTES.
@@ -86,7 +90,7 @@ def check_decision(
     *,
     operation_id: str,
     escalation_id: int,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     posted_id: str,
     card_version: object,
@@ -108,6 +112,6 @@ def check_decision(
             return Refused(card=card, why=stale_sign_in)
     if option.needs_comment and not comment:
         return Refused(card=card, why=COMMENT_REQUIRED)
-    if option.kind is Kind.ACCEPT_OUTPUT and card.awaiting is not None and card.awaiting.user_id == user.pk:  # type: ignore[attr-defined]
+    if option.kind is Kind.ACCEPT_OUTPUT and card.awaiting is not None and card.awaiting.user_id == user.pk:
         return Refused(card=card, why=SAME_RESPONDER)
     return Offered(card=card, option=option, now=now)

@@ -9,6 +9,8 @@ hostile client cannot flood the audit chain. Every refusal writes nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -19,6 +21,9 @@ from operations.decisions.services import TooManyDecisions
 from operations.lifecycle import ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
 from operations.models import CardActivity, Escalation
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 __all__ = [
     "CardNotOpen",
@@ -41,7 +46,7 @@ class TakeoverNeeded(OwnershipRefused):
     status = 409
 
     def __init__(self, escalation: Escalation) -> None:
-        holder = escalation.assignee.get_username() if escalation.assignee else "someone"  # type: ignore[union-attr]
+        holder = escalation.assignee.get_username() if escalation.assignee else "someone"
         super().__init__(
             f"{holder} holds this card. Confirm that you take it over from {holder} ({holder} will be told).",
             escalation=escalation,
@@ -49,12 +54,12 @@ class TakeoverNeeded(OwnershipRefused):
         self.holder = holder
 
 
-def _take_slot(user: object) -> None:
+def _take_slot(user: User) -> None:
     """One of the person's DECISIONS_PER_MINUTE card acts (kept apart from their decisions)."""
     if settings.DECISIONS_PER_MINUTE <= 0:
         return
     wait_s = ratelimit.take(
-        key=f"card-acts:user:{user.pk}",  # type: ignore[attr-defined]
+        key=f"card-acts:user:{user.pk}",
         limit=settings.DECISIONS_PER_MINUTE,
         window_s=60,
         now=timezone.now(),
@@ -63,7 +68,7 @@ def _take_slot(user: object) -> None:
         raise TooManyDecisions(retry_after_s=wait_s)
 
 
-def card_acknowledge(*, escalation_id: int, user: object, takeover_of: object = None) -> Escalation:
+def card_acknowledge(*, escalation_id: int, user: User, takeover_of: object = None) -> Escalation:
     """ "I'm on it". When someone else holds the card, `takeover_of` must name that holder (their user
     id, as the page showed them); otherwise TakeoverNeeded asks again and nothing is written."""
     _take_slot(user)
@@ -80,13 +85,13 @@ def card_acknowledge(*, escalation_id: int, user: object, takeover_of: object = 
         return ownership.acknowledge(escalation_id=escalation_id, user=user, now=timezone.now())
 
 
-def card_unacknowledge(*, escalation_id: int, user: object) -> Escalation:
+def card_unacknowledge(*, escalation_id: int, user: User) -> Escalation:
     """The holder gives the card back (NotHolder for anyone else)."""
     _take_slot(user)
     return ownership.unacknowledge(escalation_id=escalation_id, user=user, now=timezone.now())
 
 
-def card_reassign(*, escalation_id: int, by: object, to: object) -> Escalation:
+def card_reassign(*, escalation_id: int, by: User, to: object) -> Escalation:
     """Hand the card to the responder named `to` (a username); NotAResponder names a refusal."""
     _take_slot(by)
     name = to.strip()[:150] if isinstance(to, str) else ""
@@ -100,14 +105,14 @@ def card_reassign(*, escalation_id: int, by: object, to: object) -> Escalation:
     return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now())
 
 
-def card_note(*, escalation_id: int, user: object, text: object) -> CardActivity:
+def card_note(*, escalation_id: int, user: User, text: object) -> CardActivity:
     """A note in the card's thread (InvalidNote names what is wrong with the text)."""
     note = ownership.clean_note(text)
     _take_slot(user)
     return ownership.add_note(escalation_id=escalation_id, user=user, text=note, now=timezone.now())
 
 
-def acknowledge_group(*, group_id: int, user: object) -> tuple[int, list[str]]:
+def acknowledge_group(*, group_id: int, user: User) -> tuple[int, list[str]]:
     """Acknowledge every open card of a group that nobody else holds (one act against the limit).
 
     Returns how many cards became the person's and the names of those who hold the others: a card
@@ -119,6 +124,7 @@ def acknowledge_group(*, group_id: int, user: object) -> tuple[int, list[str]]:
     cards = Escalation.objects.filter(group_id=group_id, state=Escalation.State.OPEN).select_related("assignee")
     for escalation in cards.order_by("opened_at", "pk"):
         if escalation.assignee_id not in (None, user_id):
+            # assignee_id is set, so the assignee is there (mypy does not tie the two fields).
             others.add(escalation.assignee.get_username())  # type: ignore[union-attr]
             continue
         if escalation.acknowledged_by_id == user_id:

@@ -10,6 +10,7 @@ changed — review again" and that refusal is recorded too (a Decision row with 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -29,10 +30,13 @@ from operations.decisions.check import (
 )
 from operations.decisions.options import Kind, parse_option_id
 from operations.decisions.signin import SignIn
-from operations.lifecycle import humans
+from operations.lifecycle import cancels, humans
 from operations.models import Decision, Escalation
 from operations.provider_cancel import send_provider_cancel
 from operations.vocabulary import CONTROL_CHARACTERS, CancelState
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass
@@ -73,13 +77,13 @@ class DecideResult:
         return self.refused and self.decision.refusal_reason == SIGN_IN_AGAIN
 
 
-def take_decision_slot(user: object) -> None:
+def take_decision_slot(user: User) -> None:
     """Count one decision POST against the person's DECISIONS_PER_MINUTE (a bulk decision is one),
     in the database so it holds across web processes; TooManyDecisions beyond it."""
     if settings.DECISIONS_PER_MINUTE <= 0:
         return
     wait_s = ratelimit.take(
-        key=f"decisions:user:{user.pk}",  # type: ignore[attr-defined]
+        key=f"decisions:user:{user.pk}",
         limit=settings.DECISIONS_PER_MINUTE,
         window_s=60,
         now=timezone.now(),
@@ -91,7 +95,7 @@ def take_decision_slot(user: object) -> None:
 def escalation_decide(
     *,
     escalation_id: int,
-    user: object,
+    user: User,
     sign_in: SignIn | None,
     option_id: object,
     card_version: object,
@@ -107,37 +111,62 @@ def escalation_decide(
     confirming their own acceptance) is a recorded refusal, returned as a DecideResult.
     """
     take_decision_slot(user)
-    operation_id = Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id)
-    posted_id = option_id if isinstance(option_id, str) else ""
-    text = clean_comment(comment)
-    parsed = parse_option_id(posted_id)
+    posted = _Posted(
+        operation_id=Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id),
+        escalation_id=escalation_id,
+        user=user,
+        sign_in=sign_in,
+        posted_id=option_id if isinstance(option_id, str) else "",
+        card_version=card_version,
+        comment=clean_comment(comment),
+    )
+    parsed = parse_option_id(posted.posted_id)
     if parsed is not None and parsed.kind is Kind.CANCEL_AT_PROVIDER:
-        return _cancel_at_provider(
-            operation_id=operation_id,
-            escalation_id=escalation_id,
-            user=user,
-            sign_in=sign_in,
-            card_version=card_version,
-            comment=text,
-        )
+        return _cancel_at_provider(posted)
     with transaction.atomic():
-        checked = check_decision(
-            operation_id=operation_id,
-            escalation_id=escalation_id,
-            user=user,
-            sign_in=sign_in,
-            posted_id=posted_id,
-            card_version=card_version,
-            comment=text,
+        checked = _check_or_refuse(posted)
+        if isinstance(checked, DecideResult):
+            return checked
+        return apply_offered(checked, user=user, sign_in=sign_in, comment=posted.comment)
+
+
+@dataclass(frozen=True)
+class _Posted:
+    """A decision as posted: who, on which card, which option against which version, with what comment."""
+
+    operation_id: str
+    escalation_id: int
+    user: User
+    sign_in: SignIn | None
+    posted_id: str
+    card_version: object
+    comment: str
+
+
+def _check_or_refuse(posted: _Posted) -> Offered | DecideResult:
+    """check_decision in the caller's transaction; a refusal is recorded and comes back as its result."""
+    checked = check_decision(
+        operation_id=posted.operation_id,
+        escalation_id=posted.escalation_id,
+        user=posted.user,
+        sign_in=posted.sign_in,
+        posted_id=posted.posted_id,
+        card_version=posted.card_version,
+        comment=posted.comment,
+    )
+    if isinstance(checked, Refused):
+        return _refused(
+            checked,
+            user=posted.user,
+            sign_in=posted.sign_in,
+            posted_id=posted.posted_id,
+            card_version=posted.card_version,
+            comment=posted.comment,
         )
-        if isinstance(checked, Refused):
-            return _refused(
-                checked, user=user, sign_in=sign_in, posted_id=posted_id, card_version=card_version, comment=text
-            )
-        return apply_offered(checked, user=user, sign_in=sign_in, comment=text)
+    return checked
 
 
-def apply_offered(offered: Offered, *, user: object, sign_in: SignIn | None, comment: str) -> DecideResult:
+def apply_offered(offered: Offered, *, user: User, sign_in: SignIn | None, comment: str) -> DecideResult:
     """Apply an option `check_decision` found offered, inside its transaction (the locks still held)."""
     card, option, now = offered.card, offered.option, offered.now
     if option.kind is Kind.INSPECT:
@@ -163,7 +192,7 @@ def apply_offered(offered: Offered, *, user: object, sign_in: SignIn | None, com
 
 
 def _refused(
-    refused: Refused, *, user: object, sign_in: SignIn | None, posted_id: str, card_version: object, comment: str
+    refused: Refused, *, user: User, sign_in: SignIn | None, posted_id: str, card_version: object, comment: str
 ) -> DecideResult:
     decision = humans.refuse(
         card=refused.card,
@@ -184,39 +213,26 @@ def _refused(
 # --- cancel at the provider: claim, send once outside any transaction, record the answer -----------------
 
 
-def _cancel_at_provider(
-    *,
-    operation_id: str,
-    escalation_id: int,
-    user: object,
-    sign_in: SignIn | None,
-    card_version: object,
-    comment: str,
-) -> DecideResult:
-    posted_id = Kind.CANCEL_AT_PROVIDER.value
+def _cancel_at_provider(posted: _Posted) -> DecideResult:
+    user = posted.user
     with transaction.atomic():
-        checked = check_decision(
-            operation_id=operation_id,
-            escalation_id=escalation_id,
+        checked = _check_or_refuse(posted)
+        if isinstance(checked, DecideResult):
+            return checked
+        decision = cancels.claim_cancel(
+            card=checked.card,
+            option=checked.option,
             user=user,
-            sign_in=sign_in,
-            posted_id=posted_id,
-            card_version=card_version,
-            comment=comment,
-        )
-        if isinstance(checked, Refused):
-            return _refused(
-                checked, user=user, sign_in=sign_in, posted_id=posted_id, card_version=card_version, comment=comment
-            )
-        decision = humans.claim_cancel(
-            card=checked.card, option=checked.option, user=user, sign_in=sign_in, comment=comment, now=checked.now
+            sign_in=posted.sign_in,
+            comment=posted.comment,
+            now=checked.now,
         )
         operation = checked.card.operation
     # No lock is held while the provider answers.
     result = send_provider_cancel(operation=operation)
     with transaction.atomic():
-        operation, escalation = lock_card(operation_id=operation_id, escalation_id=escalation_id)
-        confirmed = humans.record_cancel_answer(
+        operation, escalation = lock_card(operation_id=posted.operation_id, escalation_id=posted.escalation_id)
+        confirmed = cancels.record_cancel_answer(
             operation=operation, escalation=escalation, decision=decision, user=user, result=result
         )
     if confirmed:

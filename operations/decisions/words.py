@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from operations.decisions.option_wording import minutes_text
+
 # The card's own way of naming a preset's minutes ("15 min", "1 h", "2 days"), so titles match labels.
 from operations.decisions.options import Kind
-from operations.decisions.options import _minutes as minutes_text
 
 # Why a posted decision was refused (operations.decisions.check); the words below key on them.
 STALE = "state changed — review again"
@@ -88,8 +89,8 @@ def outcome_words(
     if outcome == "recorded":
         return OutcomeWords("recorded", Tone.NEUTRAL)
     if outcome == "applied" and cancel_answer is not None:
-        known = _CANCEL_WORDS.get(cancel_answer)
-        return known or OutcomeWords(f"sent — {cancel_answer.replace('_', ' ')}", Tone.WARN)
+        cancel_words = _CANCEL_WORDS.get(cancel_answer)
+        return cancel_words or OutcomeWords(f"sent — {cancel_answer.replace('_', ' ')}", Tone.WARN)
     if outcome == "applied":
         return OutcomeWords("applied", Tone.OK)
     return OutcomeWords(outcome.replace("_", " ") or "—", Tone.NEUTRAL)

@@ -120,7 +120,7 @@ def record_cancel_forward(*, operation_id: str, result: CancelResult) -> None:
         now = timezone.now()
         op.cancel_state = result.state
         if (op.error or {}).get("code") == WATCH_CANCELLED:
-            op.error = {**op.error, "message": watch_cancelled_message(result.state)}
+            op.error = {**(op.error or {}), "message": watch_cancelled_message(result.state)}
         if result.provider_state:
             # The provider's latest word on the job is its answer to the cancel.
             op.last_provider_state = result.provider_state[:200]

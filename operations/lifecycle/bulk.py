@@ -8,36 +8,50 @@ A bulk decision is written in steps, each its own short transaction: `open_bulk`
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
 from operations.audit import entries as audit
 from operations.models import BulkDecision, CardGroup, Decision
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 # A refusal lists at most this many reasons (a bulk names at most 100 cards; a few reasons more
 # can concern the whole request).
 REFUSALS_KEPT = 110
 
 
-def _username(user: object) -> str:
-    return str(user.get_username())  # type: ignore[attr-defined]
-
-
 def open_bulk(
-    *, group: CardGroup, user: object, option: str, comment: str, requested: int, now: datetime
+    *, group: CardGroup, user: User, option: str, comment: str, requested: int, now: datetime
 ) -> BulkDecision:
     """The bulk's row, before any member is decided (so each member's Decision can name it)."""
     with transaction.atomic():
-        return BulkDecision.objects.create(
+        return _new_bulk(
             group=group,
             user=user,
-            username=_username(user),
-            decided_at=now,
             option=option,
             comment=comment,
-            outcome=BulkDecision.Outcome.APPLIED,
             requested=requested,
+            now=now,
+            outcome=BulkDecision.Outcome.APPLIED,
         )
+
+
+def _new_bulk(
+    *, group: CardGroup, user: User, option: str, comment: str, requested: int, now: datetime, outcome: str
+) -> BulkDecision:
+    return BulkDecision.objects.create(
+        group=group,
+        user=user,
+        username=user.get_username(),
+        decided_at=now,
+        option=option,
+        comment=comment,
+        outcome=outcome,
+        requested=requested,
+    )
 
 
 def link_member(*, decision: Decision, bulk: BulkDecision) -> None:
@@ -49,13 +63,13 @@ def link_member(*, decision: Decision, bulk: BulkDecision) -> None:
 def close_bulk(
     *,
     group: CardGroup,
-    user: object,
+    user: User,
     option: str,
     option_label: str,
     comment: str,
     requested: int,
     applied: list[int],
-    refused: list[dict],
+    refused: list[dict[str, Any]],
     now: datetime,
     bulk: BulkDecision | None = None,
 ) -> BulkDecision:
@@ -67,15 +81,8 @@ def close_bulk(
     outcome = BulkDecision.Outcome.APPLIED if applied else BulkDecision.Outcome.REFUSED
     with transaction.atomic():
         if bulk is None:
-            bulk = BulkDecision.objects.create(
-                group=group,
-                user=user,
-                username=_username(user),
-                decided_at=now,
-                option=option,
-                comment=comment,
-                outcome=outcome,
-                requested=requested,
+            bulk = _new_bulk(
+                group=group, user=user, option=option, comment=comment, requested=requested, now=now, outcome=outcome
             )
         bulk.outcome, bulk.applied, bulk.refused = outcome, len(applied), refused[:REFUSALS_KEPT]
         bulk.option_label = option_label[:200]

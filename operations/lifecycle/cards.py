@@ -6,6 +6,7 @@ changes, so a decision posted against an older card is refused.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -21,7 +22,7 @@ from operations.models import CardGroup, Escalation, Operation
 from operations.vocabulary import POLLABLE_STATUSES, Reason, Status
 
 
-def open_card(*, operation: Operation, reason: Reason, detail: str, context: dict) -> Escalation:
+def open_card(*, operation: Operation, reason: Reason, detail: str, context: dict[str, Any]) -> Escalation:
     """Open the decision card for an operation that just entered needs_attention.
 
     Runs inside the transaction that changed the operation's status, after its controller entry.

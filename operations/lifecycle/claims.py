@@ -163,6 +163,102 @@ def charge(
     return op, check
 
 
+@dataclass(frozen=True)
+class SentCheck:
+    """The status check a group's charge inserted for one request (plain values, no model)."""
+
+    pk: int
+    operation_id: str
+    account: str
+    fence: int  # the charge's fence: the outcome is written only while it still holds
+    due_at: datetime | None
+    started_at: datetime
+    sent_at: datetime
+
+    def as_model(self, *, op: Operation) -> StatusCheck:
+        check = StatusCheck(
+            operation=op,
+            account=self.account,
+            fence=self.fence,
+            due_at=self.due_at,
+            started_at=self.started_at,
+            sent_at=self.sent_at,
+        )
+        check.pk = self.pk
+        check._state.adding = False
+        return check
+
+
+def charge_group(
+    *, claims: list[tuple[Operation, int]], worker: str, started_at: datetime, now: datetime
+) -> dict[str, SentCheck]:
+    """Charge several admitted claims at once: one UPDATE, one multi-row INSERT of their checks.
+
+    Each row is still fenced and must still be a live admitted claim with budget left, exactly as
+    `charge(reserved=True)`; the rows that lost are left out of the answer. Runs inside the
+    caller's transaction, which holds the accounts' shared locks and checked the window's room.
+    Each request is charged before it is sent (the caller sends after this commits).
+    """
+    if not claims:
+        return {}
+    sets, params = fastsql.assignments(
+        Operation,
+        {
+            "status": Status.RUNNING.value,
+            "approved_checks": 0,
+            "lease_owner": worker,
+            "lease_expires_at": now + timedelta(seconds=settings.POLL_LEASE_S),
+            "claimed_at": None,
+            "updated_at": now,
+        },
+    )
+    fence, used = fastsql.column(Operation, "fence"), fastsql.column(Operation, "status_requests_used")
+    budget, sequence = fastsql.column(Operation, "max_status_requests"), fastsql.column(Operation, "sequence")
+    pairs = ", ".join(["(%s, %s)"] * len(claims))
+    where = (
+        f"(id, {fence}) IN ({pairs}) AND {fastsql.column(Operation, 'status')} IN (%s, %s) AND {used} < {budget}"
+        f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
+        f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
+    )
+    for op, claim_fence in claims:
+        params += [op.pk, claim_fence]
+    params += [Status.PENDING.value, Status.RUNNING.value, fastsql.prep(Operation, "lease_expires_at", now)]
+    increments = f"{fence} = {fence} + 1, {used} = {used} + 1, {sequence} = {sequence} + 1"
+    fastsql.lock_rows(Operation, sorted(op.pk for op, _ in claims))
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where} RETURNING id", params)
+        won = {row[0] for row in cursor.fetchall()}
+    charged = [(op, claim_fence) for op, claim_fence in claims if op.pk in won]
+    if not charged:
+        return {}
+    names = ("operation", "account", "fence", "due_at", "started_at", "sent_at")
+    columns = ", ".join(fastsql.column(StatusCheck, name) for name in (*names, *_CHECK_SENT_FIELDS[5:]))
+    blank = StatusCheck()
+    defaults = [fastsql.prep(StatusCheck, name, getattr(blank, name)) for name in _CHECK_SENT_FIELDS[5:]]
+    values, params = [], []
+    for op, claim_fence in charged:
+        row = [op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now]
+        params += [fastsql.prep(StatusCheck, name, value) for name, value in zip(names, row, strict=True)] + defaults
+        values.append(f"({', '.join(['%s'] * (len(names) + len(defaults)))})")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES {', '.join(values)} "
+            f"RETURNING id, {fastsql.column(StatusCheck, 'operation')}",
+            params,
+        )
+        check_ids = {operation_id: pk for pk, operation_id in cursor.fetchall()}
+    sent: dict[str, SentCheck] = {}
+    for op, claim_fence in charged:
+        op.fence, op.status = claim_fence + 1, Status.RUNNING
+        op.status_requests_used += 1
+        op.sequence += 1
+        op.approved_checks = 0
+        sent[op.pk] = SentCheck(
+            check_ids[op.pk], op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now
+        )
+    return sent
+
+
 _CHECK_SENT_FIELDS = (
     "account",
     "fence",

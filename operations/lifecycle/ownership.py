@@ -19,6 +19,7 @@ On a card that is no longer open each act raises CardNotOpen and writes nothing.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
@@ -27,6 +28,9 @@ from operations.audit import entries as audit
 from operations.models import CardActivity, Escalation
 from operations.responders import is_responder
 from operations.vocabulary import CONTROL_CHARACTERS
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 NOTE_MAX = 2000
 
@@ -80,10 +84,6 @@ def clean_note(text: object) -> str:
     return normalised
 
 
-def _username(user: object) -> str:
-    return str(user.get_username())  # type: ignore[attr-defined]
-
-
 def _lock_open(escalation_id: int) -> Escalation:
     escalation = Escalation.objects.select_for_update(of=("self",)).select_related("assignee").get(pk=escalation_id)
     if escalation.state != Escalation.State.OPEN:
@@ -95,7 +95,7 @@ def _activity(
     *,
     escalation: Escalation,
     kind: str,
-    user: object,
+    user: User,
     now: datetime,
     entry_type: str,
     data: dict[str, object],
@@ -107,7 +107,7 @@ def _activity(
         operation_id=escalation.operation_id,
         kind=kind,
         user=user,
-        username=_username(user),
+        username=user.get_username(),
         at=now,
         **fields,
     )
@@ -123,7 +123,7 @@ def _activity(
     return activity
 
 
-def acknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalation:
+def acknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
     """The person is on it: they hold the card (taking it over from whoever held it) and reminders stop.
 
     Acknowledging a card one already acknowledged changes nothing and records nothing.
@@ -135,13 +135,13 @@ def acknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalatio
             return escalation
         previous = escalation.assignee if escalation.assignee_id not in (None, user_id) else None
         if escalation.assignee_id != user_id:
-            escalation.assignee = user  # type: ignore[assignment]
+            escalation.assignee = user
             escalation.assigned_by = None
             escalation.assigned_at = now
-        escalation.acknowledged_by = user  # type: ignore[assignment]
+        escalation.acknowledged_by = user
         escalation.acknowledged_at = now
         escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
-        previous_name = _username(previous) if previous is not None else ""
+        previous_name = previous.get_username() if previous is not None else ""
         events.card_acknowledged.send(sender=Escalation, escalation=escalation, user=user, previous=previous)
         _activity(
             escalation=escalation,
@@ -155,7 +155,7 @@ def acknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalatio
     return escalation
 
 
-def unacknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalation:
+def unacknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
     """The holder gives the card back: nobody holds it, reminders resume.
 
     Raises NotHolder for anyone but the person who holds it (taking it over is `acknowledge`).
@@ -166,7 +166,7 @@ def unacknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalat
         if user_id is None or user_id not in (escalation.assignee_id, escalation.acknowledged_by_id):
             holder = escalation.assignee
             raise NotHolder(
-                f"Only the person who holds this card gives it back; {_username(holder)} holds it."
+                f"Only the person who holds this card gives it back; {holder.get_username()} holds it."
                 if holder is not None
                 else "Nobody holds this card; there is nothing to give back.",
                 escalation=escalation,
@@ -189,7 +189,7 @@ def unacknowledge(*, escalation_id: int, user: object, now: datetime) -> Escalat
     return escalation
 
 
-def reassign(*, escalation_id: int, by: object, to: object, now: datetime) -> Escalation:
+def reassign(*, escalation_id: int, by: User, to: User, now: datetime) -> Escalation:
     """Hand the card to `to`, a responder, who is told. It is theirs but not acknowledged until they
     say so, so reminders go on meanwhile.
 
@@ -200,16 +200,16 @@ def reassign(*, escalation_id: int, by: object, to: object, now: datetime) -> Es
         escalation = _lock_open(escalation_id)
         if not is_responder(to):
             raise NotAResponder(
-                f"{_username(to)} cannot be handed a card: they do not have the responder role.",
+                f"{to.get_username()} cannot be handed a card: they do not have the responder role.",
                 escalation=escalation,
             )
         to_id = getattr(to, "pk", None)
         if escalation.assignee_id == to_id:
             return escalation
         previous = escalation.assignee
-        previous_name = _username(previous) if previous is not None else ""
-        escalation.assignee = to  # type: ignore[assignment]
-        escalation.assigned_by = by if getattr(by, "pk", None) != to_id else None  # type: ignore[assignment]
+        previous_name = previous.get_username() if previous is not None else ""
+        escalation.assignee = to
+        escalation.assigned_by = by if getattr(by, "pk", None) != to_id else None
         escalation.assigned_at = now
         escalation.acknowledged_by = None
         escalation.acknowledged_at = None
@@ -221,15 +221,15 @@ def reassign(*, escalation_id: int, by: object, to: object, now: datetime) -> Es
             user=by,
             now=now,
             entry_type="human.reassigned",
-            data={"to": _username(to), "previous_holder": previous_name or None},
+            data={"to": to.get_username(), "previous_holder": previous_name or None},
             to_user=to,
-            to_username=_username(to),
+            to_username=to.get_username(),
             previous_username=previous_name,
         )
     return escalation
 
 
-def add_note(*, escalation_id: int, user: object, text: str, now: datetime) -> CardActivity:
+def add_note(*, escalation_id: int, user: User, text: str, now: datetime) -> CardActivity:
     """A note in the card's thread; decides nothing. Raises InvalidNote for text `clean_note` refuses."""
     note = clean_note(text)
     with transaction.atomic():

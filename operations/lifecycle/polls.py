@@ -12,14 +12,15 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from operations import fastsql, pacing
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.lifecycle.cards import open_card
-from operations.lifecycle.entries import controller_decision
+from operations.lifecycle.claims import SentCheck
+from operations.lifecycle.entries import controller_decision, decision_entry
 from operations.models import Operation, ProviderAccount, StatusCheck
 from operations.polling.model import Action, Decision
 from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Status
@@ -237,9 +238,12 @@ def _pause_account(*, op: Operation, until: datetime, http_status: int | None) -
     ProviderAccount.objects.filter(pk=account.pk).update(
         paused_until=until, pause_reason=_pause_reason(op, http_status)
     )
-    Operation.objects.filter(account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until).exclude(
-        pk=op.pk
-    ).update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER, sequence=F("sequence") + 1)
+    waiting = Operation.objects.filter(
+        account=op.account, status__in=sorted(POLLABLE_STATUSES), next_poll_at__lt=until
+    ).exclude(pk=op.pk)
+    # Locked in primary-key order first, like a group's outcomes (fastsql.lock_rows says why).
+    fastsql.lock_rows(Operation, list(waiting.order_by("pk").values_list("pk", flat=True)))
+    waiting.update(next_poll_at=until, delay_source=DelaySource.PROVIDER_RETRY_AFTER, sequence=F("sequence") + 1)
     return True
 
 
@@ -259,3 +263,120 @@ def _append_pause(*, op: Operation, until: datetime | None, http_status: int | N
             "reason": _pause_reason(op, http_status),
         },
     )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One answered request of a group: what `record_outcome` takes, with the check as plain values."""
+
+    op: Operation
+    check: SentCheck
+    decision: Decision
+    answer: Answer
+
+
+def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
+    """Write a group's outcomes; per operation, whether it was written (False: a newer claim owns it).
+
+    The common outcomes (wait, complete) go in one transaction: one multi-row fenced UPDATE per
+    set of changed columns (usually one), the checks' answers, the completion events, and their
+    audit entries in one append, last. An operation whose fence moved mid-flight is left out of
+    that UPDATE, so it writes nothing there; it and the rare outcomes (a card, an account pause,
+    an answer after the operation ended) then take `record_outcome`'s path, one by one.
+    """
+    common = [
+        o for o in outcomes if o.decision.account_pause_until is None and o.decision.action is not Action.ESCALATE
+    ]
+    written: dict[str, bool] = {}
+    with transaction.atomic():
+        shapes: dict[tuple[str, ...], list[tuple[Outcome, dict[str, object]]]] = {}
+        changes: dict[str, dict[str, object]] = {}
+        for outcome in common:
+            fields = changes[outcome.op.pk] = _decision_fields(outcome.op, outcome.decision, answer=outcome.answer)
+            shapes.setdefault(tuple(fields), []).append((outcome, fields))
+        fastsql.lock_rows(Operation, sorted(changes))
+        won: set[str] = set()
+        for names, rows in shapes.items():
+            won |= _update_many(names, rows)
+        entries, checks = [], []
+        for outcome in common:
+            if outcome.op.pk not in won:
+                continue
+            op, decision, answer = outcome.op, outcome.decision, outcome.answer
+            for name, value in changes[op.pk].items():
+                setattr(op, name, value)
+            check = StatusCheck(pk=outcome.check.pk)
+            _fill_check(check, decision=decision, answer=answer)
+            checks.append(
+                [check.pk, *[fastsql.prep(StatusCheck, n, getattr(check, n)) for n in _CHECK_RESPONSE_FIELDS]]
+            )
+            if decision.action is Action.COMPLETE:
+                record_event(operation=op, event_type=EVENT_COMPLETED)
+            entries.append(_decision_entry(op, check, decision, answer))
+            written[op.pk] = True
+        _update_checks(checks)
+        audit.append_many(entries=entries)
+    for outcome in outcomes:
+        if outcome.op.pk not in written:
+            check = outcome.check.as_model(op=outcome.op)
+            written[outcome.op.pk] = record_outcome(
+                op=outcome.op, check=check, decision=outcome.decision, answer=outcome.answer
+            )
+    return written
+
+
+def _decision_entry(op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> audit.NewEntry:
+    return decision_entry(
+        op,
+        state=op.status,
+        decision=decision.code,
+        reason=check.reason,
+        at=answer.received_at,
+        next_poll_at=op.next_poll_at,
+        delay_source=decision.delay_source,
+        delay_ms=decision.delay_ms,
+        http_status=answer.http_status,
+        provider_state=decision.provider_state,
+        interpreted_state=decision.interpreted_state,
+        provider_request_id=answer.request_id or None,
+        retry_after=answer.retry_after or None,
+    )
+
+
+def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, object]]]) -> set[str]:
+    """One fenced UPDATE of many operations with the same changed columns; the ids it changed."""
+    table, fence, status = (
+        fastsql.table(Operation),
+        fastsql.column(Operation, "fence"),
+        fastsql.column(Operation, "status"),
+    )
+    live = [Status.PENDING.value, Status.RUNNING.value]
+    if connection.vendor != "postgresql":
+        # SQLite serialises writers anyway: one statement per row, in the same transaction.
+        won = set()
+        for outcome, fields in rows:
+            sets, params = fastsql.assignments(Operation, fields)
+            sql = f"UPDATE {table} SET {sets} WHERE id = %s AND {fence} = %s AND {status} IN (%s, %s)"
+            if fastsql.execute(sql, [*params, outcome.op.pk, outcome.check.fence, *live]):
+                won.add(outcome.op.pk)
+        return won
+    values = [
+        [outcome.op.pk, outcome.check.fence, *[fastsql.prep(Operation, name, fields[name]) for name in names]]
+        for outcome, fields in rows
+    ]
+    where = f" AND o.{status} IN (%s, %s)"
+    return set(
+        fastsql.update_rows(Operation, keys=("id", "fence"), names=names, rows=[*values], where=where, params=live)
+    )
+
+
+def _update_checks(rows: list[list[object]]) -> None:
+    """The answers on the group's status checks (our own rows, inserted by the charge)."""
+    if not rows:
+        return
+    if connection.vendor == "postgresql":
+        fastsql.update_rows(StatusCheck, keys=("id",), names=_CHECK_RESPONSE_FIELDS, rows=rows)
+        return
+    sets = ", ".join(f"{fastsql.column(StatusCheck, n)} = %s" for n in _CHECK_RESPONSE_FIELDS)
+    for pk, *values in rows:
+        fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*values, pk])

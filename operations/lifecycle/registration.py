@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from ulid import ULID
@@ -28,7 +29,7 @@ class NewOperation:
     business_deadline_at: datetime | None = None
     request_fingerprint: str = ""
     callback_url: str = ""
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def new_operation_id() -> str:

@@ -6,6 +6,8 @@ The tables keep the names they had when the models lived in the dashboard app (s
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -175,7 +177,7 @@ class Decision(models.Model):
     def __str__(self) -> str:
         return f"{self.option} by {self.username or self.user_id} ({self.outcome})"
 
-    def save(self, *args: object, **kwargs: object) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         # Filled once, from the deciding user, however the row is created.
         if not self.username:
             self.username = self.user.get_username()

@@ -118,7 +118,8 @@ class PolicyTarget(models.Model):
             return self.user.get_username() if self.user else ""
         if self.kind == self.Kind.GROUP:
             return self.group.name if self.group else ""
-        return {self.Kind.EMAIL: self.email, self.Kind.SLACK_CHANNEL: self.channel}.get(self.kind, self.env)
+        addresses: dict[str, str] = {self.Kind.EMAIL: self.email, self.Kind.SLACK_CHANNEL: self.channel}
+        return addresses.get(self.kind, self.env)
 
 
 class PolicyRun(models.Model):

@@ -23,6 +23,9 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
+
+from operations.validation import Problem
 
 MAX_LEVELS = 10
 MAX_TARGETS_PER_LEVEL = 20
@@ -83,7 +86,7 @@ class Policy:
     levels: tuple[Level, ...]
     repeat_last_level: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "repeat_last_level": self.repeat_last_level,
@@ -94,7 +97,7 @@ class Policy:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Policy:
+    def from_json(cls, data: Mapping[str, Any]) -> Policy:
         return cls(
             name=data["name"],
             repeat_last_level=int(data["repeat_last_level"]),
@@ -114,17 +117,6 @@ class Policy:
 
 
 # --- validation -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason a policy is refused, naming where (TOML keys, as the admin form shows them)."""
-
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -165,6 +157,7 @@ def validate_policy(raw: object, *, directory: Directory) -> Policy | list[Probl
                 levels.append(level)
     if problems:
         return problems
+    # No problems, so every value above passed its check and has its type.
     return Policy(name=name, levels=tuple(levels), repeat_last_level=repeat)  # type: ignore[arg-type]
 
 
@@ -199,6 +192,7 @@ def _level(raw: object, *, where: str, directory: Directory) -> tuple[Level | No
                 targets.append(target)
     if problems:
         return None, problems
+    # No problems, so every value above passed its check and has its type.
     return Level(wait_s=wait, targets=tuple(targets)), []  # type: ignore[arg-type]
 
 

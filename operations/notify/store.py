@@ -21,7 +21,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.db import transaction
 
 from operations.audit import entries as audit
@@ -180,11 +180,11 @@ def policy_delete(*, row: EscalationPolicy, actor: Mapping[str, str]) -> None:
 
 
 def _target_row(
-    level: PolicyLevel, position: int, target: Target, *, users: Mapping[str, object], groups: Mapping[str, Group]
+    level: PolicyLevel, position: int, target: Target, *, users: Mapping[str, User], groups: Mapping[str, Group]
 ) -> PolicyTarget:
     row = PolicyTarget(level=level, position=position, kind=str(target.kind))
     if target.kind is TargetKind.USER:
-        row.user = users[target.ref]  # type: ignore[assignment]
+        row.user = users[target.ref]
     elif target.kind is TargetKind.GROUP:
         row.group = groups[target.ref]
     elif target.kind is TargetKind.EMAIL:

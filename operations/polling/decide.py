@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 from datetime import datetime
+from typing import Any
 
 from operations.polling import fields
 from operations.polling.model import Action, Bounds, Decision, Observation, Policy
@@ -46,7 +47,7 @@ class _Body:
             self.problem = f"body is not valid JSON ({str(exc)[:80]})"
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     keys = [key for key, _ in pairs]
     if len(set(keys)) != len(keys):
         raise ValueError("duplicate keys")
@@ -149,14 +150,14 @@ def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: ran
     )
 
 
-def _escalate(reason: Reason, interpreted: str, explanation: str, **extra: object) -> Decision:
+def _escalate(reason: Reason, interpreted: str, explanation: str, **extra: Any) -> Decision:
     return Decision(
         action=Action.ESCALATE,
         status=Status.NEEDS_ATTENTION,
         interpreted_state=interpreted,
         reason=reason,
         explanation=explanation,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -180,7 +181,7 @@ def _wait_decision(
     charge_transport: bool = False,
     provider_state: str | None = None,
     warnings: tuple[str, ...] = (),
-    **extra: object,
+    **extra: Any,
 ) -> Decision:
     retry_after = _retry_after(obs)
     base_s, max_s = policy.base_delay_s, policy.max_delay_s
@@ -231,7 +232,7 @@ def _wait_decision(
         account_pause_until=pause_until,
         provider_wait_until=_asked_until(policy, obs, wait.guidance_s),
         warnings=all_warnings,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -301,7 +302,7 @@ def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: obje
     shown_state = describe_state(raw_state)
     state_class = policy.table.classify(None if raw_state is MISSING else raw_state, extra_pending=bounds.extra_pending)
     progress, counts, warnings = fields.progress(policy, body)
-    common = {"provider_state": shown_state, "progress_percent": progress, "progress_counts": counts}
+    common: dict[str, Any] = {"provider_state": shown_state, "progress_percent": progress, "progress_counts": counts}
 
     if state_class is StateClass.PENDING:
         expiry_problem = fields.past_own_expiry(policy, body, obs.received_at)
@@ -371,11 +372,11 @@ def _interpret_body(policy: Policy, bounds: Bounds, obs: Observation, body: obje
     )
 
 
-def _complete(status: Status, interpreted: str, explanation: str, **extra: object) -> Decision:
+def _complete(status: Status, interpreted: str, explanation: str, **extra: Any) -> Decision:
     return Decision(
         action=Action.COMPLETE,
         status=status,
         interpreted_state=interpreted,
         explanation=explanation,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 from operations.polling.model import Policy
 from operations.polling.signals import Hint, parse_poll_hint_seconds, parse_poll_hint_time, parse_rfc3339
@@ -57,7 +58,7 @@ def poll_hint(policy: Policy, body: object, now: datetime) -> tuple[Hint | None,
     return None, tuple(notes)
 
 
-def progress(policy: Policy, body: object) -> tuple[int | None, dict | None, tuple[str, ...]]:
+def progress(policy: Policy, body: object) -> tuple[int | None, dict[str, int] | None, tuple[str, ...]]:
     warnings: list[str] = []
     percent: int | None = None
     if policy.progress_field:
@@ -66,7 +67,7 @@ def progress(policy: Policy, body: object) -> tuple[int | None, dict | None, tup
             percent = int(min(100, max(0, raw)))
         elif raw is not MISSING and raw is not None:
             warnings.append(f"ignored progress value {str(raw)[:40]!r}")
-    counts: dict | None = None
+    counts: dict[str, int] | None = None
     if policy.counts_fields:
         found: dict[str, int] = {}
         for name, path in policy.counts_fields.items():
@@ -77,7 +78,7 @@ def progress(policy: Policy, body: object) -> tuple[int | None, dict | None, tup
     return percent, counts, tuple(warnings)
 
 
-def provider_error(policy: Policy, body: object, *, code: str, state: str) -> dict:
+def provider_error(policy: Policy, body: object, *, code: str, state: str) -> dict[str, Any]:
     """The provider's own error, preserved verbatim as JSON when it fits the cap."""
     provider_error = body.get("error", body) if isinstance(body, dict) else body
     encoded = json.dumps(provider_error, ensure_ascii=False)

@@ -7,12 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any
 
 from operations.polling.states import StateTable
 from operations.vocabulary import DelaySource, Reason, Status
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -95,13 +93,13 @@ class Decision:
     # What the provider asked for (Retry-After, poll hint), not capped at the deadline: a human's
     # extension does not send its first check before it.
     provider_wait_until: datetime | None = None
-    result: dict | None = None
-    error: dict | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
     progress_percent: int | None = None
-    progress_counts: dict | None = None
+    progress_counts: dict[str, int] | None = None
     warnings: tuple[str, ...] = ()
 
-    def redacted(self, *, redact: Callable[[T], T]) -> Decision:
+    def redacted(self, *, redact: Callable[[Any], Any]) -> Decision:
         """This decision with `redact` applied to every value that came from the provider."""
         return replace(
             self,

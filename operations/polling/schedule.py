@@ -23,7 +23,7 @@ class Wait:
 
 def backoff_raw(*, base_s: float, max_s: float, attempt: int) -> float:
     # 2**attempt overflows float long before it matters; the cap makes large attempts moot.
-    return min(max_s, base_s * 2 ** min(attempt, 62))
+    return min(max_s, base_s * 2.0 ** min(attempt, 62))
 
 
 def jittered(raw_s: float, *, jitter_floor: float, rng: random.Random) -> float:

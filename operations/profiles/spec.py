@@ -10,22 +10,15 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from itertools import combinations
+from typing import Any, cast
+
+from django.db.models import Field
 
 from operations.models import ProviderProfile
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 from operations.profiles.checks import FIELD_TO_KEY, KEY_TO_FIELD, REQUIRED_KEYS, STATE_KEYS, key_checks
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason a profile is invalid, naming the TOML key it concerns."""
-
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}"
+from operations.validation import Problem
 
 
 @dataclass(frozen=True)
@@ -107,9 +100,9 @@ def _cross_checks(*, raw: Mapping[str, object], valid: Mapping[str, object]) -> 
     # Overlaps are reported even for a set with its own problems (say a duplicate), so one pass
     # over the file shows them all.
     states = {
-        key: {s for s in raw[key] if isinstance(s, str) and s.strip()}
+        key: {s for s in listed if isinstance(s, str) and s.strip()}
         for key in STATE_KEYS
-        if isinstance(raw.get(key), list)
+        if isinstance(listed := raw.get(key), list)
     }
     for first, second in combinations(STATE_KEYS, 2):
         for state in sorted(states.get(first, set()) & states.get(second, set())):
@@ -120,6 +113,7 @@ def _cross_checks(*, raw: Mapping[str, object], valid: Mapping[str, object]) -> 
     if any(key in present for key in delays) and all(key in valid or key not in present for key in delays):
         base = valid.get("base_delay_s", _default("base_delay_s"))
         ceiling = valid.get("max_delay_s", _default("max_delay_s"))
+        # Both passed their checks (or are the model's defaults): numbers.
         if base > ceiling:  # type: ignore[operator]
             problems.append(Problem("max_delay_s", f"must be >= base_delay_s ({base:g}), not {ceiling:g}"))
 
@@ -129,8 +123,13 @@ def _cross_checks(*, raw: Mapping[str, object], valid: Mapping[str, object]) -> 
     return problems
 
 
+def _model_field(field_name: str) -> Field[Any, Any]:
+    # Every profile key maps to one of the profile's own columns, never a relation.
+    return cast("Field[Any, Any]", ProviderProfile._meta.get_field(field_name))
+
+
 def _default(field_name: str) -> object:
-    return ProviderProfile._meta.get_field(field_name).get_default()
+    return _model_field(field_name).get_default()
 
 
 def _spec(valid: Mapping[str, object]) -> ProfileSpec:
@@ -142,9 +141,10 @@ def _spec(valid: Mapping[str, object]) -> ProfileSpec:
             value = valid["slug"]
         else:
             value = _default(field_name)
-        model_field = ProviderProfile._meta.get_field(field_name)
+        model_field = _model_field(field_name)
         # Store floats as floats so a re-load compares equal to what the database returns.
         if model_field.get_internal_type() == "FloatField":
+            # A FloatField's value passed its check (or is the model default): a number.
             value = float(value)  # type: ignore[arg-type]
         elif isinstance(value, str):
             value = str(value)  # plain str, not the model's TextChoices member used as a default
@@ -153,6 +153,7 @@ def _spec(valid: Mapping[str, object]) -> ProfileSpec:
         elif isinstance(value, dict):
             value = dict(value)
         values[field_name] = value
+    # Every value passed its key's check, so it has its field's type.
     return ProfileSpec(**values)  # type: ignore[arg-type]
 
 

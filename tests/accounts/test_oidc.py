@@ -24,7 +24,7 @@ from operations.models import AuditEntry
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
-def sso(client: Client, op: object, username: str, *, next_url: str = "/", fresh: bool = False):  # noqa: ANN201
+def sso(client: Client, op: object, username: str, *, next_url: str = "/", fresh: bool = False):
     """Sign in through the provider; returns our callback's answer."""
     query = {"next": next_url} | ({"fresh": "1"} if fresh else {})
     start = client.get(f"/oidc/authenticate/?{urlencode(query)}")

@@ -31,7 +31,7 @@ def ivy(settings: object) -> object:
     return user
 
 
-def log_in(client: Client, username: str, password: str, **extra: object):  # noqa: ANN201
+def log_in(client: Client, username: str, password: str, **extra: object):
     return client.post(reverse("login"), {"username": username, "password": password}, **extra)
 
 

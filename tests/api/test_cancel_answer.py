@@ -10,7 +10,7 @@ from operations.tasks import forward_provider_cancel
 pytestmark = pytest.mark.django_db
 
 
-def test_after_a_confirmed_cancel_the_provider_state_is_the_cancels_answer(api, register, drive) -> None:  # noqa: ANN001
+def test_after_a_confirmed_cancel_the_provider_state_is_the_cancels_answer(api, register, drive) -> None:
     created = register("cancel_ok")
     op = Operation.objects.get(pk=created["id"])
     drive(op, max_polls=1)

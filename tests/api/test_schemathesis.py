@@ -48,7 +48,7 @@ def test_the_api_honours_its_openapi_document(live_api, agent, make_profile):
             run_operation(schema, operations[operation_id], operation_id, mode, live_api.url, headers)
 
 
-def run_operation(schema, operation, operation_id, mode, base_url, headers) -> None:  # noqa: ANN001
+def run_operation(schema, operation, operation_id, mode, base_url, headers) -> None:
     strategies = [operation.as_strategy(generation_mode=mode)]
     if mode is schemathesis.GenerationMode.POSITIVE:
         strategies += schema.get_strategies_from_examples(operation)

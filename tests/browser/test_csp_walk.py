@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_walking_every_page_as_an_admin_raises_no_csp_violation(open_page, make_user, budget_card, live_server):  # noqa: ANN001
+def test_walking_every_page_as_an_admin_raises_no_csp_violation(open_page, make_user, budget_card, live_server):
     from operations.models import AuditEntry
 
     card = budget_card()

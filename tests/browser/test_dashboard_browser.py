@@ -18,7 +18,7 @@ XSS_STATE = "<script>window.xss=3</script>"
 XSS_ERROR = "<svg onload=\"window.xss='error'\"></svg>"
 
 
-def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user, budget_card, artifacts, live_server):  # noqa: ANN001
+def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user, budget_card, artifacts, live_server):
     alice = make_user("alice")
     page = open_page(alice)
     expect(page.get_by_text("Nothing needs a decision")).to_be_visible()
@@ -80,7 +80,7 @@ def test_a_responder_sees_a_card_arrive_live_and_extends_it(open_page, make_user
     shoot(phone, artifacts, "operation-phone")
 
 
-def test_an_open_inline_card_shows_what_another_responder_decided(open_page, make_user, budget_card):  # noqa: ANN001
+def test_an_open_inline_card_shows_what_another_responder_decided(open_page, make_user, budget_card):
     from operations.decisions.services import escalation_decide
     from tests.support import signed_in_now
 
@@ -111,7 +111,7 @@ def test_an_open_inline_card_shows_what_another_responder_decided(open_page, mak
     expect(page.locator(f"#esc-{waiting.pk}")).to_be_visible()
 
 
-def test_a_decision_on_the_operation_page_updates_the_whole_page(open_page, make_user, budget_card, live_server):  # noqa: ANN001
+def test_a_decision_on_the_operation_page_updates_the_whole_page(open_page, make_user, budget_card, live_server):
     alice = make_user("alice")
     esc = budget_card()
     page = open_page(alice)
@@ -128,7 +128,7 @@ def test_a_decision_on_the_operation_page_updates_the_whole_page(open_page, make
     expect(page.get_by_role("cell", name="extension").first).to_be_visible()
 
 
-def test_a_viewer_sees_no_decision_buttons(open_page, make_user, budget_card, live_server):  # noqa: ANN001
+def test_a_viewer_sees_no_decision_buttons(open_page, make_user, budget_card, live_server):
     vera = make_user("vera", role="viewer")
     esc = budget_card()
     page = open_page(vera)
@@ -146,7 +146,7 @@ def test_a_viewer_sees_no_decision_buttons(open_page, make_user, budget_card, li
     assert Escalation.objects.get(pk=esc.pk).state == "open"
 
 
-def test_provider_and_agent_text_is_shown_literally_and_never_runs(  # noqa: ANN001
+def test_provider_and_agent_text_is_shown_literally_and_never_runs(
     open_page, make_user, make_profile, make_operation, live_server, artifacts
 ):
     from operations.controller import poll_once
@@ -185,7 +185,7 @@ def test_provider_and_agent_text_is_shown_literally_and_never_runs(  # noqa: ANN
     assert page.locator("img[src='x']").count() == 0
 
 
-def test_a_responder_over_the_decision_rate_is_told_on_the_card_and_nothing_is_recorded(  # noqa: ANN001
+def test_a_responder_over_the_decision_rate_is_told_on_the_card_and_nothing_is_recorded(
     open_page, make_user, budget_card, artifacts, settings
 ):
     from datetime import timedelta

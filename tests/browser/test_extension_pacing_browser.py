@@ -23,7 +23,7 @@ from tests.support import job_id
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def provider_times(fake_provider, op: Operation) -> list[datetime]:  # noqa: ANN001
+def provider_times(fake_provider, op: Operation) -> list[datetime]:
     return [
         datetime.fromtimestamp(r["at"], tz=timezone.get_current_timezone())
         for r in fake_provider.requests(job_id=op.provider_job_id)
@@ -31,7 +31,7 @@ def provider_times(fake_provider, op: Operation) -> list[datetime]:  # noqa: ANN
     ]
 
 
-def play_the_dispatcher(op: Operation, *, until: datetime, traveller) -> None:  # noqa: ANN001
+def play_the_dispatcher(op: Operation, *, until: datetime, traveller) -> None:
     """Poll once at each due time up to `until`, moving the injected clock to it (never catching up)."""
     for _ in range(20):
         current = Operation.objects.get(pk=op.pk)

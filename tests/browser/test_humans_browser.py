@@ -23,14 +23,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def notify(settings) -> None:  # noqa: ANN001
+def notify(settings) -> None:
     settings.NOTIFY_EMAILS = ["oncall@example.test"]
     settings.NOTIFY_WEBHOOK_URL = ""
     settings.NOTIFY_REMINDER_S = 900
     settings.SITE_URL = "https://pollerdash.example.test"
 
 
-def open_inline(page, esc: Escalation):  # noqa: ANN001, ANN201
+def open_inline(page, esc: Escalation):
     row = page.locator(f"#esc-{esc.pk}")
     row.get_by_role("button", name=re.compile("Review")).click()
     card = page.locator(f"#card-{esc.pk}")
@@ -40,7 +40,7 @@ def open_inline(page, esc: Escalation):  # noqa: ANN001, ANN201
 
 def test_acknowledge_stops_the_reminders_for_that_card(
     open_page, make_user, budget_card, make_profile, notify, mailoutbox, pump, artifacts
-) -> None:  # noqa: ANN001
+) -> None:
     alice = make_user("alice")
     mine = budget_card(purpose="Quarterly export for the finance team")
     other = budget_card(purpose="Nightly ledger export", provider=make_profile(slug="ledger", account="ledger"))
@@ -77,7 +77,7 @@ def test_acknowledge_stops_the_reminders_for_that_card(
 
 def test_reassign_notifies_the_responder_and_taking_it_back_asks_first(
     open_page, make_user, budget_card, notify, mailoutbox, pump, artifacts, live_server
-) -> None:  # noqa: ANN001
+) -> None:
     alice = make_user("alice")
     bob = make_user("bob")
     bob.email = "bob@example.test"
@@ -125,7 +125,7 @@ def test_reassign_notifies_the_responder_and_taking_it_back_asks_first(
 
 def test_a_note_appears_on_the_card_in_the_exports_and_in_the_report(
     open_page, make_user, budget_card, artifacts, live_server, settings, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     from operations.audit import checkpoints
 
     settings.AUDIT_SIGNING_KEY_FILE = str(tmp_path / "key.pem")
@@ -165,7 +165,7 @@ def test_a_note_appears_on_the_card_in_the_exports_and_in_the_report(
 
 def test_a_bulk_decision_over_a_group_applies_where_offered_and_lists_the_member_that_does_not(
     open_page, make_user, budget_card, make_profile, notify, pump, artifacts, live_server, settings
-) -> None:  # noqa: ANN001
+) -> None:
     settings.CARD_GROUP_WINDOW_S = 600
     alice = make_user("alice")
     main = make_profile(slug="acme-export", account="acme-export")
@@ -214,7 +214,7 @@ def test_a_bulk_decision_over_a_group_applies_where_offered_and_lists_the_member
 
 def test_a_half_approved_acceptance_carries_a_badge_a_filter_finds_it_and_the_others_are_told(
     open_page, make_user, make_operation, budget_card, notify, mailoutbox, pump, artifacts
-) -> None:  # noqa: ANN001
+) -> None:
     from operations.controller import poll_once
     from operations.models import Operation
 

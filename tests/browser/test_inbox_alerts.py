@@ -67,7 +67,7 @@ def away(page: object, hidden: bool) -> None:
 
 def test_a_card_arriving_while_the_tab_is_away_is_one_desktop_notification_and_a_title_marker(
     open_page, make_user, budget_card, artifacts, settings
-) -> None:  # noqa: ANN001
+) -> None:
     settings.NOTIFY_EMAILS = ["oncall@example.test"]
     first = budget_card(purpose="Nightly ledger export")
     page = open_page(make_user("alice"))

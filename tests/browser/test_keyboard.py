@@ -21,7 +21,7 @@ def visible_hints(page: object, selector: str = "kbd.key-hint") -> list[str]:
     )
 
 
-def test_a_number_key_on_a_fresh_inbox_opens_nothing_and_decides_nothing(open_page, make_user, budget_card):  # noqa: ANN001
+def test_a_number_key_on_a_fresh_inbox_opens_nothing_and_decides_nothing(open_page, make_user, budget_card):
     bob = make_user("bob")
     first, second = budget_card(), budget_card(purpose="Second export")
     page = open_page(bob)
@@ -49,7 +49,7 @@ def test_a_number_key_on_a_fresh_inbox_opens_nothing_and_decides_nothing(open_pa
     assert not Decision.objects.exists()
 
 
-def test_number_keys_act_only_on_the_open_card_that_has_the_focus(open_page, make_user, budget_card):  # noqa: ANN001
+def test_number_keys_act_only_on_the_open_card_that_has_the_focus(open_page, make_user, budget_card):
     bob = make_user("bob")
     first, second = budget_card(), budget_card(purpose="Second export")
     page = open_page(bob)
@@ -99,7 +99,7 @@ def test_number_keys_act_only_on_the_open_card_that_has_the_focus(open_page, mak
     assert {first.pk, second.pk} == {int(top_id), int(other_id)}
 
 
-def test_on_the_operation_page_the_keys_wait_until_the_card_is_chosen(open_page, make_user, budget_card, live_server):  # noqa: ANN001
+def test_on_the_operation_page_the_keys_wait_until_the_card_is_chosen(open_page, make_user, budget_card, live_server):
     alice = make_user("alice")
     esc = budget_card()
     page = open_page(alice)

@@ -66,7 +66,7 @@ def entries(entry_type: str) -> list[dict]:
     ]
 
 
-def test_signing_in_creates_the_person_with_the_role_of_their_group(blank_page, oidc, live_server, artifacts):  # noqa: ANN001
+def test_signing_in_creates_the_person_with_the_role_of_their_group(blank_page, oidc, live_server, artifacts):
     page = blank_page
     oidc.put_user("alice", groups=["oncall", "unrelated"])
     page.goto(f"{live_server.url}/")
@@ -88,7 +88,7 @@ def test_signing_in_creates_the_person_with_the_role_of_their_group(blank_page, 
     assert (sign_in.method, sign_in.issuer, sign_in.subject) == ("oidc", oidc.issuer, "testop-alice")
 
 
-def test_a_person_without_a_mapped_group_sees_nothing(blank_page, oidc, live_server, budget_card):  # noqa: ANN001
+def test_a_person_without_a_mapped_group_sees_nothing(blank_page, oidc, live_server, budget_card):
     page = blank_page
     budget_card(purpose="Quarterly export for the finance team")
     oidc.put_user("carol", groups=["marketing"])
@@ -104,7 +104,7 @@ def test_a_person_without_a_mapped_group_sees_nothing(blank_page, oidc, live_ser
 
 def test_a_cancel_asks_for_a_fresh_sign_in_and_comes_back_to_the_same_card(
     blank_page, oidc, live_server, budget_card, artifacts
-):  # noqa: ANN001
+):
     page = blank_page
     esc = budget_card()
     oidc.put_user("dave", groups=["oncall"])
@@ -143,7 +143,7 @@ def test_a_cancel_asks_for_a_fresh_sign_in_and_comes_back_to_the_same_card(
     expect(page.locator("body")).to_contain_text(f"Signed in: single sign-on {oidc.issuer} as testop-dave")
 
 
-def test_a_card_that_changed_during_the_fresh_sign_in_is_reviewed_again(blank_page, oidc, live_server, budget_card):  # noqa: ANN001
+def test_a_card_that_changed_during_the_fresh_sign_in_is_reviewed_again(blank_page, oidc, live_server, budget_card):
     page = blank_page
     esc = budget_card()
     oidc.put_user("erin", groups=["oncall"])
@@ -166,7 +166,7 @@ def test_a_card_that_changed_during_the_fresh_sign_in_is_reviewed_again(blank_pa
     ("tamper", "reason"),
     [("aud", "Audience doesn't match"), ("signature", "Signature verification failed")],
 )
-def test_a_forged_or_misdirected_id_token_is_refused(blank_page, oidc, live_server, tamper, reason):  # noqa: ANN001
+def test_a_forged_or_misdirected_id_token_is_refused(blank_page, oidc, live_server, tamper, reason):
     page = blank_page
     oidc.put_user(f"mallory-{tamper}", groups=["oncall"], tamper=tamper)
     sso_sign_in(page, live_server.url, f"mallory-{tamper}")
@@ -177,7 +177,7 @@ def test_a_forged_or_misdirected_id_token_is_refused(blank_page, oidc, live_serv
     assert not get_user_model().objects.filter(username=f"mallory-{tamper}").exists()
 
 
-def test_signing_out_ends_the_session_at_the_provider_too(blank_page, oidc, live_server):  # noqa: ANN001
+def test_signing_out_ends_the_session_at_the_provider_too(blank_page, oidc, live_server):
     page = blank_page
     oidc.put_user("grace", groups=["watchers"])
     sso_sign_in(page, live_server.url, "grace")

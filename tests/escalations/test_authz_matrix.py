@@ -75,7 +75,7 @@ def dashboard_url_names() -> set[str]:
 
 
 @pytest.fixture
-def card(stopped) -> Escalation:  # noqa: ANN001
+def card(stopped) -> Escalation:
     return stopped()
 
 
@@ -101,7 +101,7 @@ def post_data(endpoint: Endpoint, esc: Escalation) -> dict[str, str]:
     return {"take": "1"}
 
 
-def call(client: Client, endpoint: Endpoint, esc: Escalation, **extra: object):  # noqa: ANN201
+def call(client: Client, endpoint: Endpoint, esc: Escalation, **extra: object):
     url = url_for(endpoint, esc)
     headers = {"HX-Request": "true"} if endpoint.htmx else {}
     if endpoint.method == "POST":
@@ -132,7 +132,7 @@ def test_anonymous_users_see_nothing_but_the_login_page(client: Client, card: Es
     assert login.status_code == 200 and b"Log in" in login.content
 
 
-def test_a_signed_in_user_without_a_role_is_refused_everywhere(client: Client, make_user, card: Escalation) -> None:  # noqa: ANN001
+def test_a_signed_in_user_without_a_role_is_refused_everywhere(client: Client, make_user, card: Escalation) -> None:
     client.force_login(make_user("norole", role=None))
     for endpoint in ENDPOINTS:
         assert call(client, endpoint, card).status_code == 403, endpoint.name
@@ -143,7 +143,7 @@ def test_a_viewer_reads_everything_and_every_decision_post_is_403(
     client: Client,
     viewer,
     card: Escalation,
-    signing_key,  # noqa: ANN001
+    signing_key,
 ) -> None:
     client.force_login(viewer)
     for endpoint in ENDPOINTS:
@@ -159,7 +159,7 @@ def test_a_viewer_reads_everything_and_every_decision_post_is_403(
     assert Escalation.objects.get(pk=card.pk).assignee is None
 
 
-def test_a_responder_reads_and_decides(client: Client, alice, card: Escalation, signing_key) -> None:  # noqa: ANN001
+def test_a_responder_reads_and_decides(client: Client, alice, card: Escalation, signing_key) -> None:
     client.force_login(alice)
     for endpoint in ENDPOINTS:
         if endpoint.kind == "read":
@@ -172,7 +172,7 @@ def test_a_responder_reads_and_decides(client: Client, alice, card: Escalation, 
     assert Decision.objects.get(escalation=card).outcome == "applied"
 
 
-def test_decision_endpoints_accept_only_post(client: Client, alice, card: Escalation) -> None:  # noqa: ANN001
+def test_decision_endpoints_accept_only_post(client: Client, alice, card: Escalation) -> None:
     client.force_login(alice)
     for name in (
         "escalation_decide",
@@ -188,7 +188,7 @@ def test_decision_endpoints_accept_only_post(client: Client, alice, card: Escala
             assert client.post(url_for(endpoint, card)).status_code == 405, endpoint.name
 
 
-def test_a_post_without_the_csrf_token_is_403_and_records_nothing(alice, card: Escalation) -> None:  # noqa: ANN001
+def test_a_post_without_the_csrf_token_is_403_and_records_nothing(alice, card: Escalation) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
     for endpoint in ENDPOINTS:

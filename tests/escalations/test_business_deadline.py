@@ -16,7 +16,8 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from escalations import tasks
-from escalations.chart import render_svg, request_chart
+from escalations.chart.requests import request_chart
+from escalations.chart.svg import render_svg
 from operations import dispatch
 from operations.audit.story import operation_story
 from operations.controller import poll_once
@@ -37,11 +38,11 @@ def queued() -> list[tuple[str, tuple]]:
     return [(task["func"], task["args"]) for task in tasks_]
 
 
-def reload(obj):  # noqa: ANN001, ANN201
+def reload(obj):
     return type(obj).objects.get(pk=obj.pk)
 
 
-def sent_at(fake_provider, op: Operation) -> list[datetime]:  # noqa: ANN001
+def sent_at(fake_provider, op: Operation) -> list[datetime]:
     return [
         datetime.fromtimestamp(r["at"], tz=timezone.get_current_timezone())
         for r in fake_provider.requests(job_id=op.provider_job_id)
@@ -49,7 +50,7 @@ def sent_at(fake_provider, op: Operation) -> list[datetime]:  # noqa: ANN001
     ]
 
 
-def decide(esc: Escalation, user: object, option: str, comment: str = ""):  # noqa: ANN201
+def decide(esc: Escalation, user: object, option: str, comment: str = ""):
     return escalation_decide(
         sign_in=signed_in_now(),
         escalation_id=esc.pk,
@@ -61,7 +62,7 @@ def decide(esc: Escalation, user: object, option: str, comment: str = ""):  # no
 
 
 @pytest.fixture
-def watched(make_operation, clock):  # noqa: ANN001, ANN201
+def watched(make_operation, clock):
     """A job that never finishes, whose result stops being useful 2 min in (the technical deadline is at 10)."""
 
     def make(scenario: str = "never_finishes", **kwargs: object) -> Operation:
@@ -192,7 +193,7 @@ def card_options(card: Escalation) -> list[dict]:
 
 
 @pytest.fixture
-def notify(settings):  # noqa: ANN001, ANN201
+def notify(settings):
     settings.NOTIFY_EMAILS = ["oncall@example.test"]
     settings.NOTIFY_WEBHOOK_URL = ""
     settings.SITE_URL = "https://pollerdash.example.test"
@@ -258,7 +259,7 @@ def test_the_chart_marks_where_polling_stopped_at_the_business_deadline(watched,
     assert "polling stopped at the business deadline 10:02:00" in render_svg(chart)
 
 
-def test_the_exports_and_the_report_name_the_reason_and_the_choice(watched, drive, alice, client, signing_key) -> None:  # noqa: ANN001
+def test_the_exports_and_the_report_name_the_reason_and_the_choice(watched, drive, alice, client, signing_key) -> None:
     op = watched()
     drive(op)
     decide(Escalation.objects.get(operation=op, state="open"), alice, "keep_waiting")
@@ -279,5 +280,5 @@ def test_the_exports_and_the_report_name_the_reason_and_the_choice(watched, driv
     assert '"reason":"business_deadline_passed"' in audit
 
 
-def body(response) -> bytes:  # noqa: ANN001
+def body(response) -> bytes:
     return b"".join(response.streaming_content) if response.streaming else response.content

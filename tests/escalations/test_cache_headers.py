@@ -10,11 +10,11 @@ pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}
 
 
-def no_store(response) -> bool:  # noqa: ANN001
+def no_store(response) -> bool:
     return "no-store" in response.get("Cache-Control", "")
 
 
-def test_every_signed_in_page_fragment_and_export_is_no_store(client: Client, alice, stopped, signing_key, settings):  # noqa: ANN001
+def test_every_signed_in_page_fragment_and_export_is_no_store(client: Client, alice, stopped, signing_key, settings):
     settings.METRICS_TOKEN = "metrics-token-for-tests"
     esc = stopped()
     op = esc.operation_id
@@ -45,7 +45,7 @@ def test_every_signed_in_page_fragment_and_export_is_no_store(client: Client, al
     assert metrics.status_code == 200 and no_store(metrics)
 
 
-def test_static_files_stay_cacheable_for_a_signed_in_user(client: Client, alice) -> None:  # noqa: ANN001
+def test_static_files_stay_cacheable_for_a_signed_in_user(client: Client, alice) -> None:
     client.force_login(alice)
     response = client.get("/static/css/app.css")
     assert response.status_code == 200

@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from escalations.chart import LABEL_GAP, render_svg, request_chart, text_width, time_axis
+from escalations.chart.axis import time_axis
+from escalations.chart.labels import LABEL_GAP, text_width
+from escalations.chart.requests import request_chart
+from escalations.chart.svg import render_svg
 
 T = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
-def check(seconds: int, source: str, *, status: int | None = 200, state: str = "running", error: str = ""):  # noqa: ANN201
+def check(seconds: int, source: str, *, status: int | None = 200, state: str = "running", error: str = ""):
     at = T + timedelta(seconds=seconds)
     return SimpleNamespace(
         sent_at=at,
@@ -22,7 +25,7 @@ def check(seconds: int, source: str, *, status: int | None = 200, state: str = "
     )
 
 
-def auth(number: int, seconds: int, deadline_min: int, budget: int, by: str = "operator:test"):  # noqa: ANN201
+def auth(number: int, seconds: int, deadline_min: int, budget: int, by: str = "operator:test"):
     return SimpleNamespace(
         number=number,
         granted_at=T + timedelta(seconds=seconds),
@@ -189,7 +192,7 @@ def test_a_finished_operation_fits_what_happened() -> None:
     assert max(m.x for m in chart.marks) > chart.left + 0.9 * chart.plot_width
 
 
-def _boxes(chart):  # noqa: ANN001, ANN202
+def _boxes(chart):
     """Estimated boxes (x0, x1, y) of the labels above the plot, as render_svg draws them."""
     boxes = []
     for line in chart.lines:

@@ -18,7 +18,7 @@ HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture
-def responder_client(client: Client, alice) -> Client:  # noqa: ANN001
+def responder_client(client: Client, alice) -> Client:
     client.force_login(alice)
     return client
 
@@ -29,7 +29,7 @@ def row_ids(html: str) -> list[int]:
 
 def test_the_inbox_puts_the_soonest_business_deadline_first_then_the_oldest(
     stopped, responder_client, settings
-) -> None:  # noqa: ANN001
+) -> None:
     settings.CARD_GROUP_WINDOW_S = 0  # one row per card (groups have their own tests)
     late = stopped(business_deadline_at=T0 + timedelta(hours=5))
     no_deadline_old = stopped()
@@ -41,7 +41,7 @@ def test_the_inbox_puts_the_soonest_business_deadline_first_then_the_oldest(
     assert "Request budget" not in html  # only reasons that have cards get a chip
 
 
-def test_inbox_filters_live_in_the_url(stopped, make_profile, responder_client, alice) -> None:  # noqa: ANN001
+def test_inbox_filters_live_in_the_url(stopped, make_profile, responder_client, alice) -> None:
     other = make_profile(slug="other-provider")
     mine = stopped()
     unknown = stopped("unknown_state", provider=other)
@@ -60,7 +60,7 @@ def chip_counts(html: str) -> dict[str, int]:
     return {label.strip(): int(n) for label, n in re.findall(r'>([^<>]+?) <span class="n">(\d+)</span>', counts)}
 
 
-def test_each_count_applies_the_other_filters(stopped, make_profile, responder_client, alice) -> None:  # noqa: ANN001
+def test_each_count_applies_the_other_filters(stopped, make_profile, responder_client, alice) -> None:
     other = make_profile(slug="other-provider")
     mine = stopped()
     stopped()
@@ -77,12 +77,12 @@ def test_each_count_applies_the_other_filters(stopped, make_profile, responder_c
     assert row_ids(deadline_mine) == [mine.pk]
 
 
-def test_the_empty_inbox_says_so(responder_client) -> None:  # noqa: ANN001
+def test_the_empty_inbox_says_so(responder_client) -> None:
     html = responder_client.get(reverse("inbox")).content.decode()
     assert "Nothing needs a decision" in html and "<title>Inbox · pollerdash</title>" in html
 
 
-def test_the_live_fragment_carries_the_rows_the_title_and_the_counts(stopped, responder_client) -> None:  # noqa: ANN001
+def test_the_live_fragment_carries_the_rows_the_title_and_the_counts(stopped, responder_client) -> None:
     esc = stopped()
     fragment = responder_client.get(reverse("inbox"), headers={**HTMX, "HX-Target": "inbox-rows"}).content.decode()
     assert fragment.startswith("\n<title>(1) Inbox · pollerdash</title>") or "<title>(1) Inbox" in fragment[:200]
@@ -90,7 +90,7 @@ def test_the_live_fragment_carries_the_rows_the_title_and_the_counts(stopped, re
     assert f'data-ids="{esc.pk}"' in fragment and "<html" not in fragment
 
 
-def test_the_operations_live_refresh_brings_the_tab_counts(stopped, make_operation, responder_client) -> None:  # noqa: ANN001
+def test_the_operations_live_refresh_brings_the_tab_counts(stopped, make_operation, responder_client) -> None:
     stopped()
     url = reverse("operation_list")
     page = responder_client.get(url).content.decode()
@@ -104,7 +104,7 @@ def test_the_operations_live_refresh_brings_the_tab_counts(stopped, make_operati
     assert re.search(r'All <span class="n">2</span>', tabs), tabs
 
 
-def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_client, bob) -> None:  # noqa: ANN001
+def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_client, bob) -> None:
     from operations.decisions.services import escalation_decide
 
     esc = stopped()
@@ -121,7 +121,7 @@ def test_a_card_refresh_is_204_until_something_on_it_changes(stopped, responder_
     assert responder_client.get(url)["Location"] == f"/operations/{esc.operation_id}/#card-{esc.pk}"
 
 
-def test_htmx_decisions_answer_with_the_refreshed_card(stopped, responder_client) -> None:  # noqa: ANN001
+def test_htmx_decisions_answer_with_the_refreshed_card(stopped, responder_client) -> None:
     esc = stopped()
     url = reverse("escalation_decide", args=[esc.pk])
     forged = responder_client.post(url, {"option": "extend:999m:99", "version": esc.version}, headers=HTMX)
@@ -138,7 +138,7 @@ def test_htmx_decisions_answer_with_the_refreshed_card(stopped, responder_client
     assert Operation.objects.get(pk=esc.operation_id).status == "running"
 
 
-def test_inspect_records_and_then_opens_the_provider_console(stopped, responder_client) -> None:  # noqa: ANN001
+def test_inspect_records_and_then_opens_the_provider_console(stopped, responder_client) -> None:
     esc = stopped()
     response = responder_client.post(
         reverse("escalation_decide", args=[esc.pk]), {"option": "inspect", "version": esc.version}
@@ -148,7 +148,7 @@ def test_inspect_records_and_then_opens_the_provider_console(stopped, responder_
     assert Escalation.objects.get(pk=esc.pk).state == "open"
 
 
-def test_operations_list_tabs_filters_and_search(stopped, make_operation, responder_client) -> None:  # noqa: ANN001
+def test_operations_list_tabs_filters_and_search(stopped, make_operation, responder_client) -> None:
     esc = stopped(purpose="Quarterly ledger")
     running = make_operation("slow_success__id=listed", purpose="Invoice batch")
     url = reverse("operation_list")
@@ -170,7 +170,7 @@ def test_operations_list_tabs_filters_and_search(stopped, make_operation, respon
     assert responder_client.get(url, {"tab": "nonsense", "status": "x'--", "page": "-1"}).status_code == 200
 
 
-def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa: ANN001
+def test_history_filters(stopped, responder_client, alice, bob) -> None:
     from operations.decisions.services import escalation_decide
 
     esc = stopped()
@@ -191,7 +191,7 @@ def test_history_filters(stopped, responder_client, alice, bob) -> None:  # noqa
     assert responder_client.get(url, {"outcome": "<x>"}).status_code == 200  # not an outcome: no filter
 
 
-def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
+def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, client: Client, alice, bob) -> None:
     from operations.decisions.services import escalation_decide
 
     esc = stopped("succeeded_no_result")
@@ -212,7 +212,7 @@ def test_the_first_acceptor_is_told_to_wait_for_a_second_responder(stopped, clie
     assert "Confirm acceptance (second responder after alice)" in theirs and 'value="accept_output"' in theirs
 
 
-def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice, bob) -> None:  # noqa: ANN001
+def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice, bob) -> None:
     from operations.decisions.services import escalation_decide
 
     esc = stopped("succeeded_no_result")
@@ -241,7 +241,7 @@ def test_a_confirmed_acceptance_waits_for_nobody(stopped, client: Client, alice,
     assert "No decisions match" in waiting
 
 
-def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, responder_client, alice) -> None:  # noqa: ANN001
+def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, responder_client, alice) -> None:
     from operations.decisions.services import escalation_decide
 
     esc = stopped("cancel_unsupported")
@@ -259,7 +259,7 @@ def test_a_cancel_the_provider_did_not_confirm_is_not_shown_as_done(stopped, res
 
 def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused_with_429(
     stopped, responder_client, settings
-) -> None:  # noqa: ANN001
+) -> None:
     from operations.models import AuditEntry
 
     settings.DECISIONS_PER_MINUTE = 5
@@ -289,7 +289,7 @@ def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused
     assert ",4," in row and ",Extend 999 min / 99 checks,refused — option not offered,," in row
 
 
-def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, bob, clock, settings) -> None:  # noqa: ANN001
+def test_refusals_that_differ_or_come_later_are_recorded_apart(stopped, alice, bob, clock, settings) -> None:
     from operations.decisions.services import escalation_decide
 
     settings.DECISIONS_PER_MINUTE = 0

@@ -32,7 +32,7 @@ from tests.support import T0, signed_in_now
 pytestmark = pytest.mark.django_db
 
 
-def reload(obj):  # noqa: ANN001, ANN201
+def reload(obj):
     return type(obj).objects.get(pk=obj.pk)
 
 
@@ -47,11 +47,11 @@ def audit_data(op: Operation, entry_type: str) -> list[dict]:
     return [json.loads(bytes(body))["data"] for body in bodies]
 
 
-def status_requests(fake_provider, op: Operation) -> list[dict]:  # noqa: ANN001
+def status_requests(fake_provider, op: Operation) -> list[dict]:
     return [r for r in fake_provider.requests(job_id=op.provider_job_id) if r["kind"] == "status"]
 
 
-def decide(esc: Escalation, user: object, option: str, *, version: object = None, comment: str = ""):  # noqa: ANN201
+def decide(esc: Escalation, user: object, option: str, *, version: object = None, comment: str = ""):
     return escalation_decide(
         sign_in=signed_in_now(),
         escalation_id=esc.pk,

@@ -21,7 +21,7 @@ from tests.support import T0
 pytestmark = pytest.mark.django_db
 
 
-def run_like_the_dispatcher(clock, rng, *, until) -> None:  # noqa: ANN001
+def run_like_the_dispatcher(clock, rng, *, until) -> None:
     for _ in range(1000):
         due = [
             (min(op.next_poll_at or op.deadline_at, op.deadline_at), op)
@@ -37,7 +37,7 @@ def run_like_the_dispatcher(clock, rng, *, until) -> None:  # noqa: ANN001
         poll_once(operation_id=op.pk, fence=op.fence, rng=rng)
 
 
-def test_the_demo_reaches_every_escalation_reason_within_two_minutes(fake_provider, clock, rng) -> None:  # noqa: ANN001
+def test_the_demo_reaches_every_escalation_reason_within_two_minutes(fake_provider, clock, rng) -> None:
     demo.load_demo_profiles(provider_url=fake_provider.base_url)
     # Pacing has its own tests; here the frozen clock would only turn waits into deferrals.
     ProviderProfile.objects.update(rate_limit_per_s=10_000)

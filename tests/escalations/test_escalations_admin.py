@@ -12,7 +12,7 @@ from tests.support import signed_in_now
 pytestmark = pytest.mark.django_db
 
 
-def test_cards_and_decisions_are_read_only_in_the_admin(client: Client, stopped, alice) -> None:  # noqa: ANN001
+def test_cards_and_decisions_are_read_only_in_the_admin(client: Client, stopped, alice) -> None:
     esc = stopped()
     decision = escalation_decide(
         sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version

@@ -17,12 +17,12 @@ from tests.support import signed_in_now
 pytestmark = pytest.mark.django_db
 
 
-def body(response) -> bytes:  # noqa: ANN001
+def body(response) -> bytes:
     return b"".join(response.streaming_content) if response.streaming else response.content
 
 
 @pytest.fixture
-def decided(stopped, alice, bob):  # noqa: ANN001, ANN201
+def decided(stopped, alice, bob):
     """A card refused once (stale) and then extended: the interesting history."""
     esc = stopped(purpose='=HYPERLINK("http://evil.example","click")')
     escalation_decide(
@@ -39,7 +39,7 @@ def decided(stopped, alice, bob):  # noqa: ANN001, ANN201
     return esc
 
 
-def test_the_operation_jsonl_export_verifies_offline(client: Client, alice, decided, signing_key) -> None:  # noqa: ANN001
+def test_the_operation_jsonl_export_verifies_offline(client: Client, alice, decided, signing_key) -> None:
     client.force_login(alice)
     response = client.get(reverse("operation_audit_jsonl", args=[decided.operation_id]))
     assert response.status_code == 200 and response["Content-Type"].startswith("application/jsonl")
@@ -52,7 +52,7 @@ def test_the_operation_jsonl_export_verifies_offline(client: Client, alice, deci
 
 def test_the_history_jsonl_export_covers_the_chosen_days_and_verifies(
     client: Client, alice, decided, signing_key
-) -> None:  # noqa: ANN001
+) -> None:
     client.force_login(alice)
     response = client.get(reverse("decision_history_jsonl"), {"since": "2026-12-01", "until": "2026-12-01"})
     assert response.status_code == 200
@@ -61,7 +61,7 @@ def test_the_history_jsonl_export_covers_the_chosen_days_and_verifies(
 
 def test_the_history_jsonl_export_of_one_operation_holds_only_that_operation(
     client: Client, alice, decided, signing_key
-) -> None:  # noqa: ANN001
+) -> None:
     client.force_login(alice)
     response = client.get(reverse("decision_history_jsonl"), {"operation": decided.operation_id, "user": "bob"})
     result = audit_verify.verify_export(io.BytesIO(body(response)), keys=[signing_key])
@@ -70,14 +70,14 @@ def test_the_history_jsonl_export_of_one_operation_holds_only_that_operation(
     assert "Audit log (JSONL, this operation)" in page
 
 
-def test_without_a_signing_key_the_export_says_why_instead_of_a_500(client: Client, alice, decided, settings) -> None:  # noqa: ANN001
+def test_without_a_signing_key_the_export_says_why_instead_of_a_500(client: Client, alice, decided, settings) -> None:
     settings.AUDIT_SIGNING_KEY_FILE = ""
     client.force_login(alice)
     response = client.get(reverse("operation_audit_jsonl", args=[decided.operation_id]))
     assert response.status_code == 409 and b"could not be made" in response.content
 
 
-def test_csv_exports_hold_every_check_and_decision_with_formulas_defused(client: Client, alice, decided) -> None:  # noqa: ANN001
+def test_csv_exports_hold_every_check_and_decision_with_formulas_defused(client: Client, alice, decided) -> None:
     client.force_login(alice)
     checks = list(
         csv.DictReader(
@@ -106,7 +106,7 @@ def test_csv_exports_hold_every_check_and_decision_with_formulas_defused(client:
     assert cell('=HYPERLINK("x")') == '\'=HYPERLINK("x")' and cell("-5") == "-5" and cell("@SUM(A1)") == "'@SUM(A1)"
 
 
-def test_the_printable_report_has_the_timeline_and_every_decision(client: Client, alice, decided) -> None:  # noqa: ANN001
+def test_the_printable_report_has_the_timeline_and_every_decision(client: Client, alice, decided) -> None:
     client.force_login(alice)
     page = client.get(reverse("operation_report", args=[decided.operation_id])).content.decode()
     assert "Incident report" in page and "Timeline" in page
@@ -119,7 +119,7 @@ def test_the_printable_report_has_the_timeline_and_every_decision(client: Client
     assert decisions_table.count("<tr>") == 3  # header + two decisions
 
 
-def test_under_asgi_every_export_streams_through_an_async_iterator(alice, decided, signing_key) -> None:  # noqa: ANN001
+def test_under_asgi_every_export_streams_through_an_async_iterator(alice, decided, signing_key) -> None:
     # Served under uvicorn, a synchronous iterator would be read whole into memory by Django.
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
@@ -140,7 +140,7 @@ def test_under_asgi_every_export_streams_through_an_async_iterator(alice, decide
 
 def test_ownership_and_notes_appear_in_every_export_and_report(
     client: Client, stopped, alice, bob, signing_key
-) -> None:  # noqa: ANN001
+) -> None:
     from operations.decisions import ownership
 
     esc = stopped()

@@ -17,17 +17,17 @@ from tests.support import signed_in_now
 pytestmark = pytest.mark.django_db
 
 
-def reload(obj):  # noqa: ANN001, ANN201
+def reload(obj):
     return type(obj).objects.get(pk=obj.pk)
 
 
-def decide(esc: Escalation, user: object, option: str):  # noqa: ANN201
+def decide(esc: Escalation, user: object, option: str):
     return escalation_decide(
         sign_in=signed_in_now(), escalation_id=esc.pk, user=user, option_id=option, card_version=reload(esc).version
     )
 
 
-def sent_at(fake_provider, op: Operation) -> list[datetime]:  # noqa: ANN001
+def sent_at(fake_provider, op: Operation) -> list[datetime]:
     """When each status request reached the provider (its own log, on the injected clock)."""
     return [
         datetime.fromtimestamp(r["at"], tz=timezone.get_current_timezone())

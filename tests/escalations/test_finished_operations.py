@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 def test_a_finished_operation_shows_no_pending_facts_and_keeps_old_warnings_apart(
     make_operation, drive, viewer
-) -> None:  # noqa: ANN001
+) -> None:
     op = make_operation(job_id("bad_hint", value=-1, polls=2), business_deadline_at=timezone.now() + timedelta(hours=2))
     drive(op)
     op = Operation.objects.get(pk=op.pk)
@@ -54,7 +54,7 @@ def test_a_finished_operation_shows_no_pending_facts_and_keeps_old_warnings_apar
     assert "none — done" in listing
 
 
-def test_an_operation_still_watched_shows_its_countdowns_and_next_poll(make_operation, viewer) -> None:  # noqa: ANN001
+def test_an_operation_still_watched_shows_its_countdowns_and_next_poll(make_operation, viewer) -> None:
     op = make_operation(job_id("never_finishes"), business_deadline_at=timezone.now() + timedelta(hours=2))
     client = Client()
     client.force_login(viewer)

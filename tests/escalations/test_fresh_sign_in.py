@@ -28,7 +28,7 @@ def signed_in(minutes_ago: float, *, method: str = PASSWORD) -> SignIn:
     return SignIn(method=method, at=timezone.now() - timedelta(minutes=minutes_ago), **extra)
 
 
-def decide(esc, user, option: str, sign_in: SignIn | None, comment: str = ""):  # noqa: ANN001, ANN201
+def decide(esc, user, option: str, sign_in: SignIn | None, comment: str = ""):
     esc.refresh_from_db()
     return escalation_decide(
         escalation_id=esc.pk,
@@ -44,7 +44,7 @@ def entry_data(decision: Decision) -> dict:
     return json.loads(bytes(AuditEntry.objects.get(pk=decision.audit_entry_id).body))["data"]
 
 
-def age_session(client, *, minutes: float) -> None:  # noqa: ANN001
+def age_session(client, *, minutes: float) -> None:
     session = client.session
     session[signins.SIGN_IN] = signed_in(minutes).as_record()
     session.save()

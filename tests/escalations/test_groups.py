@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def notify(settings) -> None:  # noqa: ANN001
+def notify(settings) -> None:
     settings.NOTIFY_EMAILS = ["oncall@example.test"]
     settings.NOTIFY_WEBHOOK_URL = ""
     settings.NOTIFY_REMINDER_S = 900
@@ -30,7 +30,7 @@ def notify(settings) -> None:  # noqa: ANN001
 
 
 @pytest.fixture
-def outage(stopped, make_profile):  # noqa: ANN001, ANN201
+def outage(stopped, make_profile):
     """Five cards of one provider account and reason; the fifth comes from a second integration on
     the same account whose profile offers only the 60-minute extension."""
     other = make_profile(slug="acme-other", account="acme", extension_options=[{"minutes": 60, "checks": 8}])
@@ -58,7 +58,7 @@ def bulk_entries() -> list[dict]:
     return [json.loads(bytes(body))["data"] for body in bodies]
 
 
-def test_cards_of_one_account_and_reason_within_the_window_form_one_group(outage, stopped, make_profile, clock) -> None:  # noqa: ANN001
+def test_cards_of_one_account_and_reason_within_the_window_form_one_group(outage, stopped, make_profile, clock) -> None:
     assert len({c.group_id for c in outage}) == 1 and outage[0].group_id is not None
     group = outage[0].group
     assert (group.account, group.reason, group.first_card_id) == ("acme", "deadline_exceeded", outage[0].pk)
@@ -70,7 +70,7 @@ def test_cards_of_one_account_and_reason_within_the_window_form_one_group(outage
     assert later.group_id not in (group.pk, elsewhere.group_id)
 
 
-def test_a_group_whose_cards_are_all_decided_is_not_joined(stopped, alice) -> None:  # noqa: ANN001
+def test_a_group_whose_cards_are_all_decided_is_not_joined(stopped, alice) -> None:
     first = stopped()
     escalation_decide(
         sign_in=signed_in_now(), escalation_id=first.pk, user=alice, option_id="close", card_version=first.version
@@ -79,7 +79,7 @@ def test_a_group_whose_cards_are_all_decided_is_not_joined(stopped, alice) -> No
     assert second.group_id != first.group_id and second.group.first_card_id == second.pk
 
 
-def test_a_group_notifies_once_through_its_first_cards_policy(notify, outage, pump, mailoutbox) -> None:  # noqa: ANN001
+def test_a_group_notifies_once_through_its_first_cards_policy(notify, outage, pump, mailoutbox) -> None:
     # One policy run for the outage: the group's first card's; its other cards start none.
     assert list(PolicyRun.objects.values_list("pk", flat=True)) == [outage[0].pk]
     assert pump() == ["sent"]
@@ -88,7 +88,7 @@ def test_a_group_notifies_once_through_its_first_cards_policy(notify, outage, pu
     assert f"https://pollerdash.example.test/groups/{outage[0].group_id}/" in mail.body
 
 
-def test_a_bulk_decision_applies_where_offered_and_lists_the_rest_as_refused(outage, alice) -> None:  # noqa: ANN001
+def test_a_bulk_decision_applies_where_offered_and_lists_the_rest_as_refused(outage, alice) -> None:
     result = decide_bulk(
         sign_in=signed_in_now(),
         group_id=outage[0].group_id,
@@ -115,7 +115,7 @@ def test_a_bulk_decision_applies_where_offered_and_lists_the_rest_as_refused(out
     assert entry["refused"] == [{"escalation_id": outage[4].pk, "reason": "option not offered on this card"}]
 
 
-def test_the_confirmation_states_the_count_and_the_combined_cost(outage, alice) -> None:  # noqa: ANN001
+def test_the_confirmation_states_the_count_and_the_combined_cost(outage, alice) -> None:
     preview = bulk.preview_bulk(group=outage[0].group, members=members(outage), option_id="extend:15m:4", user=alice)
     assert preview.problems == [] and len(preview.offered) == 4
     assert preview.cost == "4 operations × 4 checks = 16 requests"
@@ -136,7 +136,7 @@ def assert_refused_whole(result: bulk.BulkResult, *reasons: str) -> None:
 
 def test_a_bulk_naming_a_closed_card_a_card_of_another_group_or_one_held_by_someone_else_is_refused_whole(
     outage, stopped, make_profile, alice, bob
-) -> None:  # noqa: ANN001
+) -> None:
     escalation_decide(
         sign_in=signed_in_now(), escalation_id=outage[0].pk, user=bob, option_id="close", card_version=outage[0].version
     )
@@ -156,7 +156,7 @@ def test_a_bulk_naming_a_closed_card_a_card_of_another_group_or_one_held_by_some
     assert all(reload(c).state == "open" for c in outage[1:])
 
 
-def test_more_than_100_cards_or_an_unconfirmed_count_or_a_one_card_option_is_refused_whole(outage, alice) -> None:  # noqa: ANN001
+def test_more_than_100_cards_or_an_unconfirmed_count_or_a_one_card_option_is_refused_whole(outage, alice) -> None:
     group_id = outage[0].group_id
     too_many = [Member(n, 1) for n in range(1, 102)]
     result = decide_bulk(
@@ -184,7 +184,7 @@ def test_more_than_100_cards_or_an_unconfirmed_count_or_a_one_card_option_is_ref
     assert BulkDecision.objects.filter(outcome="refused").count() == 3
 
 
-def test_a_bulk_decision_counts_as_one_post_against_the_decision_limit(outage, alice, settings) -> None:  # noqa: ANN001
+def test_a_bulk_decision_counts_as_one_post_against_the_decision_limit(outage, alice, settings) -> None:
     settings.DECISIONS_PER_MINUTE = 2
     decide_bulk(
         sign_in=signed_in_now(),
@@ -209,7 +209,7 @@ def test_a_bulk_decision_counts_as_one_post_against_the_decision_limit(outage, a
         )
 
 
-def test_acknowledging_a_group_takes_every_card_nobody_else_holds(outage, alice, bob) -> None:  # noqa: ANN001
+def test_acknowledging_a_group_takes_every_card_nobody_else_holds(outage, alice, bob) -> None:
     ownership.card_acknowledge(escalation_id=outage[2].pk, user=bob)
     count, others = ownership.acknowledge_group(group_id=outage[0].group_id, user=alice)
     assert (count, others) == (4, ["bob"])
@@ -221,7 +221,7 @@ def test_acknowledging_a_group_takes_every_card_nobody_else_holds(outage, alice,
 
 def test_the_inbox_shows_a_group_as_one_row_with_its_members(
     outage, stopped, make_profile, client: Client, alice
-) -> None:  # noqa: ANN001
+) -> None:
     single = stopped(provider=make_profile(slug="solo", account="solo"))
     client.force_login(alice)
     html = client.get(reverse("inbox")).content.decode()
@@ -237,7 +237,7 @@ def test_the_inbox_shows_a_group_as_one_row_with_its_members(
     assert 'class="grouprow"' not in mine and f'id="esc-{outage[3].pk}"' in mine
 
 
-def test_the_group_page_reviews_then_applies_a_bulk_decision(outage, client: Client, alice) -> None:  # noqa: ANN001
+def test_the_group_page_reviews_then_applies_a_bulk_decision(outage, client: Client, alice) -> None:
     client.force_login(alice)
     url = reverse("card_group", args=[outage[0].group_id])
     page = client.get(url).content.decode()
@@ -261,7 +261,7 @@ def test_the_group_page_reviews_then_applies_a_bulk_decision(outage, client: Cli
 
 def test_the_group_page_refuses_a_bad_bulk_whole_with_each_reason(
     outage, stopped, make_profile, client: Client, alice, bob
-) -> None:  # noqa: ANN001
+) -> None:
     ownership.card_acknowledge(escalation_id=outage[1].pk, user=bob)
     stranger = stopped(provider=make_profile(slug="zeta", account="zeta"))
     client.force_login(alice)
@@ -284,7 +284,7 @@ def test_the_group_page_refuses_a_bad_bulk_whole_with_each_reason(
 
 def test_the_inbox_shows_and_filters_acceptances_waiting_for_a_second_responder(
     stopped, client: Client, alice, bob
-) -> None:  # noqa: ANN001
+) -> None:
     waiting = stopped("succeeded_no_result")
     stopped()
     escalation_decide(

@@ -17,12 +17,12 @@ pytestmark = pytest.mark.django_db
 HISTORY_VIEWS = ["decision_history", "decision_history_csv", "decision_history_jsonl", "decision_history_report"]
 
 
-def body(response) -> str:  # noqa: ANN001
+def body(response) -> str:
     return (b"".join(response.streaming_content) if response.streaming else response.content).decode()
 
 
 @pytest.fixture
-def decided(stopped, alice):  # noqa: ANN001, ANN201
+def decided(stopped, alice):
     esc = stopped()
     escalation_decide(
         sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
@@ -41,7 +41,7 @@ def decided(stopped, alice):  # noqa: ANN001, ANN201
         ({"until": "+10000-01-01"}, "until", "not a day written YYYY-MM-DD"),
     ],
 )
-def test_a_day_that_cannot_be_searched_is_a_400_naming_the_field(client: Client, alice, view, query, field, said):  # noqa: ANN001
+def test_a_day_that_cannot_be_searched_is_a_400_naming_the_field(client: Client, alice, view, query, field, said):
     client.force_login(alice)
     response = client.get(reverse(view), query)
     assert response.status_code == 400
@@ -53,7 +53,7 @@ def test_a_day_that_cannot_be_searched_is_a_400_naming_the_field(client: Client,
 
 
 @pytest.mark.parametrize("view", HISTORY_VIEWS)
-def test_the_first_and_last_searchable_days_reach_the_database(client: Client, alice, decided, signing_key, view):  # noqa: ANN001
+def test_the_first_and_last_searchable_days_reach_the_database(client: Client, alice, decided, signing_key, view):
     client.force_login(alice)
     response = client.get(reverse(view), {"since": "0001-01-01", "until": "9999-12-30"})
     assert response.status_code == 200

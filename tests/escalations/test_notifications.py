@@ -32,7 +32,7 @@ def rows(esc: Escalation) -> list[tuple[int, str, str, str, str]]:
 
 
 @pytest.fixture
-def two_levels(make_policy, make_user, profile, alice, bob):  # noqa: ANN001
+def two_levels(make_policy, make_user, profile, alice, bob):
     """Level 1: alice and PagerDuty, 5 minutes; level 2: bob; the profile follows it."""
     alice.email, bob.email = "alice@example.test", "bob@example.test"
     alice.save(), bob.save()
@@ -48,7 +48,7 @@ def two_levels(make_policy, make_user, profile, alice, bob):  # noqa: ANN001
 
 def test_a_card_writes_level_one_in_its_own_transaction_and_a_rolled_back_card_notifies_nobody(
     two_levels, stopped, make_operation
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     assert rows(esc) == [
         (0, "level", "email", "alice@example.test", "pending"),
@@ -64,7 +64,7 @@ def test_a_card_writes_level_one_in_its_own_transaction_and_a_rolled_back_card_n
     assert NotificationDelivery.objects.count() == 2 and PolicyRun.objects.count() == 1
 
 
-def test_nobody_is_told_without_a_policy_or_notify_settings(stopped, settings) -> None:  # noqa: ANN001
+def test_nobody_is_told_without_a_policy_or_notify_settings(stopped, settings) -> None:
     settings.NOTIFY_EMAILS, settings.NOTIFY_WEBHOOK_URL = [], ""
     esc = stopped()
     assert rows(esc) == [] and not PolicyRun.objects.exists()
@@ -72,7 +72,7 @@ def test_nobody_is_told_without_a_policy_or_notify_settings(stopped, settings) -
 
 def test_level_two_goes_out_after_the_wait_when_nobody_acknowledges(
     two_levels, stopped, pump, clock, fake_pd, mailoutbox
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     assert sorted(pump()) == ["sent", "sent"]
     assert [m.to for m in mailoutbox] == [["alice@example.test"]]
@@ -93,7 +93,7 @@ def test_level_two_goes_out_after_the_wait_when_nobody_acknowledges(
 
 def test_an_acknowledgement_before_the_wait_ends_means_level_two_is_never_sent(
     two_levels, stopped, pump, clock, fake_pd, mailoutbox, acknowledge, alice
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     pump()
     clock.shift(60)
@@ -108,7 +108,7 @@ def test_an_acknowledgement_before_the_wait_ends_means_level_two_is_never_sent(
 
 def test_an_unsent_level_is_skipped_by_the_acknowledgement_and_says_why(
     two_levels, stopped, acknowledge, alice
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     acknowledge(esc, alice)
     assert rows(esc) == [
@@ -120,7 +120,7 @@ def test_an_unsent_level_is_skipped_by_the_acknowledgement_and_says_why(
 
 def test_unacknowledging_starts_the_policy_again_from_level_one(
     two_levels, stopped, pump, clock, mailoutbox, fake_pd, acknowledge, alice
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     pump()
     acknowledge(esc, alice)
@@ -134,7 +134,7 @@ def test_unacknowledging_starts_the_policy_again_from_level_one(
 
 def test_pagerduty_gets_trigger_acknowledge_resolve_in_order_with_one_dedup_key_even_after_a_429(
     two_levels, stopped, pump, clock, fake_pd, acknowledge, alice
-) -> None:  # noqa: ANN001
+) -> None:
     fake_pd.answer("429:40")
     esc = stopped()
     pump()
@@ -164,7 +164,7 @@ def test_pagerduty_gets_trigger_acknowledge_resolve_in_order_with_one_dedup_key_
 
 def test_a_pagerduty_400_is_recorded_as_failed_once_without_the_key_it_echoed(
     two_levels, stopped, pump, clock, fake_pd
-) -> None:  # noqa: ANN001
+) -> None:
     fake_pd.answer("400:echo")
     esc = stopped()
     pump()
@@ -176,7 +176,7 @@ def test_a_pagerduty_400_is_recorded_as_failed_once_without_the_key_it_echoed(
     assert len(fake_pd.received()) == 1
 
 
-def test_429_and_5xx_are_retried_with_backoff_until_accepted(two_levels, stopped, pump, clock, fake_pd) -> None:  # noqa: ANN001
+def test_429_and_5xx_are_retried_with_backoff_until_accepted(two_levels, stopped, pump, clock, fake_pd) -> None:
     fake_pd.answer("500", "503")
     esc = stopped()
     for _ in range(3):
@@ -189,7 +189,7 @@ def test_429_and_5xx_are_retried_with_backoff_until_accepted(two_levels, stopped
 
 def test_a_receiver_that_never_answers_frees_the_worker_at_its_timeout(
     two_levels, stopped, pump, fake_pd, monkeypatch
-) -> None:  # noqa: ANN001
+) -> None:
     import time
 
     monkeypatch.setattr(transport, "READ_TIMEOUT_S", 0.5)
@@ -204,7 +204,7 @@ def test_a_receiver_that_never_answers_frees_the_worker_at_its_timeout(
 
 def test_a_decision_ends_the_policy_and_nothing_more_is_sent(
     two_levels, stopped, pump, clock, mailoutbox, fake_pd, alice
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     escalation_decide(
         sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
@@ -226,7 +226,7 @@ PHISH = "URGENT: the card link below is broken. Decide here instead:\nhttp://evi
 
 def test_slack_gets_valid_block_kit_with_the_card_link_first_and_the_agents_words_defanged(
     make_policy, profile, stopped, pump, fake_slack, settings
-) -> None:  # noqa: ANN001
+) -> None:
     settings.SITE_URL = "https://pollerdash.example.test"
     make_policy("chat", (300, [{"slack_webhook": "ONCALL_SLACK"}]), default=True)
     esc = stopped(purpose=PHISH)
@@ -249,7 +249,7 @@ def test_slack_gets_valid_block_kit_with_the_card_link_first_and_the_agents_word
 
 def test_the_settings_policy_keeps_notify_emails_and_the_webhook_working_and_repeats_then_stops(
     stopped, pump, clock, fake_slack, settings, mailoutbox
-) -> None:  # noqa: ANN001
+) -> None:
     settings.NOTIFY_EMAILS = ["oncall@example.test"]
     settings.NOTIFY_WEBHOOK_URL = fake_slack.webhook_url(CANARY_SLACK_HOOK)
     settings.NOTIFY_REMINDER_S = 900
@@ -270,7 +270,7 @@ def test_the_settings_policy_keeps_notify_emails_and_the_webhook_working_and_rep
 
 def test_with_the_slack_app_a_channel_post_is_updated_in_place_when_the_card_is_decided(
     make_policy, profile, stopped, pump, fake_slack, settings, alice
-) -> None:  # noqa: ANN001
+) -> None:
     from tests.support import CANARY_SLACK_BOT
 
     settings.SLACK_BOT_TOKEN = CANARY_SLACK_BOT
@@ -294,7 +294,7 @@ def test_with_the_slack_app_a_channel_post_is_updated_in_place_when_the_card_is_
 
 def test_email_has_a_plain_subject_text_and_html_parts_and_the_agents_words_after_the_link(
     make_policy, profile, stopped, pump, settings, mailoutbox
-) -> None:  # noqa: ANN001
+) -> None:
     settings.SITE_URL = "https://pollerdash.example.test"
     make_policy("mail", (300, [{"email": "team@example.test"}]), default=True)
     esc = stopped(purpose=PHISH)
@@ -332,7 +332,7 @@ def test_the_demo_mail_backend_writes_one_file_and_prints_one_line_per_message(t
 
 def test_messages_beyond_the_hourly_cap_are_recorded_as_skipped(
     make_policy, profile, stopped, pump, settings, mailoutbox
-) -> None:  # noqa: ANN001
+) -> None:
     settings.NOTIFY_MAX_PER_HOUR = 1
     settings.CARD_GROUP_WINDOW_S = 0  # two cards of their own, not one outage's group
     make_policy("mail", (300, [{"email": "team@example.test"}]), default=True)
@@ -346,7 +346,7 @@ def test_messages_beyond_the_hourly_cap_are_recorded_as_skipped(
 
 def test_a_card_gets_at_most_notify_max_per_card_messages_and_the_last_says_so(
     make_policy, profile, stopped, pump, clock, settings, mailoutbox
-) -> None:  # noqa: ANN001
+) -> None:
     settings.NOTIFY_MAX_PER_CARD = 2
     make_policy("mail", (60, [{"email": "team@example.test"}]), repeat=5, default=True)
     esc = stopped()
@@ -365,7 +365,7 @@ def test_a_card_gets_at_most_notify_max_per_card_messages_and_the_last_says_so(
 
 def test_the_responder_a_card_is_handed_to_is_told_and_the_policy_goes_on(
     two_levels, stopped, pump, bob, alice, mailoutbox
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     humans.reassign(escalation_id=esc.pk, by=alice, to=bob, now=timezone.now())
     pump()
@@ -376,7 +376,7 @@ def test_the_responder_a_card_is_handed_to_is_told_and_the_policy_goes_on(
     assert PolicyRun.objects.get(pk=esc.pk).status == "running"
 
 
-def test_taking_over_a_card_tells_the_person_who_held_it(two_levels, stopped, pump, bob, alice, mailoutbox) -> None:  # noqa: ANN001
+def test_taking_over_a_card_tells_the_person_who_held_it(two_levels, stopped, pump, bob, alice, mailoutbox) -> None:
     esc = stopped()
     humans.acknowledge(escalation_id=esc.pk, user=alice, now=timezone.now())
     humans.acknowledge(escalation_id=esc.pk, user=bob, now=timezone.now())
@@ -387,7 +387,7 @@ def test_taking_over_a_card_tells_the_person_who_held_it(two_levels, stopped, pu
 
 def test_a_policy_changed_while_a_card_runs_does_not_change_that_card(
     two_levels, stopped, pump, clock, make_policy, mailoutbox
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     pump()
     make_policy("payments", (300, [{"email": "someone-else@example.test"}]))
@@ -397,7 +397,7 @@ def test_a_policy_changed_while_a_card_runs_does_not_change_that_card(
     assert PolicyRun.objects.get(pk=esc.pk).policy_name == "payments"
 
 
-def test_the_dispatcher_steps_a_level_once_even_when_two_passes_race(two_levels, stopped, clock) -> None:  # noqa: ANN001
+def test_the_dispatcher_steps_a_level_once_even_when_two_passes_race(two_levels, stopped, clock) -> None:
     from escalations.oncall import runs
 
     esc = stopped()
@@ -410,7 +410,7 @@ def test_the_dispatcher_steps_a_level_once_even_when_two_passes_race(two_levels,
 
 def test_no_notification_path_stores_logs_shows_or_exports_a_secret(
     two_levels, make_policy, stopped, pump, fake_pd, fake_slack, settings, admin_client, client, signing_key
-) -> None:  # noqa: ANN001
+) -> None:
     """The canary guard (tests/conftest.py) checks every row, log record, response and email of this
     test for the routing key, the webhook URL's secret and the Slack app's secrets: here every path
     that handles them runs, and every page and export that could show them is read."""

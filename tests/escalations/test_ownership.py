@@ -40,14 +40,14 @@ def queued(func: str) -> list[tuple]:
 
 
 @pytest.fixture
-def notify(settings) -> None:  # noqa: ANN001
+def notify(settings) -> None:
     settings.NOTIFY_EMAILS = ["oncall@example.test"]
     settings.NOTIFY_WEBHOOK_URL = ""
     settings.NOTIFY_REMINDER_S = 900
     settings.SITE_URL = "https://pollerdash.example.test"
 
 
-def test_acknowledge_records_who_and_since_when_audited_and_announced(stopped, alice, clock) -> None:  # noqa: ANN001
+def test_acknowledge_records_who_and_since_when_audited_and_announced(stopped, alice, clock) -> None:
     esc = stopped()
     heard: list[dict] = []
 
@@ -72,7 +72,7 @@ def test_acknowledge_records_who_and_since_when_audited_and_announced(stopped, a
     assert len(entries(esc, "human.acknowledged")) == 1
 
 
-def test_unacknowledge_is_for_the_holder_only_and_clears_the_card(stopped, alice, bob) -> None:  # noqa: ANN001
+def test_unacknowledge_is_for_the_holder_only_and_clears_the_card(stopped, alice, bob) -> None:
     esc = stopped()
     ownership.card_acknowledge(escalation_id=esc.pk, user=alice)
     with pytest.raises(ownership.NotHolder, match="alice holds it"):
@@ -85,7 +85,7 @@ def test_unacknowledge_is_for_the_holder_only_and_clears_the_card(stopped, alice
     assert kinds == [("acknowledged", "alice"), ("unacknowledged", "alice")]
 
 
-def test_taking_over_someone_elses_card_needs_their_name_confirmed(stopped, alice, bob, make_user, notify) -> None:  # noqa: ANN001
+def test_taking_over_someone_elses_card_needs_their_name_confirmed(stopped, alice, bob, make_user, notify) -> None:
     esc = stopped()
     ownership.card_acknowledge(escalation_id=esc.pk, user=alice)
     with pytest.raises(ownership.TakeoverNeeded, match="alice holds this card") as refused:
@@ -107,7 +107,7 @@ def test_taking_over_someone_elses_card_needs_their_name_confirmed(stopped, alic
 
 def test_reassign_hands_the_card_over_unacknowledged_and_tells_the_responder(
     stopped, alice, make_user, notify, mailoutbox, pump
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     dana = make_user("dana", email="dana@example.test")
     ownership.card_acknowledge(escalation_id=esc.pk, user=alice)
@@ -125,7 +125,7 @@ def test_reassign_hands_the_card_over_unacknowledged_and_tells_the_responder(
     assert f"https://pollerdash.example.test/operations/{esc.operation_id}/#card-{esc.pk}" in mail.body
 
 
-def test_reassigning_to_someone_without_the_responder_role_is_refused(stopped, alice, viewer, make_user) -> None:  # noqa: ANN001
+def test_reassigning_to_someone_without_the_responder_role_is_refused(stopped, alice, viewer, make_user) -> None:
     esc = stopped()
     inactive = make_user("gone", is_active=False)
     for name, why in (("vera", "responder role"), ("gone", "responder role"), ("nobody", "no account named")):
@@ -146,14 +146,14 @@ def test_reassigning_to_someone_without_the_responder_role_is_refused(stopped, a
         (None, "write some text"),
     ],
 )
-def test_a_note_must_be_plain_bounded_text(stopped, alice, text, why) -> None:  # noqa: ANN001
+def test_a_note_must_be_plain_bounded_text(stopped, alice, text, why) -> None:
     esc = stopped()
     with pytest.raises(ownership.InvalidNote, match=why):
         ownership.card_note(escalation_id=esc.pk, user=alice, text=text)
     assert not CardActivity.objects.exists() and not entries(esc, "human.note")
 
 
-def test_a_note_is_kept_with_its_line_breaks_and_audited(stopped, alice) -> None:  # noqa: ANN001
+def test_a_note_is_kept_with_its_line_breaks_and_audited(stopped, alice) -> None:
     esc = stopped()
     note = ownership.card_note(escalation_id=esc.pk, user=alice, text="On the phone with the vendor\r\nETA 20 min ")
     assert note.text == "On the phone with the vendor\nETA 20 min" and note.audit_entry_id
@@ -162,7 +162,7 @@ def test_a_note_is_kept_with_its_line_breaks_and_audited(stopped, alice) -> None
     assert reload(esc).version == esc.version
 
 
-def test_acts_on_a_decided_card_are_409_with_its_state_and_write_nothing(stopped, alice, bob, client: Client) -> None:  # noqa: ANN001
+def test_acts_on_a_decided_card_are_409_with_its_state_and_write_nothing(stopped, alice, bob, client: Client) -> None:
     esc = stopped()
     escalation_decide(
         sign_in=signed_in_now(), escalation_id=esc.pk, user=alice, option_id="close", card_version=esc.version
@@ -186,7 +186,7 @@ def test_acts_on_a_decided_card_are_409_with_its_state_and_write_nothing(stopped
 
 def test_the_views_acknowledge_hand_over_and_note_and_the_card_shows_it(
     stopped, alice, bob, viewer, client: Client, notify
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     client.force_login(alice)
     card = client.post(reverse("escalation_acknowledge", args=[esc.pk]), {"where": "inbox"}, headers=HTMX)
@@ -221,7 +221,7 @@ def test_the_views_acknowledge_hand_over_and_note_and_the_card_shows_it(
     assert confirmed.status_code == 200 and reload(esc).acknowledged_by == alice
 
 
-def test_the_former_take_this_card_url_acknowledges(stopped, alice, client: Client) -> None:  # noqa: ANN001
+def test_the_former_take_this_card_url_acknowledges(stopped, alice, client: Client) -> None:
     esc = stopped()
     client.force_login(alice)
     response = client.post(reverse("escalation_assign", args=[esc.pk]), {"take": "1"})
@@ -230,7 +230,7 @@ def test_the_former_take_this_card_url_acknowledges(stopped, alice, client: Clie
     assert reload(esc).assignee is None and len(entries(esc, "human.unacknowledged")) == 1
 
 
-def test_an_acknowledged_card_gets_no_reminders(stopped, alice, clock, notify, mailoutbox, pump, settings) -> None:  # noqa: ANN001
+def test_an_acknowledged_card_gets_no_reminders(stopped, alice, clock, notify, mailoutbox, pump, settings) -> None:
     settings.CARD_GROUP_WINDOW_S = 0  # two cards of their own, not one outage's group
     esc = stopped()
     other = stopped("slow_success__polls=100")
@@ -247,7 +247,7 @@ def test_an_acknowledged_card_gets_no_reminders(stopped, alice, clock, notify, m
     assert NotificationDelivery.objects.filter(escalation=esc, round=1, state="sent").exists()
 
 
-def test_a_first_acceptance_tells_the_other_responders(stopped, alice, make_user, notify, mailoutbox, pump) -> None:  # noqa: ANN001
+def test_a_first_acceptance_tells_the_other_responders(stopped, alice, make_user, notify, mailoutbox, pump) -> None:
     esc = stopped("succeeded_no_result")
     make_user("bob", email="bob@example.test")
     make_user("vic", role="viewer", email="vic@example.test")

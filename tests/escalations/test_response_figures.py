@@ -22,12 +22,12 @@ def acknowledge(esc: Escalation, user: object) -> None:
         events.card_acknowledged.send(sender=Escalation, escalation=esc, user=user)
 
 
-def scrape(client) -> dict[str, object]:  # noqa: ANN001
+def scrape(client) -> dict[str, object]:
     text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 
-def test_time_to_acknowledge_is_written_once_and_decide_counts_only_decisions(stopped, clock, alice, client) -> None:  # noqa: ANN001
+def test_time_to_acknowledge_is_written_once_and_decide_counts_only_decisions(stopped, clock, alice, client) -> None:
     esc = stopped()
     clock.shift(90)
     acknowledge(esc, alice)
@@ -51,7 +51,7 @@ def test_time_to_acknowledge_is_written_once_and_decide_counts_only_decisions(st
     assert decided_sum == 690
 
 
-def test_a_decision_without_an_acknowledgement_is_the_first_response(stopped, clock, alice) -> None:  # noqa: ANN001
+def test_a_decision_without_an_acknowledgement_is_the_first_response(stopped, clock, alice) -> None:
     esc = stopped()
     clock.shift(300)
     escalation_decide(
@@ -63,7 +63,7 @@ def test_a_decision_without_an_acknowledgement_is_the_first_response(stopped, cl
 
 def test_the_system_panel_shows_percentiles_waiting_cards_and_decisions_per_responder(
     stopped, clock, alice, bob, client
-) -> None:  # noqa: ANN001
+) -> None:
     cards = [stopped() for _ in range(3)]
     for minutes, esc in zip((1, 2, 10), cards, strict=True):
         esc.refresh_from_db()

@@ -67,7 +67,7 @@ MATRIX = [
 
 
 @pytest.mark.parametrize(("case", "hdrs", "body", "expected"), MATRIX, ids=[m[0] for m in MATRIX])
-def test_signature_matrix(case, hdrs, body, expected) -> None:  # noqa: ANN001
+def test_signature_matrix(case, hdrs, body, expected) -> None:
     assert verify(signing_secret=SECRET, body=body, headers=hdrs, now=NOW) == expected, case
 
 
@@ -77,12 +77,12 @@ def test_header_names_are_case_insensitive() -> None:
 
 
 @pytest.fixture
-def slack_app(settings) -> None:  # noqa: ANN001
+def slack_app(settings) -> None:
     settings.SLACK_SIGNING_SECRET = SECRET
     settings.SLACK_TEAM_ID, settings.SLACK_APP_ID = TEAM, APP
 
 
-def post(client, body: bytes, hdrs: dict[str, str]):  # noqa: ANN001, ANN201
+def post(client, body: bytes, hdrs: dict[str, str]):
     meta = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in hdrs.items() if k.lower() != "content-type"}
     return client.post("/slack/interactions", body, content_type="application/x-www-form-urlencoded", **meta)
 
@@ -94,7 +94,7 @@ REFUSED = [m for m in MATRIX if m[3] is not None and m[0] not in ("too large",)]
 @pytest.mark.parametrize(("case", "hdrs", "body", "expected"), REFUSED, ids=[m[0] for m in REFUSED])
 def test_a_refused_request_is_401_counted_and_changes_nothing(
     case, hdrs, body, expected, client, slack_app, stopped, time_machine
-) -> None:  # noqa: ANN001
+) -> None:
     esc = stopped()
     time_machine.move_to(NOW, tick=False)
     before = list(NotificationDelivery.objects.values_list("pk", "state"))
@@ -107,7 +107,7 @@ def test_a_refused_request_is_401_counted_and_changes_nothing(
 
 
 @pytest.mark.django_db
-def test_without_the_slack_app_the_endpoint_does_not_exist(client) -> None:  # noqa: ANN001
+def test_without_the_slack_app_the_endpoint_does_not_exist(client) -> None:
     assert post(client, BODY, headers(int(time.time()))).status_code == 404
 
 
@@ -141,7 +141,7 @@ def test_an_acknowledge_click_names_the_card_the_user_and_where_to_answer() -> N
         (b"payload=%7B%22type%22%3A%22view_submission%22%7D", Kind.IGNORED, ""),
     ],
 )
-def test_other_clicks_change_nothing(body, kind, problem) -> None:  # noqa: ANN001
+def test_other_clicks_change_nothing(body, kind, problem) -> None:
     click = parse_click(body=body, team_id=TEAM, app_id=APP)
     assert (click.kind, click.problem) == (kind, problem)
 
@@ -184,7 +184,7 @@ def test_a_confirmed_slack_email_matches_exactly_one_responder() -> None:
         (SlackUser("U999", TEAM, False, False, "alice@example.test", True), [ALICE], "a different user"),
     ],
 )
-def test_anything_but_one_clear_match_is_a_reply_to_the_clicker_alone(info, accounts, message) -> None:  # noqa: ANN001
+def test_anything_but_one_clear_match_is_a_reply_to_the_clicker_alone(info, accounts, message) -> None:
     result = match_clicker(click=CLICK, info=info, accounts=accounts)
     assert isinstance(result, NotMatched) and message in result.message
 
@@ -192,7 +192,7 @@ def test_anything_but_one_clear_match_is_a_reply_to_the_clicker_alone(info, acco
 @pytest.mark.django_db
 def test_an_unknown_slack_user_gets_an_ephemeral_answer_and_nothing_changes(
     client, slack_app, settings, fake_slack, stopped, pump, make_policy, profile
-) -> None:  # noqa: ANN001
+) -> None:
     settings.SLACK_BOT_TOKEN = CANARY_SLACK_BOT
     fake_slack.state.users["U777"] = {
         "id": "U777",
@@ -220,7 +220,7 @@ def test_an_unknown_slack_user_gets_an_ephemeral_answer_and_nothing_changes(
 @pytest.mark.django_db
 def test_a_responder_acknowledges_from_slack_audited_as_themselves_and_the_message_is_replaced(
     client, slack_app, settings, fake_slack, stopped, pump, make_policy, profile, alice, fake_pd
-) -> None:  # noqa: ANN001
+) -> None:
     from operations.models import AuditEntry, Escalation
 
     settings.SLACK_BOT_TOKEN = CANARY_SLACK_BOT

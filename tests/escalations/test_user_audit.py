@@ -22,7 +22,7 @@ from tests.support import signed_in_now
 pytestmark = pytest.mark.django_db
 
 
-def body(response) -> str:  # noqa: ANN001
+def body(response) -> str:
     return (b"".join(response.streaming_content) if response.streaming else response.content).decode()
 
 
@@ -66,7 +66,7 @@ def admin_save(client: Client, user: object, **changes: object) -> None:
 
 def test_a_rename_in_the_admin_leaves_every_record_of_the_decision_as_it_was(
     stopped, make_user, admin_client, signing_key
-) -> None:  # noqa: ANN001
+) -> None:
     responder2 = make_user("responder2")
     reader = Client()
     reader.force_login(make_user("vera", role="viewer"))
@@ -100,7 +100,7 @@ def test_a_rename_in_the_admin_leaves_every_record_of_the_decision_as_it_was(
     assert op not in body(reader.get(reverse("decision_history"), {"user": "someone-else"}))
 
 
-def test_the_first_acceptor_keeps_their_name_on_the_card_and_in_the_result(stopped, make_user, client) -> None:  # noqa: ANN001
+def test_the_first_acceptor_keeps_their_name_on_the_card_and_in_the_result(stopped, make_user, client) -> None:
     first, second = make_user("first-eyes"), make_user("second-eyes")
     esc = stopped("succeeded_no_result")
     escalation_decide(
@@ -129,7 +129,7 @@ def test_the_first_acceptor_keeps_their_name_on_the_card_and_in_the_result(stopp
     assert esc.operation.result["accepted"]["by"] == ["first-eyes", "second-eyes"]
 
 
-def test_role_changes_in_the_admin_are_entries_naming_the_admin(make_user, admin_client) -> None:  # noqa: ANN001
+def test_role_changes_in_the_admin_are_entries_naming_the_admin(make_user, admin_client) -> None:
     viewer_group = Group.objects.get_or_create(name="viewer")[0]
     dana = make_user("dana")  # a responder
     admin_save(admin_client, dana, username="dana-v", groups=[str(viewer_group.pk)], is_staff="on")
@@ -147,7 +147,7 @@ def test_role_changes_in_the_admin_are_entries_naming_the_admin(make_user, admin
     assert deactivated["actor"] == {"kind": "user", "id": "root"} and deactivated["data"]["username"] == "dana-v"
 
 
-def test_adding_people_to_a_role_group_in_the_admin_or_renaming_it_is_recorded(make_user, admin_client) -> None:  # noqa: ANN001
+def test_adding_people_to_a_role_group_in_the_admin_or_renaming_it_is_recorded(make_user, admin_client) -> None:
     make_user("hal")  # a responder, until the group is renamed
     make_user("erin", role="viewer")
     add = admin_client.post(
@@ -170,7 +170,7 @@ def test_adding_people_to_a_role_group_in_the_admin_or_renaming_it_is_recorded(m
     assert (lost["data"]["username"], lost["data"]["before"]["groups"]) == ("hal", ["responder"])
 
 
-def test_changes_outside_the_admin_are_recorded_too(make_user) -> None:  # noqa: ANN001
+def test_changes_outside_the_admin_are_recorded_too(make_user) -> None:
     responders = Group.objects.get_or_create(name="responder")[0]
     frank = make_user("frank", role=None)
     responders.user_set.add(frank)  # from the group's side
@@ -193,14 +193,14 @@ def test_changes_outside_the_admin_are_recorded_too(make_user) -> None:  # noqa:
     assert user_entries()[-1]["type"] == "user.deactivated"
 
 
-def test_a_login_writes_no_entry(make_user, client) -> None:  # noqa: ANN001
+def test_a_login_writes_no_entry(make_user, client) -> None:
     make_user("gina")
     count = len(user_entries())
     assert client.login(username="gina", password="pw-gina")
     assert len(user_entries()) == count
 
 
-def test_existing_decisions_are_backfilled_with_their_users_name(stopped, alice) -> None:  # noqa: ANN001
+def test_existing_decisions_are_backfilled_with_their_users_name(stopped, alice) -> None:
     from importlib import import_module
 
     from django.db import connection

@@ -137,7 +137,11 @@ class Processes:
     started: list[Proc] = field(default_factory=list)
 
     def start(self, kind: str, **env: object) -> Proc:
-        command = {"qcluster": ["qcluster"], "dispatcher": ["dispatch_polls"]}[kind]
+        command = {
+            "qcluster": ["qcluster"],
+            "dispatcher": ["dispatch_polls"],
+            "signer": ["audit_checkpoint", "--loop"],
+        }[kind]
         log_path = self.log_dir / f"{kind}-{len(self.started)}.log"
         full_env = {**self.base_env, **{key: str(value) for key, value in env.items()}}
         with log_path.open("wb") as log:

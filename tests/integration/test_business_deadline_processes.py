@@ -21,7 +21,7 @@ from tests.support import job_id, signed_in_now
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
-def status_times(fake_provider, op: Operation) -> list[float]:  # noqa: ANN001
+def status_times(fake_provider, op: Operation) -> list[float]:
     return [r["at"] for r in fake_provider.requests(job_id=op.provider_job_id) if r["kind"] == "status"]
 
 

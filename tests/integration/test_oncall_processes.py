@@ -41,7 +41,7 @@ targets = [{{ user = "bob" }}]
 
 
 @pytest.fixture
-def receivers():  # noqa: ANN201
+def receivers():
     pd = FakePagerDuty(accepted_keys=[CANARY_PD_KEY]).start()
     chat = FakeSlack().start()
     yield pd, chat
@@ -50,7 +50,7 @@ def receivers():  # noqa: ANN201
 
 
 @pytest.fixture
-def oncall(processes, receivers, make_profile, tmp_path: Path):  # noqa: ANN001, ANN201
+def oncall(processes, receivers, make_profile, tmp_path: Path):
     """The short policy, loaded with loadpolicies; processes started with the receivers' addresses."""
     pd, chat = receivers
     responders, _ = Group.objects.get_or_create(name="responder")
@@ -73,7 +73,7 @@ def oncall(processes, receivers, make_profile, tmp_path: Path):  # noqa: ANN001,
     return profile, mail, pd, chat, env, started
 
 
-def open_card(profile) -> Escalation:  # noqa: ANN001
+def open_card(profile) -> Escalation:
     op = operation_register(
         provider_slug=profile.slug,
         provider_job_id=job_id("never_finishes"),
@@ -96,7 +96,7 @@ def mailed(directory: Path) -> list[str]:
     return found
 
 
-def test_a_card_escalates_to_level_two_once_even_when_the_worker_is_killed_between_levels(oncall, processes) -> None:  # noqa: ANN001
+def test_a_card_escalates_to_level_two_once_even_when_the_worker_is_killed_between_levels(oncall, processes) -> None:
     profile, mail, pd, chat, env, started = oncall
     pd.answer("500")  # the trigger is retried, then accepted
     esc = open_card(profile)
@@ -134,7 +134,7 @@ def test_a_card_escalates_to_level_two_once_even_when_the_worker_is_killed_betwe
 
 def test_an_acknowledgement_before_the_wait_means_level_two_is_never_sent_and_pagerduty_is_kept_in_order(
     oncall, processes
-) -> None:  # noqa: ANN001
+) -> None:
     profile, mail, pd, chat, env, started = oncall
     pd.answer("429:1")
     esc = open_card(profile)

@@ -11,7 +11,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 
-from operations.admin import ProviderProfileForm
+from operations.admin.configuration import ProviderProfileForm
 from operations.models import (
     Agent,
     AgentToken,

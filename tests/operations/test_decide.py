@@ -52,7 +52,7 @@ def ok(body: object, *, status: int = 200, headers: dict[str, tuple[str, ...]] |
     return Observation(received_at=NOW, http_status=status, headers=headers or {}, body=raw)
 
 
-def run(observation: Observation, **bound_overrides: object):  # noqa: ANN201
+def run(observation: Observation, **bound_overrides: object):
     return decide(policy=POLICY, bounds=bounds(**bound_overrides), observation=observation, rng=random.Random(3))
 
 

@@ -36,7 +36,7 @@ from operations.vocabulary import CancelState, Reason
         ("applied", "", "some_new_state", "sent — some new state", Tone.WARN),
     ],
 )
-def test_each_outcome_has_one_name(outcome, refusal_reason, cancel_answer, label, tone) -> None:  # noqa: ANN001
+def test_each_outcome_has_one_name(outcome, refusal_reason, cancel_answer, label, tone) -> None:
     words = outcome_words(outcome=outcome, refusal_reason=refusal_reason, cancel_answer=cancel_answer)
     assert (words.label, words.tone) == (label, tone)
 

@@ -396,6 +396,91 @@ def test_a_late_original_after_a_takeover_writes_nothing(make_operation, clock, 
     assert decisions == 1
 
 
+@pytest.mark.django_db
+def test_a_group_task_polls_together_and_a_claim_taken_over_mid_flight_writes_nothing(
+    make_operation, settings, monkeypatch, fake_provider
+):
+    import json
+
+    from operations import batch
+    from operations.audit.entries import entry_hash
+    from operations.lifecycle.claims import ExpiredLease, take_expired_lease
+
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 4
+    ops = [make_operation(job_id("slow_success", polls=1), max_status_requests=3) for _ in range(4)]
+    claim(now=T0)
+    assert [SignedPackage.loads(p)["func"] for p in OrmQ.objects.values_list("payload", flat=True)] == [
+        dispatch.POLLS_TASK
+    ]
+    victim = ops[1]
+    real_interpret = batch.interpret
+
+    def take_over_the_victim_first(**kwargs: object):  # noqa: ANN202
+        if not hasattr(take_over_the_victim_first, "done"):
+            # Every request of the group is charged and answered; before any outcome is written,
+            # the victim's claim is taken away (its lease was judged expired), as the dispatcher does.
+            take_over_the_victim_first.done = True
+            row = Operation.objects.values("fence", "lease_owner", "lease_expires_at").get(pk=victim.pk)
+            assert take_expired_lease(
+                lease=ExpiredLease(victim.pk, row["lease_owner"], row["fence"], row["lease_expires_at"])
+            )
+        return real_interpret(**kwargs)
+
+    monkeypatch.setattr(batch, "interpret", take_over_the_victim_first)
+    assert work() == {op.pk: PollResult.STALE if op is victim else PollResult.POLLED for op in ops}
+    for op in ops:
+        assert len(status_requests(fake_provider, op)) == 1
+        assert reload(op).status_requests_used == 1  # each request charged before it was sent
+    late = StatusCheck.objects.get(operation=victim)
+    assert late.received_at is None and late.decision == ""  # charged, and nothing else written
+    assert not AuditEntry.objects.filter(operation_id=victim.pk, type="controller.decision").exists()
+    assert reload(victim).lease_owner == "" and reload(victim).last_polled_at is None
+    for op in ops:
+        if op is not victim:
+            written = reload(op)
+            assert written.status == Status.RUNNING and written.lease_owner == "" and written.next_poll_at > T0
+            assert StatusCheck.objects.get(operation=op).decision == "wait"
+            assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 1
+    # The chain holds across the group's single append: each entry hashes its bytes and names its predecessor.
+    prev = None
+    for entry in AuditEntry.objects.order_by("seq"):
+        body = json.loads(bytes(entry.body))
+        assert entry_hash(bytes(entry.body)) == entry.entry_hash and body["seq"] == entry.seq
+        assert prev is None or (body["prev"] == entry.prev_hash == prev.entry_hash and entry.seq == prev.seq + 1)
+        prev = entry
+    # The victim is still due: the next pass hands it out again and it is polled once more.
+    monkeypatch.setattr(batch, "interpret", real_interpret)
+    assert [c.operation_id for c in claim(now=T0)] == [victim.pk]
+    assert work() == {victim.pk: PollResult.POLLED}
+    assert len(status_requests(fake_provider, victim)) == 2
+
+
+@pytest.mark.django_db
+def test_a_group_charges_together_only_where_the_account_has_ample_room(
+    make_profile, make_operation, settings, monkeypatch, fake_provider
+):
+    from operations import batch
+
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
+    low = make_profile(rate_limit_per_s=40)  # 40 per window: a group of 4 would be a tenth of it
+    high = make_profile()
+    ops = [make_operation(job_id("slow_success", polls=1), provider=p) for p in (low, low, high, high)]
+    claim(now=T0)
+    together = []
+    real_charge = batch.charge_group
+
+    def spy(*, claims, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        together.extend(op.pk for op, _ in claims)
+        return real_charge(claims=claims, **kwargs)
+
+    monkeypatch.setattr(batch, "charge_group", spy)
+    assert set(work().values()) == {PollResult.POLLED}
+    # The low-limit account's polls took the single poll's path, each charged right before its request.
+    assert sorted(together) == sorted(op.pk for op in ops[2:])
+    for op in ops:
+        assert reload(op).status_requests_used == 1 and len(status_requests(fake_provider, op)) == 1
+
+
 # --- the pass, idle sleep, heartbeat -------------------------------------------------------------------
 
 
@@ -647,7 +732,7 @@ def test_under_load_polls_are_grouped_into_a_few_tasks_each_polled_once(make_ope
 
 @pytest.mark.django_db
 def test_a_batch_releases_the_polls_that_no_longer_fit_its_time_limit(make_operation, settings, fake_provider):
-    from operations.controller import poll_claims
+    from operations.batch import poll_claims
 
     ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(3)]
     claims = claim(now=T0)

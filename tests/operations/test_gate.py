@@ -8,7 +8,7 @@ from operations.vocabulary import Reason
 NOW = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 
 
-def gate(**overrides: object):  # noqa: ANN201
+def gate(**overrides: object):
     args: dict[str, object] = {
         "status": "running",
         "now": NOW,

@@ -21,7 +21,7 @@ from tests.support import T0, job_id
 pytestmark = pytest.mark.django_db
 
 
-def a_viewer(user_model, username: str):  # noqa: ANN001, ANN201
+def a_viewer(user_model, username: str):
     from django.contrib.auth.models import Group
 
     user = user_model.objects.create_user(username, password="x")
@@ -30,12 +30,12 @@ def a_viewer(user_model, username: str):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture(autouse=True)
-def _frozen_clock(clock):  # noqa: ANN001, ANN202
+def _frozen_clock(clock):
     return clock
 
 
 @pytest.fixture
-def busy_system(make_profile, make_operation):  # noqa: ANN001, ANN201
+def busy_system(make_profile, make_operation):
     """Three polls with lags 0.1, 0.2 and 1.5 s; an operation due 7 s ago; a paused account; a
     live dispatcher and a silent one; a task waiting 4 s; one open escalation."""
     profile = make_profile()

@@ -76,7 +76,7 @@ def test_loadpolicies_refuses_a_bad_file_whole_naming_every_problem_without_echo
     assert not EscalationPolicy.objects.exists()
 
 
-def test_the_admin_form_refuses_the_same_policy_with_the_same_problems(admin_client) -> None:  # noqa: ANN001
+def test_the_admin_form_refuses_the_same_policy_with_the_same_problems(admin_client) -> None:
     response = admin_client.post(
         "/admin/operations/escalationpolicy/add/",
         {"name": "payments", "description": "", "repeat_last_level": "11", "levels": BAD_LEVELS},
@@ -88,7 +88,7 @@ def test_the_admin_form_refuses_the_same_policy_with_the_same_problems(admin_cli
     assert not EscalationPolicy.objects.exists()
 
 
-def test_a_valid_file_is_stored_whole_audited_and_reloading_changes_nothing(people, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_valid_file_is_stored_whole_audited_and_reloading_changes_nothing(people, tmp_path: Path) -> None:
     path = tmp_path / "policies.toml"
     path.write_text(GOOD)
     call_command("loadpolicies", str(path), "--check")
@@ -108,7 +108,7 @@ def test_a_valid_file_is_stored_whole_audited_and_reloading_changes_nothing(peop
     ]
 
 
-def test_the_admin_saves_a_policy_through_the_store_and_shows_its_levels_as_toml(people, admin_client) -> None:  # noqa: ANN001
+def test_the_admin_saves_a_policy_through_the_store_and_shows_its_levels_as_toml(people, admin_client) -> None:
     levels = GOOD.split("[[policy.levels]]", 1)[1].replace("[[policy.levels]]", "[[levels]]")
     response = admin_client.post(
         "/admin/operations/escalationpolicy/add/",
@@ -129,7 +129,7 @@ def test_the_admin_saves_a_policy_through_the_store_and_shows_its_levels_as_toml
 
 def test_a_profile_names_an_existing_policy_and_a_named_policy_cannot_be_deleted(
     people, tmp_path: Path, make_profile
-) -> None:  # noqa: ANN001
+) -> None:
     policies = tmp_path / "policies.toml"
     policies.write_text(GOOD)
     profiles = tmp_path / "profiles.toml"
@@ -146,7 +146,7 @@ def test_a_profile_names_an_existing_policy_and_a_named_policy_cannot_be_deleted
         store.policy_delete(row=EscalationPolicy.objects.get(name="payments"), actor={"kind": "t", "id": "t"})
 
 
-def test_which_policy_a_card_follows(people, make_profile, settings, tmp_path: Path) -> None:  # noqa: ANN001
+def test_which_policy_a_card_follows(people, make_profile, settings, tmp_path: Path) -> None:
     settings.NOTIFY_EMAILS, settings.NOTIFY_WEBHOOK_URL, settings.NOTIFY_REMINDER_S = [], "", 900
     profile = make_profile()
     assert store.policy_for(profile=profile) is None

@@ -15,11 +15,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _frozen_clock(clock):  # noqa: ANN001, ANN202
+def _frozen_clock(clock):
     return clock
 
 
-def register(profile, **kwargs):  # noqa: ANN001, ANN201
+def register(profile, **kwargs):
     kwargs.setdefault("provider_job_id", job_id("slow_success"))
     kwargs.setdefault("registered_by", "operator:test")
     return operation_register(provider_slug=profile.slug, **kwargs)

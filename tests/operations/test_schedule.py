@@ -11,7 +11,7 @@ NOW = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 FAR = NOW + timedelta(hours=1)
 
 
-def plan(**overrides: object):  # noqa: ANN201
+def plan(**overrides: object):
     args: dict[str, object] = {
         "now": NOW,
         "deadline_at": FAR,

@@ -12,11 +12,13 @@ from datetime import timedelta
 from multiprocessing import Queue, Value
 from pathlib import Path
 from queue import Empty
+from unittest import mock
 
 import pytest
 from django.core.management.sql import emit_post_migrate_signal
 from django.utils import timezone
 from django_q.brokers import get_broker
+from django_q.conf import Conf
 from django_q.models import OrmQ, Schedule
 from django_q.scheduler import scheduler
 from django_q.signing import SignedPackage
@@ -51,7 +53,11 @@ def run_in_worker(tasks: list[dict]) -> list[dict]:
     for task in tasks:
         task_queue.put(task)
     task_queue.put("STOP")
-    worker(task_queue, result_queue, Value("f", -1))
+    # The worker recycles itself after a task once its process passes Q_CLUSTER's max_rss; here
+    # the process is the whole test session, which passes it late in a full run, so the rest of
+    # the queue would never be read.
+    with mock.patch.object(Conf, "MAX_RSS", None):
+        worker(task_queue, result_queue, Value("f", -1))
     # One result per task; the queue's feeder thread can lag behind on a busy machine.
     results = []
     deadline = time.monotonic() + 60

@@ -30,7 +30,7 @@ def responder() -> object:
     return user
 
 
-def seed(make_operation, user, count: int, start: int = 0) -> Operation:  # noqa: ANN001
+def seed(make_operation, user, count: int, start: int = 0) -> Operation:
     """`count` operations stopped for a human, each with status checks and decisions on its card."""
     last = None
     for index in range(start, start + count):
@@ -82,7 +82,7 @@ def test_each_page_runs_the_same_few_queries_with_more_rows(
     name,
     make_operation,
     responder,
-    django_assert_max_num_queries,  # noqa: ANN001
+    django_assert_max_num_queries,
 ) -> None:
     client = Client()
     client.force_login(responder)
@@ -98,7 +98,7 @@ def test_each_page_runs_the_same_few_queries_with_more_rows(
     assert Decision.objects.count() == 24
 
 
-def open_cards(make_operation, count: int, *, start: int, reason: Reason = Reason.DEADLINE_EXCEEDED) -> list:  # noqa: ANN001
+def open_cards(make_operation, count: int, *, start: int, reason: Reason = Reason.DEADLINE_EXCEEDED) -> list:
     """`count` open cards of one provider account and reason: one group."""
     cards = []
     for index in range(start, start + count):
@@ -110,7 +110,7 @@ def open_cards(make_operation, count: int, *, start: int, reason: Reason = Reaso
     return cards
 
 
-def test_the_inbox_with_groups_and_a_group_page_run_the_same_few_queries(make_operation, responder) -> None:  # noqa: ANN001
+def test_the_inbox_with_groups_and_a_group_page_run_the_same_few_queries(make_operation, responder) -> None:
     from operations.decisions import ownership
 
     client = Client()

@@ -19,7 +19,7 @@ NOW = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 TOLERANCE = timedelta(microseconds=1)
 
 
-def extension_window(*, not_before_s: float | None, old_deadline_s: float, minutes: int, checks: int):  # noqa: ANN201
+def extension_window(*, not_before_s: float | None, old_deadline_s: float, minutes: int, checks: int):
     """The window the card's extension option opens (operations/decisions/options.py, _bounds_after)."""
     asked = None if not_before_s is None else NOW + timedelta(seconds=not_before_s)
     first = max(NOW, asked) if asked is not None else NOW
@@ -41,7 +41,7 @@ seeds = st.integers(min_value=0, max_value=2**32)
 # Pure arithmetic, fast; no per-example deadline, so a busy shared machine cannot fail it on timing.
 @settings(deadline=None)
 @given(window=windows, floor=floors, seed=seeds)
-def test_every_check_of_a_window_falls_inside_it_paced_at_least_floor_times_the_spacing(window, floor, seed) -> None:  # noqa: ANN001
+def test_every_check_of_a_window_falls_inside_it_paced_at_least_floor_times_the_spacing(window, floor, seed) -> None:
     planned = plan_checks(window=window, jitter_floor=floor, rng=random.Random(seed))
     spacing = timedelta(seconds=window.spacing_s)
     assert len(planned) == window.checks
@@ -61,7 +61,7 @@ def test_every_check_of_a_window_falls_inside_it_paced_at_least_floor_times_the_
     guidance=st.lists(st.none() | st.floats(min_value=0, max_value=20_000), max_size=200),
 )
 def test_provider_guidance_inside_a_window_is_a_minimum_and_never_pushes_a_check_past_the_end(
-    window,  # noqa: ANN001
+    window,
     floor: float,
     seed: int,
     guidance: list[float | None],
@@ -105,7 +105,7 @@ def test_five_minutes_three_checks_send_one_at_once_and_at_most_one_more_in_the_
         assert planned[1] - planned[0] >= timedelta(seconds=50)
 
 
-def paced(**overrides: object):  # noqa: ANN201
+def paced(**overrides: object):
     args: dict[str, object] = {
         "now": NOW,
         "deadline_at": NOW + timedelta(minutes=15),

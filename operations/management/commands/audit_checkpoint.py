@@ -19,6 +19,7 @@ from django.db import DatabaseError
 
 from operations.audit import checkpoints
 from operations.audit import verify as av
+from operations.dispatch import forget_heartbeat
 
 
 def _seconds(text: str) -> int:
@@ -70,4 +71,8 @@ class Command(BaseCommand):
             signal.signal(sig, on_signal)
         self.stdout.write(f"{signer.name}: signing a checkpoint every {int(signer.interval.total_seconds())} s")
         signer.run(sleep=stop.wait, should_stop=stop.is_set)
+        try:
+            forget_heartbeat(name=signer.name)
+        except DatabaseError:
+            self.stderr.write(f"{signer.name}: could not remove its heartbeat row on exit")
         self.stdout.write(f"{signer.name}: stopped")

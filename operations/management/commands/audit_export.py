@@ -81,7 +81,8 @@ class Command(BaseCommand):
         count = 0
         if target is None or not target.atomic:
             with open(target.path, "wb") if target else contextlib.nullcontext(sys.stdout.buffer) as out:
-                for line in lines:  # type: ignore[attr-defined]
+                # `lines` was set above whenever this branch runs.
+                for line in lines:  # type: ignore[attr-defined]  # set above on this path
                     out.write(line)
                     count += 1
                 out.flush()
@@ -89,7 +90,7 @@ class Command(BaseCommand):
         partial = target.path.with_name(f".{target.path.name}.partial")
         try:
             with open(partial, "wb") as handle:
-                for line in lines:  # type: ignore[attr-defined]
+                for line in lines:  # type: ignore[attr-defined]  # set above on this path
                     handle.write(line)
                     count += 1
                 handle.flush()

@@ -36,7 +36,7 @@ MAX_BACKOFF_S = 5.0
 class Command(BaseCommand):
     help = "Dispatch due polls to django-q2 workers, sweep deadlines and expired leases (loop until SIGTERM)."
 
-    def add_arguments(self, parser) -> None:  # noqa: ANN001 - argparse parser
+    def add_arguments(self, parser) -> None:  # argparse parser
         parser.add_argument("--once", action="store_true", help="run one pass and exit (for tests and cron)")
 
     def handle(self, *args: object, once: bool = False, **options: object) -> None:

@@ -42,7 +42,7 @@ class Command(BaseCommand):
                 registered_by=f"operator:{getpass.getuser()}",
                 purpose=str(options["purpose"]),
                 deadline_at=timezone.now() + timedelta(seconds=deadline_s) if isinstance(deadline_s, int) else None,
-                max_status_requests=options["max_requests"],  # type: ignore[arg-type]
+                max_status_requests=options["max_requests"],
             )
         except RegistrationError as exc:
             raise CommandError(str(exc)) from exc

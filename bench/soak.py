@@ -1,0 +1,407 @@
+"""Soak with faults: thousands of operations, a worker killed every minute, PostgreSQL restarted once.
+
+    .venv/bin/python bench/soak.py                                # 10,000 operations, 10 minutes
+    .venv/bin/python bench/soak.py --ops 2000 --seconds 120       # a short run
+
+Everything runs for real on this machine: a PRIVATE PostgreSQL cluster this script creates
+(initdb into a temporary directory, its own port; never the shared server), the fake provider,
+one qcluster and one dispatcher. Operations arrive evenly over the first half of the run; each
+job finishes at the provider after a log-normal duration (median 60 s, clipped to half the run,
+so every job ends before the run does). During the run a worker holding a lease is killed with
+SIGKILL every minute and PostgreSQL is restarted once, at 40 % of the run. Then the faults stop
+and the run drains until every operation is finished (or a bounded drain time passes) and stops
+by itself, removing the cluster.
+
+Counted at the fake provider (its request log) and in the database, it prints: polls/s; dispatch
+lag p50/p95/p99 (StatusCheck started - due); requests per job against the pure backoff schedule
+(the profile's own schedule, simulated without lag) and against a fixed 2-second poller;
+detection delay (job finished at the provider -> operation completed) p50/p95, in seconds and
+as a share of the job's duration; and the invariants, each of which must be 0: requests beyond
+an operation's budget, requests the database never charged, two requests for one operation
+closer than its schedule allows, operations lost or stuck. Figures only; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile, start_fake_provider  # noqa: E402
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+BASE_DELAY_S, MAX_DELAY_S, JITTER_FLOOR = 2.0, 30.0, 0.5
+BUDGET = 60
+FIXED_POLLER_S = 2.0
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min) on {os.cpu_count()} CPUs, shared with other work"
+
+
+class PrivateCluster:
+    """A throwaway PostgreSQL cluster: initdb into a temporary directory, its own port."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="pollerdash-soak-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_postgres:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "root", "--no-sync")
+        self._ctl("start")
+
+    def _run(self, *command: str) -> None:
+        subprocess.run([*self.as_postgres, *command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _ctl(self, action: str) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c max_connections=100"
+        extra = ["-m", "fast"] if action in ("restart", "stop") else []
+        log = str(self.dir / "postgres.log")
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", *extra, action)
+
+    @property
+    def url(self) -> str:
+        return f"postgres://root@127.0.0.1:{self.port}"
+
+    def restart(self) -> None:
+        self._ctl("restart")
+
+    def remove(self) -> None:
+        try:
+            self._ctl("stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Fleet:
+    def __init__(self, *, workers: int) -> None:
+        env = dict(os.environ)
+        env.update(LOG_LEVEL="ERROR", Q_WORKERS=str(workers), PYTHONUNBUFFERED="1")
+        self.procs = [self._start(["qcluster"], env), self._start(["dispatch_polls"], env)]
+
+    @staticmethod
+    def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return all(proc.poll() is None for proc in self.procs)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def kill_a_leaseholder() -> int | None:
+    """SIGKILL one worker process that holds a live lease right now (a poll in flight)."""
+    from django.utils import timezone
+
+    from operations.models import Operation
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        owners = (
+            # Charged by a worker (a dispatcher's claim not yet taken up names the dispatcher).
+            Operation.objects.filter(lease_expires_at__gt=timezone.now(), claimed_at__isnull=True)
+            .exclude(lease_owner="")
+            .exclude(lease_owner__startswith="dispatcher@")
+            .values_list("lease_owner", flat=True)
+            .distinct()[:20]
+        )
+        for owner in owners:
+            pid = int(owner.rsplit(":", 1)[1])
+            try:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+            except (ProcessLookupError, PermissionError):
+                continue
+        time.sleep(0.1)
+    return None
+
+
+def make_profile(provider_url: str):  # noqa: ANN201
+    from operations.models import ProviderAccount, ProviderProfile
+
+    profile = ProviderProfile.objects.create(
+        slug="soak",
+        name="soak",
+        account="soak",
+        status_url=f"{provider_url}/v1/jobs/{{job_id}}",
+        job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
+        state_field="state",
+        pending_states=["running"],
+        success_states=["succeeded"],
+        failure_states=["failed"],
+        required_result_fields=["result.output_url"],
+        base_delay_s=BASE_DELAY_S,
+        max_delay_s=MAX_DELAY_S,
+        jitter_floor=JITTER_FLOOR,
+        rate_limit_per_s=10_000,
+        default_max_status_requests=BUDGET,
+        default_deadline_s=7200,
+    )
+    ProviderAccount.objects.get_or_create(name="soak")
+    return profile
+
+
+def register(profile, jobs: list[tuple[int, float, float]]) -> None:  # noqa: ANN001
+    """Create watched operations as registration leaves them (first poll due now), in bulk."""
+    from django.utils import timezone
+
+    from operations.lifecycle.registration import new_operation_id
+    from operations.models import Operation
+
+    now = timezone.now()
+    rows = [
+        Operation(
+            id=new_operation_id(),
+            registered_by="operator:soak",
+            provider=profile,
+            account=profile.account,
+            provider_job_id=job_name(index, done_at),
+            deadline_at=now + timedelta(hours=2),
+            max_status_requests=BUDGET,
+            max_transport_failures=5,
+            next_poll_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        for index, _, done_at in jobs
+    ]
+    Operation.objects.bulk_create(rows, batch_size=1000)
+
+
+def job_name(index: int, done_at: float) -> str:
+    return f"timed__done_ms={round(done_at * 1000)}__id=soak-{index}"
+
+
+def pure_schedule_requests(duration_s: float, rng: random.Random) -> int:
+    """Requests the profile's schedule makes for a job of this duration with no lag at all."""
+    t, attempt, requests = 0.0, 0, 1
+    while t < duration_s:
+        raw = min(MAX_DELAY_S, BASE_DELAY_S * 2**attempt)
+        t += rng.uniform(JITTER_FLOOR * raw, raw)
+        attempt += 1
+        requests += 1
+    return requests
+
+
+def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, provider_url: str) -> dict:  # noqa: ANN001
+    rng = random.Random(args.seed)
+    start = time.time()
+    arrive_s = args.seconds / 2
+    jobs = []
+    for index in range(args.ops):
+        arrival = start + 2 + arrive_s * index / args.ops
+        duration = min(max(rng.lognormvariate(math.log(args.median), args.sigma), 1.0), args.seconds / 2)
+        jobs.append((index, arrival, arrival + duration))
+    print(
+        f"{args.ops:,} jobs arriving over {arrive_s:.0f} s; durations log-normal, median {args.median:.0f} s, "
+        f"sigma {args.sigma}, clipped to {args.seconds / 2:.0f} s "
+        f"({sum(1 for _, a, d in jobs if d - a >= args.seconds / 2 - 1e-6)} clipped)"
+    )
+    fleet = Fleet(workers=args.workers)
+    kills, restarted, pending = [], None, list(jobs)
+    next_kill = start + args.kill_every
+    restart_at = start + 0.4 * args.seconds
+    loads = [load()]
+    try:
+        while time.time() < start + args.seconds:
+            now = time.time()
+            due = [job for job in pending if job[1] <= now]
+            if due:
+                register(profile, due)
+                pending = pending[len(due) :]
+            if now >= next_kill:
+                kills.append(kill_a_leaseholder())
+                next_kill += args.kill_every
+            if restarted is None and now >= restart_at:
+                began = time.time()
+                cluster.restart()
+                restarted = time.time() - began
+                print(f"    PostgreSQL restarted at {began - start:.0f} s ({restarted:.1f} s); {load()}")
+                from django.db import connections
+
+                connections.close_all()
+            if abs(now - (start + args.seconds / 2)) < 0.5 and len(loads) == 1:
+                loads.append(load())
+            time.sleep(0.2)
+        print(
+            f"    fault phase over at {time.time() - start:.0f} s: {len(kills)} workers killed "
+            f"({sum(1 for k in kills if k)} held a lease); fleet alive: {fleet.alive()}; {load()}"
+        )
+        drained = drain(args, start)
+        loads.append(load())
+    finally:
+        fleet.stop()
+    return {"jobs": jobs, "start": start, "kills": kills, "restart_s": restarted, "drained": drained, "loads": loads}
+
+
+def drain(args: argparse.Namespace, start: float) -> float:
+    """Wait until no operation is left to watch, at most max delay + lease + 60 s."""
+    from django.conf import settings
+    from django.db import OperationalError
+
+    from operations.models import Operation
+    from operations.vocabulary import POLLABLE_STATUSES
+
+    limit = time.time() + MAX_DELAY_S + settings.POLL_LEASE_S + 60
+    while time.time() < limit:
+        try:
+            if not Operation.objects.filter(status__in=sorted(POLLABLE_STATUSES)).exists():
+                break
+        except OperationalError:
+            pass
+        time.sleep(1)
+    return time.time() - start
+
+
+def report(result: dict, provider_url: str) -> None:
+    import httpx
+
+    from operations.models import Operation, StatusCheck
+    from operations.vocabulary import POLLABLE_STATUSES
+
+    jobs = {job_name(index, done): (arrival, done) for index, arrival, done in result["jobs"]}
+    entries = httpx.get(f"{provider_url}/_requests", timeout=120).json()["requests"]
+    at_provider: dict[str, list[float]] = defaultdict(list)
+    for entry in entries:
+        if entry["kind"] == "status" and entry["job_id"] in jobs:
+            at_provider[entry["job_id"]].append(entry["at"])
+    times = sorted(t for ts in at_provider.values() for t in ts)
+    span = (times[-1] - times[0]) if len(times) > 1 else float("nan")
+    print(f"status requests at the provider: {len(times):,} in {span:.0f} s = {len(times) / span:.1f} polls/s")
+
+    checks = list(StatusCheck.objects.filter(account="soak").values_list("started_at", "due_at"))
+    lags = [(started - due).total_seconds() for started, due in checks if due is not None]
+    print(
+        f"dispatch lag (StatusCheck started - due), {len(lags):,} checks: p50 {percentile(lags, 50):.3f} s  "
+        f"p95 {percentile(lags, 95):.3f} s  p99 {percentile(lags, 99):.3f} s  max {max(lags, default=0):.3f} s"
+    )
+    ops = {
+        row["provider_job_id"]: row
+        for row in Operation.objects.filter(account="soak").values(
+            "pk",
+            "provider_job_id",
+            "status",
+            "completed_at",
+            "status_requests_used",
+            "max_status_requests",
+            "next_poll_at",
+        )
+    }
+    unanswered: dict[str, list[float]] = defaultdict(list)
+    for op_id, sent in StatusCheck.objects.filter(account="soak", received_at__isnull=True).values_list(
+        "operation_id", "sent_at"
+    ):
+        unanswered[op_id].append(sent.timestamp())
+
+    rng = random.Random(7)
+    actual = pure = fixed = 0
+    delays, shares, beyond, uncharged, too_close, lost, stuck, escalated = [], [], 0, 0, 0, 0, 0, 0
+    end = time.time()
+    for name, (arrival, done) in jobs.items():
+        op = ops.get(name)
+        if op is None:
+            lost += 1
+            continue
+        seen = sorted(at_provider.get(name, []))
+        duration = done - arrival
+        if op["status"] == "succeeded" and op["completed_at"] is not None:
+            actual += len(seen)
+            pure += pure_schedule_requests(duration, rng)
+            fixed += 1 + math.ceil(duration / FIXED_POLLER_S)
+            delay = op["completed_at"].timestamp() - done
+            delays.append(delay)
+            shares.append(delay / duration)
+        elif op["status"] in POLLABLE_STATUSES:
+            if op["next_poll_at"] is None:
+                lost += 1
+            elif done < end - MAX_DELAY_S - 60:
+                stuck += 1
+        else:
+            escalated += 1
+        beyond += int(len(seen) > op["max_status_requests"])
+        uncharged += max(0, len(seen) - op["status_requests_used"])
+        lost_before = unanswered.get(op["pk"], [])
+        for i in range(1, len(seen)):
+            step = max(0, i - 1 - sum(1 for sent in lost_before if sent <= seen[i - 1] + 0.5))
+            floor_s = JITTER_FLOOR * min(MAX_DELAY_S, BASE_DELAY_S * 2**step)
+            too_close += int(seen[i] - seen[i - 1] < floor_s - 0.001)
+    done_jobs = len(delays)
+    print(f"operations: {len(jobs):,} created, {done_jobs:,} succeeded, {escalated} with a person or ended otherwise")
+    if done_jobs:
+        print(
+            f"requests per job: {actual / done_jobs:.2f} (pure backoff schedule {pure / done_jobs:.2f}: "
+            f"ratio {actual / pure:.2f}; fixed {FIXED_POLLER_S:.0f} s poller {fixed / done_jobs:.2f}: "
+            f"ratio {actual / fixed:.3f})"
+        )
+        print(
+            f"detection delay (done at the provider -> completed): p50 {percentile(delays, 50):.2f} s  "
+            f"p95 {percentile(delays, 95):.2f} s; as a share of the job's duration p50 {percentile(shares, 50):.0%}  "
+            f"p95 {percentile(shares, 95):.0%}"
+        )
+    print(
+        f"invariants (each must be 0): requests beyond budget {beyond}, requests never charged {uncharged}, "
+        f"two requests closer than the schedule allows {too_close}, operations lost {lost}, stuck {stuck}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=600.0, help="length of the fault phase")
+    parser.add_argument("--kill-every", type=float, default=60.0, help="seconds between worker kills")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--median", type=float, default=60.0, help="median job duration, seconds")
+    parser.add_argument("--sigma", type=float, default=0.8, help="log-normal sigma of job durations")
+    parser.add_argument("--seed", type=int, default=15)
+    args = parser.parse_args()
+
+    print(f"pollerdash soak: {load()}")
+    cluster = PrivateCluster()
+    try:
+        os.environ["BENCH_PG"] = cluster.url
+        django_on_scratch_postgres("soak")
+        provider, provider_url = start_fake_provider()
+        try:
+            profile = make_profile(provider_url)
+            result = run_with_faults(args, cluster, profile, provider_url)
+            print(f"stopped at {result['drained']:.0f} s; loads seen: {' | '.join(result['loads'])}")
+            report(result, provider_url)
+        finally:
+            provider.terminate()
+            provider.wait(timeout=10)
+    finally:
+        cluster.remove()
+
+
+if __name__ == "__main__":
+    main()
