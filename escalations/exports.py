@@ -143,7 +143,7 @@ DECISION_HEADER = [
     "authorization_number",
     "confirms_decision_id",
     "provider_response",
-    "audit_seq",
+    "audit_entry_id",
     "decision_id",
     # Identical refusals counted on this row instead of recorded again (operations.decisions.services._refuse).
     "repeat_count",
@@ -180,7 +180,7 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             decision.authorization.number if decision.authorization else None,
             decision.confirms_id,
             decision.provider_response,
-            decision.audit_seq,
+            decision.audit_entry_id,
             decision.pk,
             decision.repeat_count,
             decision.last_repeated_at,
@@ -204,7 +204,7 @@ ACTIVITY_HEADER = [
     "to_user",
     "previous_holder",
     "text",
-    "audit_seq",
+    "audit_entry_id",
     "activity_id",
 ]
 
@@ -224,6 +224,6 @@ def activity_rows(activities: QuerySet[CardActivity]) -> Iterator[list[object]]:
             activity.to_username,
             activity.previous_username,
             activity.text,
-            activity.audit_seq,
+            activity.audit_entry_id,
             activity.pk,
         ]

@@ -18,6 +18,7 @@ runs these steps in a loop on every host (any number of dispatchers may run at o
    PostgreSQL and a compare-and-set update on SQLite. Per provider account, no more claims are
    admitted than the rate allowance has room for right now, and none while the account is paused.
 4. `dispatch_callbacks`: hands due completion callbacks to workers.
+   Then `audit.integrate.integrate_once`: pending audit entries join the Merkle tree.
 5. `events.dispatcher_pass`: the layers above do their own due work (escalation policies and
    notifications, escalations.oncall), without the domain importing them.
 
@@ -45,6 +46,7 @@ from django_q.models import Failure, OrmQ
 from django_q.tasks import async_task
 
 from operations import events, pacing
+from operations.audit import integrate
 from operations.callbacks.delivery import dispatch_due_callbacks
 from operations.lifecycle.business import warn_business_deadline
 from operations.lifecycle.cards import escalate
@@ -301,6 +303,8 @@ class PassResult:
     callbacks: int = 0
     # Work done by the layers above in this pass (events.dispatcher_pass): policy steps, notifications.
     notifications: int = 0
+    # Audit entries added to the Merkle tree (operations.audit.integrate); another integrator may hold the turn.
+    integrated: int = 0
     # A step stopped at its batch limit: more of its work is waiting right now.
     backlog: bool = False
 
@@ -317,6 +321,8 @@ def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None =
     result.requeued = requeue_expired_leases(now=now, limit=REQUEUE_LIMIT)
     result.claimed = len(claim_due(owner=owner, now=now, broker=broker))
     result.callbacks = dispatch_callbacks(limit=settings.DISPATCH_BATCH)
+    # Every pass, so the integration lag stays about one pass (docs/DESIGN.md section 8).
+    result.integrated = integrate.integrate_once(limit=integrate.BATCH) or 0
     above = [done for _, done in events.dispatcher_pass.send(sender=PassResult, now=now, limit=settings.DISPATCH_BATCH)]
     result.notifications = sum(done for done in above if isinstance(done, int))
     result.backlog = (
@@ -324,6 +330,7 @@ def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None =
         or result.requeued >= REQUEUE_LIMIT
         or result.claimed >= settings.DISPATCH_BATCH
         or result.callbacks >= settings.DISPATCH_BATCH
+        or result.integrated >= integrate.BATCH
         or any(isinstance(done, int) and done >= settings.DISPATCH_BATCH for done in above)
     )
     return result

@@ -24,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from operations import figures
+from operations.audit import integrate
 from operations.audit.health import audit_protection_checks
 from operations.lifecycle.claims import due_unclaimed
 from operations.models import (
@@ -276,6 +277,13 @@ class PollerdashCollector(Collector):
             "channel",
             notifications_failed(now=snap.at),
         )
+        audit_lag = integrate.lag()
+        yield _gauge(
+            "pollerdash_audit_integration_lag_seconds",
+            "Age of the oldest audit entry awaiting integration into the Merkle tree (0 when none)",
+            audit_lag.seconds(snap.at),
+        )
+        yield _gauge("pollerdash_audit_pending_entries", "Audit entries awaiting integration", audit_lag.pending)
         yield _labelled(
             "pollerdash_audit_protection_ok",
             "Audit log protection checks (1 ok, 0 failing)",

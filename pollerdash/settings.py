@@ -367,6 +367,15 @@ AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
 AUDIT_CHECKPOINT_INTERVAL_S = env_int("AUDIT_CHECKPOINT_INTERVAL_S", 60)
 # Verifier key lines (manage.py audit_keys) of earlier signing keys, trusted after a rotation.
 AUDIT_VERIFIER_KEYS_FILE = env_str("AUDIT_VERIFIER_KEYS_FILE", "")
+# Witnesses expected to cosign checkpoints (names, comma-separated; manage.py audit_witness), and how
+# long since one's newest cosignature before /system/ says it fell behind.
+AUDIT_WITNESS_NAMES = env_str("AUDIT_WITNESS_NAMES", "")
+AUDIT_WITNESS_MAX_LAG_S = env_int("AUDIT_WITNESS_MAX_LAG_S", 600)
+# manage.py archive: where sealed ranges go (a directory under BASE_DIR, unless STORAGES has an
+# "audit_archive" backend), and how long finished operations, their checks and django-q2's
+# finished task rows are kept.
+AUDIT_ARCHIVE_DIR = env_str("AUDIT_ARCHIVE_DIR", "var/audit-archive")
+RETENTION_DAYS = env_int("RETENTION_DAYS", 90)
 
 # --- Agent API and callbacks ------------------------------------------------------------------------
 API_WAIT_DEFAULT_S = 25

@@ -304,7 +304,12 @@ def pump() -> Callable[..., list[str]]:
     return run
 
 
-AUDIT_TABLES = ("operations_auditentry", "operations_auditcheckpoint")
+AUDIT_TABLES = (
+    "operations_auditentry",
+    "operations_auditcheckpoint",
+    "operations_audittreenode",
+    "operations_auditcosignature",
+)
 
 
 def _set_audit_triggers(*, enabled: bool) -> None:

@@ -1,14 +1,18 @@
-"""Signed checkpoints of the audit chain (docs/DESIGN.md section 8).
+"""Signed checkpoints of the audit log (docs/DESIGN.md section 8).
 
-A checkpoint is a C2SP signed note over the log name, its size (number of entries), the head
-hash and the time, signed with Ed25519. Line 3 of the note is the hash of entry `size` (a
-hash-chain head), not an RFC 6962 Merkle root: tlog-checkpoint tooling must not read it as one.
+A checkpoint is a C2SP signed note over the log name, its size (number of entries), a hash and
+the time, signed with Ed25519. Since version 2 the hash line is the RFC 9162 root of the Merkle
+tree of the first `size` entries (a tlog-checkpoint); older checkpoints carry the hash of entry
+`size` of the version-1 chain instead. The switch checkpoint, the first tree checkpoint, carries
+both: the tree root on line 3 and the chain head on a `chain` line.
 
-The chain alone detects edits, deletions and reordering but not a truncated tail or a consistent
-rewrite; the signature over (size, head) does, for anyone holding a checkpoint. So the signer:
+The tree (or chain) alone detects edits, deletions and reordering but not a truncated tail or a
+consistent rewrite; the signature over (size, root) does, for anyone holding a checkpoint. So the
+signer:
 
-- verifies the segment since the last checkpoint before signing (contiguity, links, the stored
-  bytes re-hashed, the stored columns agreeing with the bytes) and the last checkpoint itself;
+- integrates what is pending, then verifies the part since the last checkpoint before signing
+  (the stored bytes re-hashed into the tree from the last signed root's right edge, the stored
+  columns agreeing with the bytes, the stored nodes giving the same root) and the last checkpoint;
 - never signs a size smaller than one it signed before, and signs nothing when verification fails;
 - signs every AUDIT_CHECKPOINT_INTERVAL_S seconds even when nothing was appended, so a missing
   recent checkpoint is itself evidence (STALE in the offline verifier).
@@ -19,11 +23,10 @@ stored, exported or shown; only its verifier key line (`manage.py audit_keys`) l
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,16 +34,19 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, models, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
+from operations.audit import chaincheck, integrate, tree, treecheck
 from operations.audit import verify as av
-from operations.models import AuditCheckpoint, AuditEntry, AuditHead, ProcessHeartbeat
+from operations.audit.chaincheck import StoredEntry, iter_entries, stored_bytes
+from operations.audit.verify import merkle
+from operations.models import AuditCheckpoint, ProcessHeartbeat
+
+__all__ = ["StoredEntry", "iter_entries", "stored_bytes"]  # for exports, tests and benches
 
 logger = logging.getLogger("pollerdash.audit.signer")
 
-# Entries read per query while verifying: bounded memory whatever the segment length.
-VERIFY_CHUNK = 2000
 SIGN_ATTEMPTS = 3
 # An export without the key in this process closes at the newest stored checkpoint, if this fresh.
 EXPORT_CHECKPOINT_MAX_AGE_INTERVALS = 2
@@ -144,7 +150,7 @@ def trusted_keys(signing: Ed25519PrivateKey | None = None) -> list[av.VerifierKe
     return keys
 
 
-# --- reading the chain ----------------------------------------------------------------------------------
+# --- reading ---------------------------------------------------------------------------------------------
 
 
 def latest_checkpoint(log: str | None = None) -> AuditCheckpoint | None:
@@ -155,151 +161,92 @@ def latest_checkpoint(log: str | None = None) -> AuditCheckpoint | None:
     )
 
 
-@dataclass(frozen=True)
-class StoredEntry:
-    seq: int
-    prev_hash: str
-    entry_hash: str
-    body: bytes
-    type: str
-    operation_id: str
-    at: datetime
-
-
-def stored_bytes(body: object) -> bytes:
-    """The body column as bytes. Only audit.append writes it (always bytes), but someone editing the
-    table by hand may leave text behind (SQLite stores whatever it is given): that must read as
-    tampering, which the hash check then reports, not crash the verifier or the signer."""
-    if isinstance(body, str):
-        return body.encode("utf-8", errors="surrogateescape")
-    return bytes(body)  # type: ignore[arg-type]
-
-
-def iter_entries(*, log: str, after: int, upto: int | None = None) -> Iterator[StoredEntry]:
-    """Stored entries in seq order, in bounded chunks (keyset pagination)."""
-    cursor = after
-    while True:
-        query = AuditEntry.objects.filter(log=log, seq__gt=cursor).order_by("seq")
-        if upto is not None:
-            query = query.filter(seq__lte=upto)
-        rows = list(
-            query.values_list("seq", "prev_hash", "entry_hash", "body", "type", "operation_id", "at")[:VERIFY_CHUNK]
-        )
-        for seq, prev_hash, digest, body, entry_type, operation_id, at in rows:
-            yield StoredEntry(seq, prev_hash, digest, stored_bytes(body), entry_type, operation_id, at)
-        if len(rows) < VERIFY_CHUNK:
-            return
-        cursor = rows[-1][0]
-
-
-def feed_stored_entry(verifier: av.ChainVerifier, row: StoredEntry) -> None:
-    """Verify one stored row: its bytes in the chain, and its copied columns against the bytes
-    (stories and operation exports select rows by those columns, so they must not drift)."""
-    expected_prev = verifier.head
-    verifier.entry(row.body, number=row.seq)
-    body = verifier.last_entry or {}
-    if (
-        verifier.head != row.entry_hash
-        or row.prev_hash != expected_prev
-        or verifier.head_seq != row.seq
-        or row.type != body.get("type")
-        or row.operation_id != (body.get("operation_id") or "")
-        or av.format_time(row.at) != body.get("at")
-    ):
-        raise av.VerifyFailure(
-            av.HASH_MISMATCH,
-            f"the stored columns of entry {row.seq} disagree with its hashed bytes",
-            seq=row.seq,
-            line=row.seq,
-        )
-
-
-def verify_anchor(checkpoint: AuditCheckpoint, keys: list[av.VerifierKey]) -> av.Note:
-    """The stored checkpoint's note is well-formed, signed by a trusted key, agrees with its row,
-    and its head is the stored hash of entry `size` (whose bytes still hash to it)."""
-    try:
-        note = av.parse_note(checkpoint.note)
-    except ValueError as exc:
-        raise av.VerifyFailure(av.PARSE, f"stored checkpoint {checkpoint.pk}: {exc}", seq=checkpoint.size) from None
-    if keys:
-        av.check_note_signature(note, keys)
-    if (note.origin, note.size, note.head) != (checkpoint.log, checkpoint.size, checkpoint.head_hash):
-        raise av.VerifyFailure(
-            av.CHECKPOINT_MISMATCH, f"stored checkpoint {checkpoint.pk} disagrees with its note", seq=checkpoint.size
-        )
-    if checkpoint.size == 0:
-        if note.head != av.GENESIS_PREV:
-            raise av.VerifyFailure(av.CHECKPOINT_MISMATCH, "the empty log's head is not genesis", seq=0)
-        return note
-    row = AuditEntry.objects.filter(log=checkpoint.log, seq=checkpoint.size).values_list("entry_hash", "body").first()
-    if row is None:
-        raise av.VerifyFailure(
-            av.SEQ_GAP, f"entry {checkpoint.size}, covered by a checkpoint, is missing", seq=checkpoint.size
-        )
-    digest, body = row
-    if digest != note.head or hashlib.sha256(av.ENTRY_TAG + stored_bytes(body)).hexdigest() != note.head:
-        raise av.VerifyFailure(
-            av.HASH_MISMATCH, f"entry {checkpoint.size} no longer hashes to its signed head", seq=checkpoint.size
-        )
-    return note
-
-
-@dataclass(frozen=True)
-class Segment:
-    size: int
-    head: str
-    entries: int
-
-
-def verify_segment(*, log: str, anchor: AuditCheckpoint | None, keys: list[av.VerifierKey]) -> Segment:
-    """Verify everything appended after `anchor` (the whole chain when None); raises VerifyFailure."""
-    verifier = av.ChainVerifier(keys=keys, log=log, scope="range", strict=True, allow_unsigned_tail=True)
-    if anchor is not None:
-        note = verify_anchor(anchor, keys)
-        verifier.head_seq, verifier.head = note.size, note.head
-    for row in iter_entries(log=log, after=verifier.head_seq):
-        feed_stored_entry(verifier, row)
-    return Segment(size=verifier.head_seq, head=verifier.head, entries=verifier.entries)
-
-
 # --- signing ------------------------------------------------------------------------------------------
 
 
 def sign_checkpoint(*, key: Ed25519PrivateKey | None = None, now: datetime | None = None) -> AuditCheckpoint:
-    """Verify the new segment, then sign and store a checkpoint of the current head.
+    """Integrate what is pending, verify the new part of the log, then sign and store a checkpoint
+    of the tree at its integrated size.
 
-    Raises CheckpointRefused (nothing signed) when verification fails, CheckpointError otherwise.
-    Several signers (the signer process, a web process exporting) may race: each re-checks under
-    a lock that no newer checkpoint appeared, so sizes and times never go backwards."""
+    The first time (no tree checkpoint yet), the switch checkpoint is signed first: the size of
+    the version-1 chain, the tree root at that size, and the chain head on its `chain` line - one
+    signature tying the old chain to the tree. Raises CheckpointRefused (nothing signed) when
+    verification fails, CheckpointError otherwise. Several signers (the signer process, a web
+    process exporting) may race: each re-checks under a lock that no newer checkpoint appeared,
+    so sizes and times never go backwards."""
     key = key or load_signing_key()
     keys = trusted_keys(key)
     log = settings.AUDIT_LOG_NAME
-    for _ in range(SIGN_ATTEMPTS):
+    try:
+        integrate.integrate_all(log=log)
+    except integrate.IntegrationError as exc:
+        raise CheckpointError(f"audit integration stopped: {exc}") from None
+    for _ in range(SIGN_ATTEMPTS + 1):
         anchor = latest_checkpoint(log)
         try:
-            segment = verify_segment(log=log, anchor=anchor, keys=keys)
+            if anchor is None or not anchor.tree:
+                body_args = _switch(log=log, anchor=anchor, keys=keys)
+            else:
+                segment = treecheck.verify_tree_segment(log=log, anchor=anchor, keys=keys)
+                body_args = {"size": segment.size, "head": segment.root, "chain": None}
         except av.VerifyFailure as failure:
             raise CheckpointRefused(failure) from None
+        except tree.TreeError as exc:
+            raise CheckpointError(str(exc)) from None
         with transaction.atomic():
             _lock_signing(log)
-            newest = latest_checkpoint(log)
-            if _pk(newest) != _pk(anchor):
+            if _pk(latest_checkpoint(log)) != _pk(anchor):
                 continue  # another signer got there first: verify from its checkpoint instead
-            when = now or timezone.now()
-            if anchor is not None and when < anchor.signed_at:
-                when = anchor.signed_at  # a skewed clock must not make checkpoint times go backwards
-            body = av.note_body(origin=log, size=segment.size, head=segment.head, time=when)
-            kid = av.key_id_for(key_name(), public_raw(key))
-            note = body + "\n" + av.signature_line(name=key_name(), key_id=kid, signature=key.sign(body.encode()))
-            return AuditCheckpoint.objects.create(
-                log=log,
-                size=segment.size,
-                head_hash=segment.head,
-                signed_at=when,
-                key_id=kid.hex(),
-                note=note,
-            )
+            signed = _store(log=log, key=key, anchor=anchor, now=now, **body_args)  # type: ignore[arg-type]
+        if signed.chain_head:
+            continue  # the switch is signed: now the tree at its integrated size
+        return signed
     raise CheckpointError("other signers kept signing; try again")
+
+
+def _switch(*, log: str, anchor: AuditCheckpoint | None, keys: list[av.VerifierKey]) -> dict[str, object]:
+    """What the switch checkpoint signs: the verified chain's size and head, and the tree root at
+    that size (replayed from the stored bytes)."""
+    chained = integrate.chain_size(log)
+    segment = chaincheck.verify_segment(log=log, anchor=anchor, keys=keys, upto=chained)
+    if segment.size != chained:
+        raise av.VerifyFailure(av.SEQ_GAP, f"the chain holds {segment.size} of {chained} entries", seq=segment.size)
+    edge = merkle.CompactRange()
+    for row in chaincheck.iter_entries(log=log, after=0, upto=chained):
+        edge.push(merkle.leaf_hash(row.body))
+    if edge.size != chained or tree.root_at(log=log, size=chained) != edge.root():
+        raise av.VerifyFailure(av.HASH_MISMATCH, "the stored tree disagrees with the chained entries", seq=chained)
+    return {"size": chained, "head": edge.root().hex(), "chain": segment.head}
+
+
+def _store(
+    *,
+    log: str,
+    key: Ed25519PrivateKey,
+    anchor: AuditCheckpoint | None,
+    now: datetime | None,
+    size: int,
+    head: str,
+    chain: str | None,
+) -> AuditCheckpoint:
+    when = now or timezone.now()
+    if anchor is not None and when < anchor.signed_at:
+        when = anchor.signed_at  # a skewed clock must not make checkpoint times go backwards
+    if anchor is not None and anchor.tree and size < anchor.size:
+        raise CheckpointError(f"refusing to sign size {size} after size {anchor.size}")
+    body = av.note_body(origin=log, size=size, head=head, time=when, chain=chain)
+    kid = av.key_id_for(key_name(), public_raw(key))
+    note = body + "\n" + av.signature_line(name=key_name(), key_id=kid, signature=key.sign(body.encode()))
+    return AuditCheckpoint.objects.create(
+        log=log,
+        size=size,
+        head_hash=head,
+        tree=True,
+        chain_head=chain or "",
+        signed_at=when,
+        key_id=kid.hex(),
+        note=note,
+    )
 
 
 def _pk(checkpoint: AuditCheckpoint | None) -> int | None:
@@ -414,51 +361,10 @@ class Signer:
             sleep(min(self.seconds_until_due(), 5.0) or 0.05)
 
 
-# --- the whole chain in the database (manage.py audit_verify) ------------------------------------------
+# --- the whole log in the database (manage.py audit_verify) --------------------------------------------
 
 
 def verify_chain(*, keys: list[av.VerifierKey]) -> dict[str, object]:
-    """Verify every stored entry (bytes, links, columns) and every stored checkpoint (signature,
-    place, head), streaming in chunks; then the head row. Raises VerifyFailure on the first problem.
-    Entries after the newest checkpoint are normal here (the signer signs each minute): counted."""
+    """Verify every stored entry and checkpoint, streaming; raises VerifyFailure on the first problem."""
     log = settings.AUDIT_LOG_NAME
-    verifier = av.ChainVerifier(keys=keys, log=log, scope="full", strict=True, allow_unsigned_tail=True)
-    pending = _iter_checkpoints(log)
-    checkpoint = next(pending, None)
-    while checkpoint is not None and checkpoint[0] == 0:
-        verifier.checkpoint(checkpoint[1], number=0)
-        checkpoint = next(pending, None)
-    for row in iter_entries(log=log, after=0):
-        feed_stored_entry(verifier, row)
-        while checkpoint is not None and checkpoint[0] <= row.seq:
-            verifier.checkpoint(checkpoint[1], number=row.seq)
-            checkpoint = next(pending, None)
-    if checkpoint is not None:
-        # A checkpoint signed a size the stored chain does not reach: entries were removed.
-        verifier.checkpoint(checkpoint[1], number=verifier.head_seq)
-    result = verifier.finish()
-    head = AuditHead.objects.filter(log=log).values_list("seq", "head_hash").first()
-    if head is not None and head != (verifier.head_seq, verifier.head):
-        raise av.VerifyFailure(
-            av.LINK_BREAK,
-            f"the head row (seq {head[0]}) disagrees with the stored chain (seq {verifier.head_seq})",
-            seq=head[0],
-        )
-    return result
-
-
-def _iter_checkpoints(log: str) -> Iterator[tuple[int, str]]:
-    """(size, note) of every stored checkpoint in (size, insertion) order, in bounded chunks."""
-    last = (-1, 0)
-    while True:
-        rows = list(
-            AuditCheckpoint.objects.filter(log=log)
-            .filter(models.Q(size__gt=last[0]) | models.Q(size=last[0], pk__gt=last[1]))
-            .order_by("size", "pk")
-            .values_list("size", "pk", "note")[:VERIFY_CHUNK]
-        )
-        for size, _pk, note in rows:
-            yield size, note
-        if len(rows) < VERIFY_CHUNK:
-            return
-        last = (rows[-1][0], rows[-1][1])
+    return treecheck.verify_log(log=log, keys=keys, checkpoints=chaincheck.iter_checkpoints(log))

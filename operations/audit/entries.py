@@ -1,26 +1,22 @@
-"""The hash-chained audit log: one global chain of every decision (docs/DESIGN.md section 8).
+"""The audit log's writer (docs/DESIGN.md section 8): `append` and `append_many` are the only ones.
 
-`append` is the only writer. It runs last inside the business transaction, under a row lock on
-the chain head, so the decision and its entry commit together or not at all (fail closed): any
-problem raises, and the caller's transaction - the decision itself - rolls back.
+An entry is written inside the business transaction, so the decision and its entry commit
+together or not at all (fail closed): any problem raises, and the caller's transaction - the
+decision itself - rolls back. Since version 2 the entry goes in *pending*: a plain INSERT, no lock
+shared with any other writer. The integrator (operations.audit.integrate) later gives it its
+`seq` and adds it to the Merkle tree; a pending row is as protected as an integrated one (the same
+triggers refuse its UPDATE, but for that one assignment of `seq`, and its DELETE).
 
 Entry bytes are RFC 8785 canonical JSON, produced once here and stored verbatim; the verifier
-hashes exactly those bytes (never a re-serialisation of columns, which
-would let a database-side change of a JSON column go unnoticed).
-To keep one canonical shape in every language, an entry holds integers only (no floats), ASCII
-keys, RFC 3339 times with six fractional digits, and every key of its type (null when empty).
-
-Concurrency: on PostgreSQL the head row is locked with SELECT ... FOR UPDATE, which re-reads the
-newest head after waiting - correct only in READ COMMITTED, so any other isolation level is
-refused (a REPEATABLE READ snapshot would read a stale head). UNIQUE (log, seq) and UNIQUE (log,
-prev_hash) reject a fork even if a writer bypassed the lock. On SQLite, IMMEDIATE transactions
-serialise every writer on the database lock. Before linking, the head row is checked against the
-stored last entry, so a tampered head row stops appends instead of forking the chain.
+hashes exactly those bytes (never a re-serialisation of columns, which would let a database-side
+change of a JSON column go unnoticed). To keep one canonical shape in every language, an entry
+holds integers only (no floats), ASCII keys, RFC 3339 times with six fractional digits, and every
+key of its type (null when empty). A version-2 body has no `seq` and no `prev`: its place is its
+leaf index in the tree, proven by inclusion proofs.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,10 +27,10 @@ from django.db import connection
 from django.utils import timezone
 
 from operations.audit.types import DATA_KEYS
-from operations.audit.verify import ENTRY_TAG, GENESIS_PREV
-from operations.models import AuditEntry, AuditHead
+from operations.audit.verify import merkle
+from operations.models import AuditEntry
 
-VERSION = 1
+VERSION = 2
 # Longer strings (provider text, comments) are cut with a marker: an entry stays bounded and a
 # provider cannot block the recording of a decision by answering with a huge state string.
 MAX_TEXT = 4000
@@ -61,10 +57,6 @@ def canonical(entry: Mapping[str, object]) -> bytes:
         return rfc8785.dumps(entry)
     except rfc8785.CanonicalizationError as exc:
         raise AuditError(f"entry cannot be canonicalised: {exc}") from None
-
-
-def entry_hash(body: bytes) -> str:
-    return hashlib.sha256(ENTRY_TAG + body).hexdigest()
 
 
 def _text(value: str) -> str:
@@ -123,109 +115,58 @@ def _actor(actor: Mapping[str, str]) -> dict[str, str]:
     return {"kind": _text(kind), "id": _text(ident)}
 
 
-_HEAD_SQL = {
-    "postgresql": (
-        "SELECT seq, head_hash, current_setting('transaction_isolation') "
-        "FROM operations_audithead WHERE log = %s FOR UPDATE"
-    ),
-    "sqlite": "SELECT seq, head_hash, 'read committed' FROM operations_audithead WHERE log = %s",
-}
-_CREATE_HEAD_SQL = {
-    "postgresql": (
-        "INSERT INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s) ON CONFLICT (log) DO NOTHING"
-    ),
-    "sqlite": "INSERT OR IGNORE INTO operations_audithead (log, seq, head_hash) VALUES (%s, 0, %s)",
-}
-# The head check reads the entry in a later statement than the lock on purpose: after waiting for
-# the lock, PostgreSQL re-reads the locked row but would evaluate anything else in that statement
-# against its older snapshot, missing the entry the previous holder just committed. In READ
-# COMMITTED a new statement sees it.
-_STORED_HASH_SQL = "SELECT entry_hash FROM operations_auditentry WHERE log = %s AND seq = %s"
-# PostgreSQL: the head check, the insert and the head update in one round trip while the lock is
-# held (the lock is held through COMMIT, so round trips under it bound the append rate).
-_POSTGRES_WRITE_SQL = """
-WITH checked AS (
-    SELECT 1 FROM operations_auditentry WHERE log = %(log)s AND seq = %(head_seq)s AND entry_hash = %(prev)s
-    UNION ALL
-    SELECT 1 WHERE %(head_seq)s = 0 AND %(prev)s = %(genesis)s
-), inserted AS (
-    INSERT INTO operations_auditentry (log, seq, prev_hash, entry_hash, body, at, type, operation_id)
-    SELECT %(log)s, %(seq)s, %(prev)s, %(hash)s, %(body)s, %(at)s, %(type)s, %(operation_id)s
-    WHERE EXISTS (SELECT 1 FROM checked)
-    RETURNING id
-), moved AS (
-    UPDATE operations_audithead SET seq = %(seq)s, head_hash = %(hash)s
-    WHERE log = %(log)s AND EXISTS (SELECT 1 FROM inserted)
-)
-SELECT id FROM inserted
-"""
+@dataclass(frozen=True)
+class NewEntry:
+    """One entry to append with `append_many` (the same fields as `append`)."""
+
+    entry_type: str
+    actor: Mapping[str, str]
+    operation_id: str | None
+    data: Mapping[str, object]
+    at: datetime | None = None
 
 
-def _lock_head(log: str) -> tuple[int, str]:
-    """Lock the chain head row for this transaction and return (seq, head_hash)."""
-    vendor = connection.vendor
-    if vendor not in _HEAD_SQL:
-        raise AuditError(f"audit append is not implemented for {vendor}")
-    with connection.cursor() as cursor:
-        for _ in range(2):
-            cursor.execute(_HEAD_SQL[vendor], [log])
-            row = cursor.fetchone()
-            if row is not None:
-                break
-            cursor.execute(_CREATE_HEAD_SQL[vendor], [log, GENESIS_PREV])
-        else:
-            raise AuditError("the audit head row could not be created")
-    seq, head_hash, isolation = row
-    if isolation != "read committed":
-        # Under REPEATABLE READ or SERIALIZABLE the head read after the lock wait would come from
-        # a stale snapshot: refuse rather than risk a fork.
-        raise AuditError(f"audit append needs READ COMMITTED, not {isolation}")
-    return seq, head_hash
-
-
-def _head_mismatch(head_seq: int) -> AuditError:
-    return AuditError(
-        f"the audit head (seq {head_seq}) disagrees with the stored chain; nothing is appended until "
-        "`manage.py audit_verify` passes"
+def _pending(entry: NewEntry, *, log: str) -> AuditEntry:
+    operation_id = entry.operation_id
+    if operation_id is not None and (not isinstance(operation_id, str) or len(operation_id) > OPERATION_ID_CHARS):
+        raise AuditError("operation_id must be a string of at most 32 characters")
+    when = entry.at or timezone.now()
+    body = canonical(
+        {
+            "v": VERSION,
+            "log": log,
+            "at": iso(when),
+            "type": entry.entry_type,
+            "actor": _actor(entry.actor),
+            "operation_id": operation_id,
+            "data": build_data(entry.entry_type, entry.data),
+        }
+    )
+    if len(body) > MAX_BODY_BYTES:
+        raise AuditError(f"{entry.entry_type} entry of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
+    return AuditEntry(
+        log=log,
+        seq=None,
+        prev_hash=None,
+        entry_hash=merkle.leaf_hash(body).hex(),
+        body=body,
+        at=when,
+        type=entry.entry_type,
+        operation_id=operation_id or "",
     )
 
 
-def _write(entry: AuditEntry, *, head_seq: int) -> AuditEntry:
-    """Insert the entry and move the head, after checking the head names the stored last entry."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _POSTGRES_WRITE_SQL,
-                {
-                    "log": entry.log,
-                    "head_seq": head_seq,
-                    "prev": entry.prev_hash,
-                    "genesis": GENESIS_PREV,
-                    "seq": entry.seq,
-                    "hash": entry.entry_hash,
-                    "body": entry.body,
-                    "at": entry.at,
-                    "type": entry.type,
-                    "operation_id": entry.operation_id,
-                },
-            )
-            row = cursor.fetchone()
-        if row is None:
-            raise _head_mismatch(head_seq)
-        entry.pk = row[0]
-        entry._state.adding = False
-        entry._state.db = connection.alias
-        return entry
-    with connection.cursor() as cursor:
-        cursor.execute(_STORED_HASH_SQL, [entry.log, head_seq])
-        stored = cursor.fetchone()
-    stored_hash = stored[0] if stored is not None else None
-    expected = None if head_seq == 0 else entry.prev_hash
-    if stored_hash != expected or (head_seq == 0 and entry.prev_hash != GENESIS_PREV):
-        raise _head_mismatch(head_seq)
-    entry.save(force_insert=True)
-    AuditHead.objects.filter(log=entry.log).update(seq=entry.seq, head_hash=entry.entry_hash)
-    return entry
+def append_many(*, entries: Sequence[NewEntry]) -> list[AuditEntry]:
+    """Append entries pending integration, with one INSERT. Must run inside the business
+    transaction: the entries commit with the decision or not at all. Their `seq` is null until the
+    integrator adds them to the tree (operations.audit.integrate)."""
+    if not connection.in_atomic_block:
+        raise AuditError("audit.append must run inside the decision's transaction")
+    log = settings.AUDIT_LOG_NAME
+    rows = [_pending(entry, log=log) for entry in entries]
+    if rows:
+        AuditEntry.objects.bulk_create(rows)
+    return rows
 
 
 def append(
@@ -236,44 +177,9 @@ def append(
     data: Mapping[str, object],
     at: datetime | None = None,
 ) -> AuditEntry:
-    """Append one entry to the chain. Must run inside the business transaction, as its last write."""
-    if not connection.in_atomic_block:
-        raise AuditError("audit.append must run inside the decision's transaction")
-    if operation_id is not None and (not isinstance(operation_id, str) or len(operation_id) > OPERATION_ID_CHARS):
-        raise AuditError("operation_id must be a string of at most 32 characters")
-    log = settings.AUDIT_LOG_NAME
-    full_data = build_data(entry_type, data)
-    actor_obj = _actor(actor)
-    when = at or timezone.now()
-    at_text = iso(when)
-    head_seq, head_hash = _lock_head(log)
-    seq = head_seq + 1
-    body = canonical(
-        {
-            "v": VERSION,
-            "log": log,
-            "seq": seq,
-            "prev": head_hash,
-            "at": at_text,
-            "type": entry_type,
-            "actor": actor_obj,
-            "operation_id": operation_id,
-            "data": full_data,
-        }
-    )
-    if len(body) > MAX_BODY_BYTES:
-        raise AuditError(f"{entry_type} entry of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
-    entry = AuditEntry(
-        log=log,
-        seq=seq,
-        prev_hash=head_hash,
-        entry_hash=entry_hash(body),
-        body=body,
-        at=when,
-        type=entry_type,
-        operation_id=operation_id or "",
-    )
-    return _write(entry, head_seq=head_seq)
+    """Append one entry, pending integration. Must run inside the business transaction."""
+    new = NewEntry(entry_type=entry_type, actor=actor, operation_id=operation_id, data=data, at=at)
+    return append_many(entries=[new])[0]
 
 
 SYSTEM_CONTROLLER = {"kind": "system", "id": "controller"}
@@ -281,98 +187,3 @@ SYSTEM_CONTROLLER = {"kind": "system", "id": "controller"}
 
 def user_actor(user: object) -> dict[str, str]:
     return {"kind": "user", "id": str(getattr(user, "get_username", lambda: str(user))())}
-
-
-@dataclass(frozen=True)
-class NewEntry:
-    """One entry for `append_many`: the arguments `append` takes."""
-
-    entry_type: str
-    actor: Mapping[str, str]
-    operation_id: str | None
-    data: Mapping[str, object]
-    at: datetime | None = None
-
-
-_MANY_ROW = "(%s, %s::bigint, %s, %s, %s::bytea, %s::timestamptz, %s, %s)"
-
-
-def append_many(*, entries: Sequence[NewEntry]) -> list[AuditEntry]:
-    """Append several entries in order under one lock of the head: one INSERT on PostgreSQL.
-
-    Same rules as `append`: inside the business transaction, as its last writes; fails closed.
-    """
-    if not connection.in_atomic_block:
-        raise AuditError("audit.append_many must run inside the decision's transaction")
-    if connection.vendor != "postgresql" or len(entries) < 2:
-        return [
-            append(entry_type=e.entry_type, actor=e.actor, operation_id=e.operation_id, data=e.data, at=e.at)
-            for e in entries
-        ]
-    log = settings.AUDIT_LOG_NAME
-    prepared = []
-    for e in entries:
-        if e.operation_id is not None and (
-            not isinstance(e.operation_id, str) or len(e.operation_id) > OPERATION_ID_CHARS
-        ):
-            raise AuditError("operation_id must be a string of at most 32 characters")
-        when = e.at or timezone.now()
-        prepared.append((e, build_data(e.entry_type, e.data), _actor(e.actor), when, iso(when)))
-    head_seq, head_hash = _lock_head(log)
-    rows, params, prev = [], [], head_hash
-    for offset, (e, data, actor, when, at_text) in enumerate(prepared):
-        seq = head_seq + 1 + offset
-        body = canonical(
-            {
-                "v": VERSION,
-                "log": log,
-                "seq": seq,
-                "prev": prev,
-                "at": at_text,
-                "type": e.entry_type,
-                "actor": actor,
-                "operation_id": e.operation_id,
-                "data": data,
-            }
-        )
-        if len(body) > MAX_BODY_BYTES:
-            raise AuditError(f"{e.entry_type} entry of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
-        row = AuditEntry(
-            log=log,
-            seq=seq,
-            prev_hash=prev,
-            entry_hash=entry_hash(body),
-            body=body,
-            at=when,
-            type=e.entry_type,
-            operation_id=e.operation_id or "",
-        )
-        rows.append(row)
-        params += [log, seq, prev, row.entry_hash, body, when, e.entry_type, row.operation_id]
-        prev = row.entry_hash
-    sql = f"""
-WITH checked AS (
-    SELECT 1 FROM operations_auditentry WHERE log = %s AND seq = %s AND entry_hash = %s
-    UNION ALL
-    SELECT 1 WHERE %s = 0 AND %s = %s
-), inserted AS (
-    INSERT INTO operations_auditentry (log, seq, prev_hash, entry_hash, body, at, type, operation_id)
-    SELECT * FROM (VALUES {", ".join([_MANY_ROW] * len(rows))}) AS v
-    WHERE EXISTS (SELECT 1 FROM checked)
-    RETURNING id, seq
-), moved AS (
-    UPDATE operations_audithead SET seq = %s, head_hash = %s WHERE log = %s AND EXISTS (SELECT 1 FROM inserted)
-)
-SELECT id, seq FROM inserted
-"""
-    head = [log, head_seq, head_hash, head_seq, head_hash, GENESIS_PREV]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*head, *params, rows[-1].seq, rows[-1].entry_hash, log])
-        ids = dict((seq, pk) for pk, seq in cursor.fetchall())
-    if len(ids) != len(rows):
-        raise _head_mismatch(head_seq)
-    for row in rows:
-        row.pk = ids[row.seq]
-        row._state.adding = False
-        row._state.db = connection.alias
-    return rows

@@ -3,32 +3,36 @@
     lines = stream_export(operation_id="op_...")        # signs the closing checkpoint, plans, then
     for line in lines: ...                               # yields complete LF-terminated lines
 
-Layout: a header line, then segments of the chain, then the closing checkpoint. A segment runs
-from seq 1 (or from right after a signed checkpoint, whose line opens the segment) to a signed
-checkpoint, with every entry body verbatim and, after each entry that a checkpoint covers, the
-newest checkpoint of that size. So every entry in the file sits between two signatures and none
-of them can be changed, dropped or reordered unseen.
+Format `pollerdash-audit-export/2`: a header line, then
 
-- full export (no filter): the whole chain, seq 1 to the closing checkpoint;
-- `since` / `until` (since <= at < until): one contiguous segment around the selected entries;
-- `operation_id`: for each of its entries, the segment between the checkpoints around it
-  (merged when they touch) - bounded by ~2 checkpoint intervals of log per entry.
+- full export (no filter): every entry body verbatim in `seq` order (after the archived ones, if
+  `manage.py archive` removed some: then it opens with `{"frontier": ...}`, the tree's right edge
+  at that size, and the header's `from` says the size), each checkpoint of a size
+  right after the entry it covers (the newest chain checkpoint, the switch, the newest tree
+  checkpoint of that size), a `{"consistency": ...}` proof before each tree checkpoint from the
+  one before it, closed by the checkpoint signed at export time;
+- operation (`operation_id`) or time window (`since <= at < until`): the newest checkpoint that
+  witnesses cosigned and a consistency proof from it (when there is one), the closing checkpoint, then
+  each selected entry verbatim followed by `{"inclusion": {"seq", "size", "hashes"}}`, its RFC 9162
+  audit path to that checkpoint's root. Nothing of any other entry appears but hashes inside
+  proofs. `consistency_from` adds proofs from earlier tree sizes to the closing one, for readers
+  who pinned a checkpoint of that size.
 
 `stream_export` does its database set-up eagerly - it signs (or picks) the closing checkpoint and
-plans the segments - so a view can turn an ExportError into a page before any byte is sent; the
+checks the selection - so a view can turn an ExportError into a page before any byte is sent; the
 lines themselves are produced lazily in chunks, in bounded memory whatever the log size.
 Under ASGI wrap the iterator with `as_async_lines` so Django does not buffer it whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Max, Min
+from django.db.models import Max, QuerySet
 
-from operations.audit import checkpoints
+from operations.audit import checkpoints, tree, witness
 from operations.audit import verify as av
 from operations.models import AuditCheckpoint, AuditEntry
 
@@ -45,36 +49,44 @@ class ExportPlan:
     scope: str
     operation_id: str | None
     closing: AuditCheckpoint
-    segments: tuple[tuple[int, int], ...]  # (first seq, last seq), both inclusive
-    prev_of_first: str | None
+    selected: QuerySet[AuditEntry]
+    consistency_from: tuple[int, ...] = ()
+    start: int = 0  # a full export after an archive: the archived size it continues from
 
     def header(self) -> dict[str, object]:
         return {
-            "format": av.EXPORT_FORMAT,
+            "format": av.EXPORT_FORMAT_V2,
             "log": self.log,
             "scope": self.scope,
             "operation_id": self.operation_id,
             "exported_at": av.format_time(self.closing.signed_at),
-            "first_seq": self.segments[0][0] if self.segments else None,
-            "last_seq": self.closing.size,
-            "prev_of_first": self.prev_of_first,
-            **av.HEADER_CONSTANTS,
+            "size": self.closing.size,
+            "from": self.start,
+            **av.HEADER_V2_CONSTANTS,
         }
 
 
 def stream_export(
-    *, operation_id: str | None = None, since: datetime | None = None, until: datetime | None = None
+    *,
+    operation_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    consistency_from: Sequence[int] = (),
 ) -> Iterator[bytes]:
-    """Sign the closing checkpoint, plan the segments, and return an iterator of complete lines.
+    """Sign the closing checkpoint, check the selection, and return an iterator of complete lines.
 
     Raises ExportError (or checkpoints.CheckpointError when nothing can be signed) before
     anything is produced."""
-    plan = plan_export(operation_id=operation_id, since=since, until=until)
-    return _lines(plan)
+    plan = plan_export(operation_id=operation_id, since=since, until=until, consistency_from=consistency_from)
+    return _full(plan) if plan.scope == "full" else _proven(plan)
 
 
 def plan_export(
-    *, operation_id: str | None = None, since: datetime | None = None, until: datetime | None = None
+    *,
+    operation_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    consistency_from: Sequence[int] = (),
 ) -> ExportPlan:
     for name, value in (("since", since), ("until", until)):
         if value is not None and value.tzinfo is None:
@@ -82,84 +94,135 @@ def plan_export(
     if since is not None and until is not None and since >= until:
         raise ExportError("since must be earlier than until")
     closing = checkpoints.checkpoint_for_export()
+    if not closing.tree:
+        raise ExportError("the newest checkpoint is of the version-1 chain: run the signer once (audit_checkpoint)")
+    for size in consistency_from:
+        if not 0 < size <= closing.size:
+            raise ExportError(f"--consistency-from {size}: not a size between 1 and {closing.size}")
     log = closing.log
-    entries = AuditEntry.objects.filter(log=log, seq__lte=closing.size)
+    entries = AuditEntry.objects.filter(log=log, seq__isnull=False, seq__lte=closing.size)
     if since is not None:
         entries = entries.filter(at__gte=since)
     if until is not None:
         entries = entries.filter(at__lt=until)
     if operation_id is not None:
-        seqs = list(entries.filter(operation_id=operation_id).order_by("seq").values_list("seq", flat=True))
-        if not seqs:
-            raise ExportError(f"no audit entries of {operation_id} in that window up to the latest checkpoint")
+        entries = entries.filter(operation_id=operation_id)
         scope = "operation"
     elif since is not None or until is not None:
-        bounds = entries.aggregate(first=Min("seq"), last=Max("seq"))
-        seqs = [] if bounds["first"] is None else [bounds["first"], bounds["last"]]
         scope = "range"
     else:
-        seqs = [1, closing.size] if closing.size else []
         scope = "full"
-    segments = _segments(log=log, closing=closing, seqs=seqs, contiguous=scope != "operation")
-    prev = None
-    if segments:
-        prev = AuditEntry.objects.filter(log=log, seq=segments[0][0]).values_list("prev_hash", flat=True).first()
-    return ExportPlan(log, scope, operation_id, closing, segments, prev)
+    start = tree.archived_upto(log) if scope == "full" else 0
+    if scope == "full":
+        entries = entries.filter(seq__gt=start)
+    if scope != "full" and not entries.exists():
+        what = operation_id or "the window"
+        raise ExportError(f"no audit entries of {what} up to the latest checkpoint")
+    proofs_from = tuple(sorted(set(consistency_from)))
+    return ExportPlan(log, scope, operation_id, closing, entries.order_by("seq"), proofs_from, start)
 
 
-def _segments(*, log: str, closing: AuditCheckpoint, seqs: list[int], contiguous: bool) -> tuple[tuple[int, int], ...]:
-    """For each selected seq, the stretch between the checkpoints around it; merged when touching."""
-    signed = AuditCheckpoint.objects.filter(log=log, pk__lte=closing.pk, size__lte=closing.size)
-    segments: list[tuple[int, int]] = []
-    for seq in seqs:
-        if segments and seq <= segments[-1][1]:
-            continue
-        before = signed.filter(size__lt=seq).aggregate(size=Max("size"))["size"] or 0
-        after = signed.filter(size__gte=seq).aggregate(size=Min("size"))["size"]
-        lo, hi = before + 1, after if after is not None else closing.size
-        if segments and (contiguous or lo <= segments[-1][1] + 1):
-            segments[-1] = (segments[-1][0], hi)
-        else:
-            segments.append((lo, hi))
-    return tuple(segments)
+def range_plan(*, closing: AuditCheckpoint, start: int) -> ExportPlan:
+    """A full export of entries start+1 .. closing.size: what an archive holds."""
+    entries = AuditEntry.objects.filter(log=closing.log, seq__gt=start, seq__lte=closing.size).order_by("seq")
+    return ExportPlan(closing.log, "full", None, closing, entries, (), start)
 
 
-def _lines(plan: ExportPlan) -> Iterator[bytes]:
+def full_lines(plan: ExportPlan) -> Iterator[bytes]:
+    return _full(plan)
+
+
+def _chunks(entries: QuerySet[AuditEntry]) -> Iterator[list[tuple[int, bytes]]]:
+    after = 0
+    while True:
+        rows = [
+            (seq, checkpoints.stored_bytes(body))
+            for seq, body in entries.filter(seq__gt=after).values_list("seq", "body")[:CHUNK]
+        ]
+        if rows:
+            yield rows
+        if len(rows) < CHUNK:
+            return
+        after = rows[-1][0]
+
+
+def consistency_line(*, log: str, old: int, new: int) -> bytes:
+    hashes = [digest.hex() for digest in tree.consistency_proof(log=log, old=old, new=new)]
+    return av.compact_json({"consistency": {"from": old, "hashes": hashes, "to": new}}) + b"\n"
+
+
+def inclusion_line(*, log: str, seq: int, size: int) -> bytes:
+    hashes = [digest.hex() for digest in tree.inclusion_proof(log=log, seq=seq, size=size)]
+    return av.compact_json({"inclusion": {"hashes": hashes, "seq": seq, "size": size}}) + b"\n"
+
+
+def _proven(plan: ExportPlan) -> Iterator[bytes]:
+    size = plan.closing.size
     yield av.header_line(plan.header())
-    for lo, hi in plan.segments:
-        if lo > 1:
-            opening = _newest_per_size(plan, lo - 1, lo - 1)
-            if not opening:
-                raise ExportError(f"the checkpoint of size {lo - 1} vanished during the export")
-            yield av.checkpoint_line(opening[lo - 1])
-        yield from _segment_lines(plan, lo, hi)
-    if not plan.segments or plan.segments[-1][1] < plan.closing.size:
-        yield av.checkpoint_line(plan.closing.note)
+    witnessed = witness.newest_witnessed(log=plan.log, upto=plan.closing)
+    if witnessed is not None and witnessed.pk != plan.closing.pk:
+        # The newest checkpoint witnesses cosigned, linked to the closing one by a consistency proof.
+        yield av.checkpoint_line(witness.cosigned_note(witnessed))
+        if witnessed.size != size:
+            yield consistency_line(log=plan.log, old=witnessed.size, new=size)
+    yield av.checkpoint_line(witness.cosigned_note(plan.closing))
+    for old in plan.consistency_from:
+        if old < size:
+            yield consistency_line(log=plan.log, old=old, new=size)
+    for rows in _chunks(plan.selected):
+        for seq, body in rows:
+            yield body + b"\n"
+            yield inclusion_line(log=plan.log, seq=seq, size=size)
 
 
-def _segment_lines(plan: ExportPlan, lo: int, hi: int) -> Iterator[bytes]:
-    start = lo
-    while start <= hi:
-        end = min(hi, start + CHUNK - 1)
-        notes = _newest_per_size(plan, start, end)
-        rows = AuditEntry.objects.filter(log=plan.log, seq__gte=start, seq__lte=end).order_by("seq")
-        for seq, body in list(rows.values_list("seq", "body")):
-            yield checkpoints.stored_bytes(body) + b"\n"
-            note = notes.get(seq)
-            if note is not None:
-                yield av.checkpoint_line(note)
-        start = end + 1
+class _Checkpoints:
+    """The checkpoints a full export holds, size by size, and the consistency proofs between them."""
+
+    def __init__(self, plan: ExportPlan) -> None:
+        self.plan = plan
+        self.last_tree_size: int | None = None
+
+    def lines(self, first: int, last: int, *, opening: bool = False) -> dict[int, list[bytes]]:
+        plan = self.plan
+        signed = AuditCheckpoint.objects.filter(log=plan.log, size__gte=first, size__lte=last, pk__lte=plan.closing.pk)
+        if opening:  # after a frontier, only plain tree checkpoints: the chain and the switch are archived
+            signed = signed.filter(tree=True, chain_head="")
+        newest = (
+            signed.values("size", "tree", "chain_head").annotate(last_pk=Max("pk")).values_list("last_pk", flat=True)
+        )
+        pks = list(newest)
+        notes = witness.notes_with_cosignatures(pks)
+        rows = [
+            (size, is_tree, chain, notes[pk])
+            for pk, size, is_tree, chain in AuditCheckpoint.objects.filter(pk__in=pks).values_list(
+                "pk", "size", "tree", "chain_head"
+            )
+        ]
+        # Per size: the chain checkpoint, then the switch, then the tree checkpoint.
+        ordered = sorted(rows, key=lambda row: (row[0], row[1], not row[2]))
+        out: dict[int, list[bytes]] = {}
+        for size, is_tree, _chain, note in ordered:
+            lines = out.setdefault(size, [])
+            if is_tree:
+                if self.last_tree_size and self.last_tree_size != size:  # the empty tree needs no proof
+                    lines.append(consistency_line(log=plan.log, old=self.last_tree_size, new=size))
+                self.last_tree_size = size
+            lines.append(av.checkpoint_line(note))
+        return out
 
 
-def _newest_per_size(plan: ExportPlan, first: int, last: int) -> dict[int, str]:
-    """The newest checkpoint note of each size in [first, last], signed no later than the closing one."""
-    newest = (
-        AuditCheckpoint.objects.filter(log=plan.log, size__gte=first, size__lte=last, pk__lte=plan.closing.pk)
-        .values("size")
-        .annotate(last_pk=Max("pk"))
-        .values_list("last_pk", flat=True)
-    )
-    return dict(AuditCheckpoint.objects.filter(pk__in=list(newest)).values_list("size", "note"))
+def _full(plan: ExportPlan) -> Iterator[bytes]:
+    yield av.header_line(plan.header())
+    notes = _Checkpoints(plan)
+    if plan.start:
+        hashes = [digest.hex() for digest in tree.frontier(log=plan.log, size=plan.start).hashes()]
+        yield av.compact_json({"frontier": {"hashes": hashes, "size": plan.start}}) + b"\n"
+    yield from notes.lines(plan.start, plan.start, opening=bool(plan.start)).get(plan.start, [])
+    for rows in _chunks(plan.selected):
+        covering = notes.lines(rows[0][0], rows[-1][0])
+        for seq, body in rows:
+            yield body + b"\n"
+            yield from covering.get(seq, [])
 
 
 async def as_async_lines(lines: Iterator[bytes], *, batch: int = 512) -> AsyncIterator[bytes]:

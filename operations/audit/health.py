@@ -3,7 +3,8 @@
 - the append-only triggers are installed and ENABLE ALWAYS (PostgreSQL);
 - the runtime database role neither owns the audit tables nor is a superuser - either could drop
   the triggers, leaving only the signed checkpoints to reveal tampering;
-- checkpoints are being signed: the newest is recent, and no signer reports a failed verification.
+- checkpoints are being signed: the newest is recent, and no signer reports a failed verification;
+- pending entries join the Merkle tree promptly (the integration lag).
 """
 
 from __future__ import annotations
@@ -15,11 +16,19 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from operations.audit import integrate, witness
 from operations.models import AuditCheckpoint, ProcessHeartbeat
 
-AUDIT_TABLES = ("operations_auditentry", "operations_auditcheckpoint")
+AUDIT_TABLES = (
+    "operations_auditentry",
+    "operations_auditcheckpoint",
+    "operations_audittreenode",
+    "operations_auditcosignature",
+)
 # The system panel turns red when the newest checkpoint is older than this many intervals.
 STALE_INTERVALS = 3
+# ...and when the oldest entry awaiting integration is older than this (every dispatcher pass integrates).
+INTEGRATION_LAG_WARN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -31,7 +40,30 @@ class HealthCheck:
 
 def audit_protection_checks() -> list[HealthCheck]:
     """Whether the audit log is protected and checkpointed, one line per concern."""
-    return [*_database_checks(), _checkpoint_check()]
+    return [*_database_checks(), _checkpoint_check(), _integration_check(), *_witness_checks()]
+
+
+def _witness_checks() -> list[HealthCheck]:
+    checks = []
+    for lag in witness.witness_lags(now=timezone.now()):
+        if lag.seconds is None:
+            message = f"witness {lag.name} has cosigned nothing yet: run manage.py audit_witness on its host"
+        else:
+            message = f"witness {lag.name} cosigned size {lag.size} {int(lag.seconds)} s ago"
+        if witness.behind(lag):
+            message += f" - behind (more than {settings.AUDIT_WITNESS_MAX_LAG_S} s)"
+        checks.append(HealthCheck(f"audit witness {lag.name}", not witness.behind(lag), message))
+    return checks
+
+
+def _integration_check() -> HealthCheck:
+    lag = integrate.lag()
+    seconds = lag.seconds(timezone.now())
+    ok = seconds <= INTEGRATION_LAG_WARN_S
+    message = f"{lag.pending} entries awaiting integration, the oldest for {seconds:.1f} s"
+    if not ok:
+        message += " - is a dispatcher (or manage.py audit_integrate) running?"
+    return HealthCheck("audit integration", ok, message)
 
 
 def _database_checks() -> list[HealthCheck]:

@@ -45,7 +45,7 @@ _TERMINAL_WORDS = {
 @dataclass(frozen=True)
 class StoryLine:
     at: datetime
-    seq: int
+    seq: int | None  # None while the entry awaits integration into the tree
     kind: str  # the entry type, e.g. "controller.decision" (audit_types.DATA_KEYS)
     actor: str  # "controller", a username, or "<kind>:<id>" for agents and operators
     text: str
@@ -56,19 +56,17 @@ class StoryLine:
 
 def operation_story(*, operation_id: str) -> list[StoryLine]:
     """Every audit entry of the operation, oldest first, as one line each."""
-    bodies = AuditEntry.objects.filter(operation_id=operation_id).order_by("seq").values_list("seq", "body")
+    bodies = AuditEntry.objects.filter(operation_id=operation_id).order_by("pk").values_list("seq", "body")
     return [story_line(seq=seq, body=bytes(body)) for seq, body in bodies]
 
 
 def operation_story_latest(*, operation_id: str, limit: int) -> list[StoryLine]:
     """The newest `limit` lines of an operation's story, oldest first (the page shows only these)."""
-    rows = list(
-        AuditEntry.objects.filter(operation_id=operation_id).order_by("-seq").values_list("seq", "body")[:limit]
-    )
+    rows = list(AuditEntry.objects.filter(operation_id=operation_id).order_by("-pk").values_list("seq", "body")[:limit])
     return [story_line(seq=seq, body=bytes(body)) for seq, body in reversed(rows)]
 
 
-def story_line(*, seq: int, body: bytes) -> StoryLine:
+def story_line(*, seq: int | None, body: bytes) -> StoryLine:
     """One entry body as a StoryLine; an entry it cannot read still gets a line, never an error."""
     try:
         entry = json.loads(body)
@@ -341,6 +339,13 @@ def _signin_locked_out(data: Mapping[str, object], actor: str, at: datetime) -> 
     )
 
 
+def _audit_archived(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return (
+        f"audit entries {data.get('first_seq')}-{data.get('last_seq')} archived to {data.get('name')} "
+        "and removed from the database"
+    )
+
+
 def _generic(data: Mapping[str, object], actor: str, at: datetime) -> str:
     shown = ", ".join(f"{key}={_quote(value, limit=60)}" for key, value in data.items() if value is not None)
     return f"{actor}: {shown}" if shown else actor
@@ -374,6 +379,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "user.reactivated": _user_reactivated,
     "user.deleted": _user_deleted,
     "signin.locked_out": _signin_locked_out,
+    "audit.archived": _audit_archived,
 }
 
 

@@ -123,4 +123,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     # Password sign-in paused after LOGIN_FAILURE_LIMIT failures for this username from this address
     # (accounts/throttle.py; actor: the throttle).
     "signin.locked_out": ("username", "ip_address", "failures", "locked_minutes"),
+    # `manage.py archive` (operations/audit/archive.py): entries first_seq..last_seq went to the
+    # archive `name` (its SHA-256 and length), sealed by the tree root at last_seq; then removed.
+    "audit.archived": ("first_seq", "last_seq", "name", "sha256", "bytes", "root"),
 }

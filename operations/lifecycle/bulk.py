@@ -105,6 +105,6 @@ def close_bulk(
             at=now,
         )
         # The entry's seq is known only once appended; the row update rides the same transaction.
-        BulkDecision.objects.filter(pk=bulk.pk).update(audit_seq=entry.seq)
-        bulk.audit_seq = entry.seq
+        BulkDecision.objects.filter(pk=bulk.pk).update(audit_entry_id=entry.pk)
+        bulk.audit_entry_id = entry.pk
     return bulk

@@ -100,5 +100,5 @@ def decision_entry(
         at=decision.decided_at,
     )
     # The entry's seq is known only once appended; the row update rides the same transaction.
-    Decision.objects.filter(pk=decision.pk).update(audit_seq=entry.seq)
-    decision.audit_seq = entry.seq
+    Decision.objects.filter(pk=decision.pk).update(audit_entry_id=entry.pk)
+    decision.audit_entry_id = entry.pk

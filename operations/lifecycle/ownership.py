@@ -118,8 +118,8 @@ def _activity(
         data={"escalation_id": escalation.pk, "activity_id": activity.pk, "card_version": escalation.version, **data},
         at=now,
     )
-    CardActivity.objects.filter(pk=activity.pk).update(audit_seq=entry.seq)
-    activity.audit_seq = entry.seq
+    CardActivity.objects.filter(pk=activity.pk).update(audit_entry_id=entry.pk)
+    activity.audit_entry_id = entry.pk
     return activity
 
 

@@ -1,6 +1,14 @@
 from operations.models.account import ProviderAccount
 from operations.models.agent import Agent, AgentToken, IdempotencyKey
-from operations.models.audit import AuditCheckpoint, AuditEntry, AuditHead
+from operations.models.audit import (
+    AuditArchive,
+    AuditCheckpoint,
+    AuditCosignature,
+    AuditEntry,
+    AuditHead,
+    AuditTree,
+    AuditTreeNode,
+)
 from operations.models.authorization import Authorization
 from operations.models.callback import CallbackDelivery, CallbackEndpoint
 from operations.models.credential import CredentialFingerprint
@@ -23,9 +31,13 @@ from operations.models.status_check import StatusCheck
 __all__ = [
     "Agent",
     "AgentToken",
+    "AuditArchive",
     "AuditCheckpoint",
+    "AuditCosignature",
     "AuditEntry",
     "AuditHead",
+    "AuditTree",
+    "AuditTreeNode",
     "Authorization",
     "BulkDecision",
     "CallbackDelivery",

@@ -146,7 +146,8 @@ class Decision(models.Model):
     confirms = models.OneToOneField(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="confirmed_by"
     )
-    audit_seq = models.BigIntegerField(null=True, blank=True)
+    # The AuditEntry (pk) that recorded this; its seq comes when the integrator adds it to the tree.
+    audit_entry_id = models.BigIntegerField(null=True, blank=True)
     # Taken as one member of a bulk decision over a group (same option and comment for each member).
     bulk = models.ForeignKey(
         "operations.BulkDecision", on_delete=models.PROTECT, null=True, blank=True, related_name="decisions"
@@ -209,7 +210,8 @@ class BulkDecision(models.Model):
     applied = models.PositiveIntegerField(default=0)
     # [{"escalation_id": int | None, "why": str}]: each member refused, or each reason the whole was.
     refused = models.JSONField(default=list, blank=True)
-    audit_seq = models.BigIntegerField(null=True, blank=True)
+    # The AuditEntry (pk) that recorded this; its seq comes when the integrator adds it to the tree.
+    audit_entry_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-decided_at"]
@@ -244,7 +246,8 @@ class CardActivity(models.Model):
     previous_username = models.CharField(max_length=150, blank=True)
     # note: the text, plain, length-bounded (operations.decisions.ownership.NOTE_MAX).
     text = models.TextField(blank=True)
-    audit_seq = models.BigIntegerField(null=True, blank=True)
+    # The AuditEntry (pk) that recorded this; its seq comes when the integrator adds it to the tree.
+    audit_entry_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "pk"]

@@ -44,7 +44,7 @@ def signed_in_as(client: Client) -> str | None:
 
 
 def entries(entry_type: str) -> list[dict]:
-    bodies = AuditEntry.objects.filter(type=entry_type).order_by("seq").values_list("body", flat=True)
+    bodies = AuditEntry.objects.filter(type=entry_type).order_by("pk").values_list("body", flat=True)
     return [json.loads(bytes(body)) for body in bodies]
 
 

@@ -36,7 +36,7 @@ def log_in(client: Client, username: str, password: str, **extra: object):
 
 
 def lockouts() -> list[dict]:
-    bodies = AuditEntry.objects.filter(type="signin.locked_out").order_by("seq").values_list("body", flat=True)
+    bodies = AuditEntry.objects.filter(type="signin.locked_out").order_by("pk").values_list("body", flat=True)
     return [json.loads(bytes(body)) for body in bodies]
 
 

@@ -1,9 +1,10 @@
 """Fixtures for the audit log tests: a real signing key, real appends, real exports.
 
 `sample_export` builds an export the way production does (append, sign on a clock, export) so
-the tamper tests start from genuine bytes:
+the tamper tests start from genuine bytes (format 2, test_audit_tree_verifier.py):
 
-    header, e1..e4, cp(4), e5..e8, cp(8), e9..e11, cp(11, the closing checkpoint)
+    header, cp(0, the switch), e1..e4, cp(4), e5..e8, consistency(4, 8), cp(8),
+    e9..e11, consistency(8, 11), cp(11, the closing checkpoint)
 
 with the checkpoints a minute apart on the injected clock (the last one at T0 + 4 min).
 """

@@ -35,8 +35,16 @@ def test_golden_entry_has_its_checked_in_bytes_and_hash():
     assert audit.canonical(golden_entry()) == body
     # The hash is computed here from the definition, independently of the code under test.
     assert hashlib.sha256(b"pollerdash/audit/entry/v1\n" + body).hexdigest() == expected_hash
-    assert audit.entry_hash(body) == expected_hash
-    assert audit.ENTRY_TAG == b"pollerdash/audit/entry/v1\n" and audit.GENESIS_PREV == "0" * 64
+    assert av.ENTRY_TAG == b"pollerdash/audit/entry/v1\n" and av.GENESIS_PREV == "0" * 64
+
+
+def test_golden_version_2_entry_and_its_leaf_hash():
+    """The version-2 body: the same entry without seq and prev, v 2; hashed as an RFC 9162 leaf."""
+    body = (GOLDEN / "entry-v2.body").read_bytes()
+    source = {key: value for key, value in golden_entry().items() if key not in ("seq", "prev")}
+    assert audit.canonical({**source, "v": 2}) == body
+    leaf = hashlib.sha256(b"\x00" + body).hexdigest()
+    assert leaf == (GOLDEN / "entry-v2.leaf").read_text().strip() == av.merkle.leaf_hash(body).hex()
 
 
 @pytest.mark.django_db
@@ -52,8 +60,8 @@ def test_append_writes_the_golden_bytes(settings):
             at=datetime(2026, 12, 1, 10, 20, 31, 42, tzinfo=UTC),
         )
     stored = AuditEntry.objects.get(pk=entry.pk)
-    assert bytes(stored.body) == (GOLDEN / "entry.body").read_bytes()
-    assert stored.entry_hash == (GOLDEN / "entry.sha256").read_text().strip()
+    assert bytes(stored.body) == (GOLDEN / "entry-v2.body").read_bytes()
+    assert stored.entry_hash == (GOLDEN / "entry-v2.leaf").read_text().strip()
 
 
 # --- RFC 8785 examples ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ and keeps its key to itself."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import stat
@@ -14,10 +15,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from operations.audit import checkpoints
+from operations.audit import checkpoints, integrate, treecheck
 from operations.audit import verify as av
-from operations.models import AuditCheckpoint, AuditEntry, AuditHead, ProcessHeartbeat
-from tests.audit.helpers import append_entries, entry_hash
+from operations.audit.verify import merkle
+from operations.models import AuditCheckpoint, AuditEntry, ProcessHeartbeat
+from tests.audit.helpers import append_entries
 from tests.support import T0
 
 pytestmark = pytest.mark.django_db
@@ -39,14 +41,19 @@ def edited(row: AuditEntry) -> bytes:
     return bytes(row.body).replace(b'"decision":"wait"', b'"decision":"done"')
 
 
-def test_a_checkpoint_is_a_signed_note_over_size_head_and_time(signing_key, clock):
+def test_a_checkpoint_is_a_signed_note_over_size_tree_root_and_time(signing_key, clock):
     entries = append_entries(3)
     checkpoint = checkpoints.sign_checkpoint()
     note = av.parse_note(checkpoint.note)
-    assert checkpoint.note.startswith(
-        f"pollerdash/audit\n3\n{av.base64.b64encode(bytes.fromhex(entries[-1].entry_hash)).decode()}\n"
-    )
-    assert (note.size, note.head, note.time) == (3, entries[-1].entry_hash, T0)
+    edge = merkle.CompactRange()
+    for entry in entries:
+        edge.push(merkle.leaf_hash(bytes(entry.body)))
+    root = edge.root()
+    assert checkpoint.note.startswith(f"pollerdash/audit\n3\n{base64.b64encode(root).decode()}\ntime ")
+    assert (note.size, note.head, note.time, note.chain) == (3, root.hex(), T0, None)
+    # Before it, the switch: the empty chain's head and the empty tree, one signature.
+    switch = av.parse_note(AuditCheckpoint.objects.get(size=0).note)
+    assert (switch.chain, switch.head) == (av.GENESIS_PREV, merkle.EMPTY_ROOT.hex())
     assert note.time_text == "2026-12-01T10:00:00.000000Z" and checkpoint.signed_at == T0
     assert av.check_note_signature(note, [signing_key]) == signing_key
     assert checkpoint.key_id == signing_key.key_id.hex()
@@ -56,6 +63,7 @@ def test_the_signer_refuses_to_sign_an_edited_entry(signing_key, clock):
     append_entries(2)
     checkpoints.sign_checkpoint()
     append_entries(3, start=3)
+    integrate.integrate_all()
     row = AuditEntry.objects.get(seq=4)
     tamper(
         "UPDATE operations_auditentry SET body = %s WHERE id = %s", [bytes(row.body).replace(b"wait", b"done"), row.pk]
@@ -63,13 +71,14 @@ def test_the_signer_refuses_to_sign_an_edited_entry(signing_key, clock):
     with pytest.raises(checkpoints.CheckpointRefused) as refused:
         checkpoints.sign_checkpoint()
     assert refused.value.failure.reason == av.HASH_MISMATCH and refused.value.failure.seq == 4
-    assert AuditCheckpoint.objects.count() == 1
+    assert AuditCheckpoint.objects.count() == 2  # the switch and size 2
 
 
 def test_the_signer_refuses_a_gap_in_the_new_segment(signing_key, clock):
     append_entries(2)
     checkpoints.sign_checkpoint()
     append_entries(3, start=3)
+    integrate.integrate_all()
     tamper("DELETE FROM operations_auditentry WHERE seq = %s", [4])
     with pytest.raises(checkpoints.CheckpointRefused) as refused:
         checkpoints.sign_checkpoint()
@@ -91,7 +100,7 @@ def test_the_signer_never_signs_a_smaller_size(signing_key, clock):
     tamper("DELETE FROM operations_auditentry WHERE seq >= %s", [4])  # the log is now shorter
     with pytest.raises(checkpoints.CheckpointRefused):
         checkpoints.sign_checkpoint()
-    assert list(AuditCheckpoint.objects.values_list("size", flat=True)) == [5]
+    assert list(AuditCheckpoint.objects.order_by("pk").values_list("size", flat=True)) == [0, 5]
 
 
 def test_a_forged_checkpoint_row_is_not_trusted_as_the_anchor(signing_key, clock):
@@ -107,24 +116,25 @@ def test_a_forged_checkpoint_row_is_not_trusted_as_the_anchor(signing_key, clock
 
 
 def test_a_racing_signer_cannot_make_the_size_go_backwards(signing_key, clock, monkeypatch):
+    checkpoints.sign_checkpoint()  # the switch and size 0
     append_entries(2)
-    real = checkpoints.verify_segment
+    real = treecheck.verify_tree_segment
     raced = []
 
-    def verify_while_another_signer_signs_more(**kwargs: object) -> checkpoints.Segment:
+    def verify_while_another_signer_signs_more(**kwargs: object) -> treecheck.TreeSegment:
         segment = real(**kwargs)
         if not raced:
             raced.append(True)
             # Between this signer's verification and its signing, another signer signs a longer log.
             append_entries(3, start=3)
-            monkeypatch.setattr(checkpoints, "verify_segment", real)
+            monkeypatch.setattr(treecheck, "verify_tree_segment", real)
             checkpoints.sign_checkpoint()
-            monkeypatch.setattr(checkpoints, "verify_segment", verify_while_another_signer_signs_more)
+            monkeypatch.setattr(treecheck, "verify_tree_segment", verify_while_another_signer_signs_more)
         return segment
 
-    monkeypatch.setattr(checkpoints, "verify_segment", verify_while_another_signer_signs_more)
+    monkeypatch.setattr(treecheck, "verify_tree_segment", verify_while_another_signer_signs_more)
     late = checkpoints.sign_checkpoint()
-    assert list(AuditCheckpoint.objects.order_by("pk").values_list("size", flat=True)) == [5, 5]
+    assert list(AuditCheckpoint.objects.order_by("pk").values_list("size", flat=True)) == [0, 0, 5, 5]
     assert late.size == 5
 
 
@@ -139,8 +149,9 @@ def test_the_loop_signs_every_interval_even_when_idle(signing_key, clock):
 
     signer.run(sleep=sleep, should_stop=lambda: checkpoints.timezone.now() >= stop_at)
     signed = list(AuditCheckpoint.objects.order_by("pk").values_list("signed_at", "size"))
-    assert [at for at, _ in signed] == [T0 + timedelta(minutes=m) for m in range(6)]
-    assert [size for _, size in signed] == [0, 0, 0, 2, 2, 2]
+    assert signed[0] == (T0, 0)  # the switch, then every minute the tree
+    assert [at for at, _ in signed[1:]] == [T0 + timedelta(minutes=m) for m in range(6)]
+    assert [size for _, size in signed[1:]] == [0, 0, 0, 2, 2, 2]
     beat = ProcessHeartbeat.objects.get(kind="signer")
     assert beat.info["ok"] is True and beat.info["last_size"] == 2 and beat.last_seen_at >= T0 + timedelta(minutes=5)
 
@@ -150,6 +161,7 @@ def test_the_loop_keeps_running_and_alerting_while_verification_fails(signing_ke
     signer = checkpoints.Signer(interval_s=60)
     assert signer.tick().signed is not None
     append_entries(1, start=3)
+    integrate.integrate_all()
     row = AuditEntry.objects.get(seq=3)
     tamper("UPDATE operations_auditentry SET body = %s WHERE id = %s", [edited(row), row.pk])
     with caplog.at_level(logging.ERROR, logger="pollerdash.audit.signer"):
@@ -158,7 +170,7 @@ def test_the_loop_keeps_running_and_alerting_while_verification_fails(signing_ke
             result = signer.tick()
             assert result is not None and result.signed is None and "HASH_MISMATCH" in result.error
     assert [r.levelno for r in caplog.records].count(logging.ERROR) == 2
-    assert AuditCheckpoint.objects.count() == 1
+    assert AuditCheckpoint.objects.count() == 2
     beat = ProcessHeartbeat.objects.get(kind="signer")
     assert beat.info["ok"] is False and "HASH_MISMATCH" in beat.info["error"]
 
@@ -227,17 +239,17 @@ def test_an_export_without_the_key_closes_at_the_signers_fresh_checkpoint(signin
 
 def test_the_signer_refuses_what_only_a_forger_writes_even_when_the_hashes_agree(signing_key, clock):
     # The newest entries are not signed yet; a database owner rewrites one consistently (body,
-    # hash column, head row) but with duplicate keys - readable two ways. Nothing gets signed.
+    # hash column) but with duplicate keys - readable two ways. Nothing gets signed.
     append_entries(2)
     checkpoints.sign_checkpoint()
     append_entries(1, start=3)
+    integrate.integrate_all()
     row = AuditEntry.objects.get(seq=3)
-    forged = bytes(row.body).replace(b'"seq":3,', b'"seq":3,"seq":3,')
+    forged = bytes(row.body).replace(b'"v":2}', b'"v":2,"v":2}')
     tamper(
         "UPDATE operations_auditentry SET body = %s, entry_hash = %s WHERE id = %s",
-        [forged, entry_hash(forged), row.pk],
+        [forged, merkle.leaf_hash(forged).hex(), row.pk],
     )
-    AuditHead.objects.update(head_hash=entry_hash(forged))
     with pytest.raises(checkpoints.CheckpointRefused) as refused:
         checkpoints.sign_checkpoint()
     assert refused.value.failure.reason == av.PARSE and "duplicate key" in refused.value.failure.detail

@@ -20,7 +20,7 @@ def test_audit_export_to_a_file_verifies_offline(sample_export, tmp_path, keys_f
     path = tmp_path / "incident.jsonl"
     err = StringIO()
     call_command("audit_export", "-o", str(path), stderr=err)
-    assert "exported 15 lines" in err.getvalue()
+    assert "exported 18 lines" in err.getvalue()  # the sample: a newer closing checkpoint of size 11
     status, result = av.run([str(path), "--keys", str(keys_file)])
     assert status == 0 and result["entries"] == 11
     assert not list(tmp_path.glob(".*.partial"))
@@ -35,7 +35,11 @@ def test_audit_export_of_one_operation_and_a_window(sample_export, tmp_path, key
         "-o", str(path), stderr=StringIO(),
     )  # fmt: skip
     status, result = av.run([str(path), "--keys", str(keys_file)])
-    assert status == 0 and (result["scope"], result["first_seq"]) == ("range", 5)
+    assert status == 0 and (result["scope"], result["entries"]) == ("range", 4)
+    call_command("audit_export", "--operation", OP_B, "--consistency-from", "4", "-o", str(path), stderr=StringIO())
+    assert b'{"consistency":{"from":4,' in path.read_bytes()
+    with pytest.raises(CommandError, match="consistency-from 99"):
+        call_command("audit_export", "--operation", OP_B, "--consistency-from", "99", stderr=StringIO())
 
 
 def test_audit_export_to_stdout(sample_export, capsysbinary, keys_file, tmp_path):
@@ -95,8 +99,14 @@ def test_audit_verify_checks_the_database_chain(sample_export):
     out = StringIO()
     call_command("audit_verify", stdout=out)
     result = json.loads(out.getvalue())
-    assert result["ok"] is True and result["entries"] == 13 and result["unsigned_tail"] == 2
-    assert result["checkpoints"] == 4  # every stored checkpoint, not only the newest of each size
+    assert result["ok"] is True and result["entries"] == 11 and result["unsigned_tail"] == 0
+    assert result["checkpoints"] == 5  # every stored checkpoint, not only the newest of each size
+    call_command("audit_integrate", stdout=out)
+    assert "integrated 2; pending 0" in out.getvalue()
+    out = StringIO()
+    call_command("audit_verify", stdout=out)
+    result = json.loads(out.getvalue())
+    assert result["entries"] == 13 and result["unsigned_tail"] == 2
 
 
 def test_audit_verify_reports_tampering_with_exit_status_1(sample_export):

@@ -1,4 +1,5 @@
-"""Concurrent appends on PostgreSQL: one contiguous chain, never a fork; wrong isolation refused."""
+"""Appends and integrators at once: every entry numbered exactly once, none skipped, no lock shared
+by the writers; an integrator killed mid-batch loses nothing and numbers nothing twice."""
 
 from __future__ import annotations
 
@@ -7,23 +8,27 @@ import time
 
 import pytest
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 
 from operations.audit import entries as audit
-from operations.audit.checkpoints import verify_segment
-from operations.models import AuditEntry
-from tests.audit.helpers import OP_A, append_entries, decision_data
-
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+from operations.audit import integrate
+from operations.audit.treecheck import verify_tree_segment
+from operations.models import AuditEntry, AuditTree, AuditTreeNode
+from tests.audit.helpers import append_entries, decision_data
 
 WRITERS = 8
-SECONDS = 5.0
+INTEGRATORS = 2
+SECONDS = 2.0
 
 
-def test_eight_writers_for_five_seconds_leave_one_contiguous_chain():
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_eight_writers_and_two_integrators_number_every_entry_once():
     appended = [0] * WRITERS
+    integrated = [0] * INTEGRATORS
     errors: list[str] = []
-    start = threading.Barrier(WRITERS)
+    start = threading.Barrier(WRITERS + INTEGRATORS)
+    writing = threading.Event()
 
     def writer(index: int) -> None:
         try:
@@ -43,72 +48,67 @@ def test_eight_writers_for_five_seconds_leave_one_contiguous_chain():
         finally:
             connection.close()  # each thread has its own connection
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors
-    total = sum(appended)
-    assert all(appended), appended  # every writer got its turn
-    seqs = list(AuditEntry.objects.order_by("seq").values_list("seq", flat=True))
-    assert seqs == list(range(1, total + 1))
-    # Every entry links to the one before it: re-hash the stored bytes and follow the links.
-    segment = verify_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[])
-    assert (segment.size, segment.entries) == (total, total)
-
-
-def begin_repeatable_read() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-
-
-def test_an_append_in_a_repeatable_read_transaction_is_refused():
-    append_entries(1)
-    with pytest.raises(audit.AuditError, match="READ COMMITTED"), transaction.atomic():
-        begin_repeatable_read()
-        audit.append(entry_type="controller.decision", actor=audit.SYSTEM_CONTROLLER, operation_id=OP_A, data={})
-    assert AuditEntry.objects.count() == 1
-
-
-def test_a_stale_repeatable_read_snapshot_never_forks_the_chain():
-    """The classic fork: a transaction whose snapshot predates another writer's commit."""
-    append_entries(1)
-    snapshot_taken, other_committed = threading.Event(), threading.Event()
-    outcome: list[BaseException | None] = []
-
-    def stale_writer() -> None:
+    def integrator(index: int) -> None:
         try:
-            with transaction.atomic():
-                begin_repeatable_read()
-                AuditEntry.objects.count()  # the snapshot is taken here, at seq 1
-                snapshot_taken.set()
-                other_committed.wait(10)
-                audit.append(
-                    entry_type="controller.decision", actor=audit.SYSTEM_CONTROLLER, operation_id=OP_A, data={}
-                )
-            outcome.append(None)
-        except (audit.AuditError, DatabaseError) as exc:
-            outcome.append(exc)
+            start.wait()
+            while not writing.is_set():
+                integrated[index] += integrate.integrate_once(limit=50) or 0
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"integrator {index}: {exc!r}")
         finally:
             connection.close()
 
-    thread = threading.Thread(target=stale_writer)
-    thread.start()
-    assert snapshot_taken.wait(10)
-    append_entries(1, start=2)  # commits seq 2 while the stale snapshot still sees seq 1
-    other_committed.set()
-    thread.join(timeout=30)
-    assert outcome and outcome[0] is not None  # refused (AuditError or a serialization failure)
-    seqs = list(AuditEntry.objects.order_by("seq").values_list("seq", "prev_hash"))
-    assert [seq for seq, _ in seqs] == [1, 2]
-    assert len({prev for _, prev in seqs}) == 2
-    assert verify_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[]).size == 2
+    writers = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
+    integrators = [threading.Thread(target=integrator, args=(i,)) for i in range(INTEGRATORS)]
+    for thread in writers + integrators:
+        thread.start()
+    for thread in writers:
+        thread.join(timeout=60)
+    writing.set()
+    for thread in integrators:
+        thread.join(timeout=60)
+    assert not errors
+    total = sum(appended)
+    assert all(appended), appended
+    assert sum(integrated) > 0
+    integrate.integrate_all()
+    assert sum(integrated) <= total
+    seqs = list(AuditEntry.objects.order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, total + 1))
+    assert AuditTree.objects.get().size == total
+    assert AuditTreeNode.objects.filter(level=0).count() == total
+    segment = verify_tree_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[])
+    assert (segment.size, segment.entries) == (total, total)
 
 
-def test_serializable_is_refused_too():
-    with pytest.raises(audit.AuditError, match="READ COMMITTED"), transaction.atomic():
+@pytest.mark.django_db
+def test_an_integrator_killed_mid_batch_loses_nothing_and_numbers_nothing_twice(monkeypatch):
+    append_entries(5)
+    assert integrate.integrate_once(limit=2) == 2
+    append_entries(3, start=6)
+    real = AuditTreeNode.objects.bulk_create
+
+    def die(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # the process killed after numbering the batch, before its nodes
+
+    monkeypatch.setattr(AuditTreeNode.objects, "bulk_create", die)
+    with pytest.raises(KeyboardInterrupt):
+        integrate.integrate_once()
+    monkeypatch.setattr(AuditTreeNode.objects, "bulk_create", real)
+    assert list(AuditEntry.objects.exclude(seq=None).values_list("seq", flat=True)) == [1, 2]
+    assert AuditTree.objects.get().size == 2
+    assert integrate.integrate_all() == 6
+    assert list(AuditEntry.objects.order_by("pk").values_list("seq", flat=True)) == list(range(1, 9))
+    assert verify_tree_segment(log=settings.AUDIT_LOG_NAME, anchor=None, keys=[]).size == 8
+
+
+@pytest.mark.django_db
+def test_a_pending_entry_whose_bytes_changed_stops_integration():
+    append_entries(2)
+    if connection.vendor == "postgresql":  # a table owner switches the trigger off, for this transaction
         with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
-        audit.append(entry_type="controller.decision", actor=audit.SYSTEM_CONTROLLER, operation_id=OP_A, data={})
-    assert not AuditEntry.objects.exists()
+            cursor.execute("ALTER TABLE operations_auditentry DISABLE TRIGGER operations_auditentry_no_change")
+    AuditEntry.objects.filter(pk=AuditEntry.objects.order_by("pk").last().pk).update(entry_hash="0" * 64)
+    with pytest.raises(integrate.IntegrationError):
+        integrate.integrate_all()
+    assert not AuditEntry.objects.exclude(seq=None).exists()

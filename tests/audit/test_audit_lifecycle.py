@@ -1,5 +1,5 @@
 """Every decision is an entry: an operation's whole life, against the real fake provider, ends up in
-the chain in order - and reads back as the timeline an incident reviewer sees."""
+the log in order - and reads back as the timeline an incident reviewer sees."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.contrib.auth.models import Group
 
 from operations.audit.checkpoints import sign_checkpoint, verify_chain
 from operations.audit.export import stream_export
+from operations.audit.integrate import integrate_all
 from operations.audit.story import operation_story, story_line
 from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Escalation, Operation
@@ -29,8 +30,9 @@ def responder(name: str) -> object:
 
 
 def entries(op: Operation) -> list[dict]:
-    bodies = AuditEntry.objects.filter(operation_id=op.pk).order_by("seq").values_list("body", flat=True)
-    return [json.loads(bytes(body)) for body in bodies]
+    integrate_all()
+    rows = AuditEntry.objects.filter(operation_id=op.pk).order_by("seq").values_list("seq", "body")
+    return [json.loads(bytes(body)) | {"seq": seq} for seq, body in rows]
 
 
 @pytest.fixture
@@ -118,12 +120,16 @@ def test_the_lived_chain_verifies_in_the_database_and_offline(lived, signing_key
     assert verify_chain(keys=[signing_key])["ok"] is True
     full = verify_bytes(b"".join(stream_export()), [signing_key])
     scoped = verify_bytes(b"".join(stream_export(operation_id=lived.pk)), [signing_key])
-    assert full["entries"] == scoped["entries"] == AuditEntry.objects.count()
+    assert full["entries"] == AuditEntry.objects.count()
+    assert scoped["entries"] == AuditEntry.objects.filter(operation_id=lived.pk).count() == 9  # its own only
 
 
 def test_the_story_reads_like_the_incident_timeline(lived):
+    pending = operation_story(operation_id=lived.pk)
+    assert {line.seq for line in pending} == {None}  # told before the integrator numbers the entries
+    ordered = [e["seq"] for e in entries(lived)]
     story = operation_story(operation_id=lived.pk)
-    assert [line.seq for line in story] == [e["seq"] for e in entries(lived)]
+    assert [line.seq for line in story] == ordered and [line.text for line in pending] == [line.text for line in story]
     text = [line.as_text() for line in story]
     assert text[0].startswith("10:00:00 registered by operator:test: ") and "up to 2 requests" in text[0]
     assert text[1] == (

@@ -36,7 +36,11 @@ def test_the_verifier_runs_in_a_fresh_venv_with_only_cryptography(tmp_path, samp
 
     alone = tmp_path / "reviewer"
     alone.mkdir()
-    shutil.copy(Path(operations.audit.verify.__file__), alone / "audit_verify.py")
+    shutil.copytree(
+        Path(operations.audit.verify.__file__).parent,
+        alone / "audit_verify",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     export = alone / "incident.jsonl"
     export.write_bytes(sample_export.data)
     keys = alone / "pollerdash-audit.keys"
@@ -45,7 +49,7 @@ def test_the_verifier_runs_in_a_fresh_venv_with_only_cryptography(tmp_path, samp
     def run(*args: str) -> subprocess.CompletedProcess:
         # -I: isolated mode, so nothing from this project's checkout or environment leaks in.
         return subprocess.run(
-            [str(python), "-I", str(alone / "audit_verify.py"), *args], capture_output=True, cwd=alone, timeout=60
+            [str(python), "-I", str(alone / "audit_verify"), *args], capture_output=True, cwd=alone, timeout=60
         )
 
     ok = run(str(export), "--keys", str(keys), "--strict")

@@ -37,12 +37,12 @@ def reload(obj):
 
 
 def audit_types(op: Operation) -> list[str]:
-    return list(AuditEntry.objects.filter(operation_id=op.pk).order_by("seq").values_list("type", flat=True))
+    return list(AuditEntry.objects.filter(operation_id=op.pk).order_by("pk").values_list("type", flat=True))
 
 
 def audit_data(op: Operation, entry_type: str) -> list[dict]:
     bodies = (
-        AuditEntry.objects.filter(operation_id=op.pk, type=entry_type).order_by("seq").values_list("body", flat=True)
+        AuditEntry.objects.filter(operation_id=op.pk, type=entry_type).order_by("pk").values_list("body", flat=True)
     )
     return [json.loads(bytes(body))["data"] for body in bodies]
 
@@ -99,7 +99,7 @@ def test_an_extension_grants_new_chained_bounds_and_the_next_poll_happens_with_m
     assert entry["option"] == "extend:15m:4" and entry["new_max_requests"] == used + 4
     assert entry["check_spacing_ms"] == 225_000
     assert entry["authorization_number"] == 2 and entry["decision_id"] == decision.pk
-    assert reload(decision).audit_seq is not None
+    assert reload(decision).audit_entry_id is not None
 
     # The next poll goes to the real provider at once.
     assert poll_once(operation_id=op.pk, fence=op.fence, rng=rng) == PollResult.POLLED

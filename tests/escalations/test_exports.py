@@ -157,7 +157,7 @@ def test_ownership_and_notes_appear_in_every_export_and_report(
         ("alice", "reassigned", "bob"),
     ]
     assert rows[1]["text"] == "'=on the phone with the vendor, ETA 20 min"  # a formula stays text
-    assert all(r["audit_seq"] for r in rows)
+    assert all(r["audit_entry_id"] for r in rows)
     history_csv = body(client.get(reverse("decision_history_activity_csv"), {"operation": op_id})).decode()
     assert "on the phone with the vendor" in history_csv
 

@@ -41,7 +41,7 @@ def decide(esc, user, option: str, sign_in: SignIn | None, comment: str = ""):
 
 
 def entry_data(decision: Decision) -> dict:
-    return json.loads(bytes(AuditEntry.objects.get(seq=decision.audit_seq).body))["data"]
+    return json.loads(bytes(AuditEntry.objects.get(pk=decision.audit_entry_id).body))["data"]
 
 
 def age_session(client, *, minutes: float) -> None:

@@ -54,7 +54,7 @@ def members(cards: list[Escalation]) -> list[Member]:
 
 
 def bulk_entries() -> list[dict]:
-    bodies = AuditEntry.objects.filter(type="human.bulk_decision").order_by("seq").values_list("body", flat=True)
+    bodies = AuditEntry.objects.filter(type="human.bulk_decision").order_by("pk").values_list("body", flat=True)
     return [json.loads(bytes(body))["data"] for body in bodies]
 
 

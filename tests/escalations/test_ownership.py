@@ -30,7 +30,7 @@ def reload(esc: Escalation) -> Escalation:
 
 
 def entries(esc: Escalation, entry_type: str) -> list[dict]:
-    bodies = AuditEntry.objects.filter(operation_id=esc.operation_id, type=entry_type).order_by("seq")
+    bodies = AuditEntry.objects.filter(operation_id=esc.operation_id, type=entry_type).order_by("pk")
     return [json.loads(bytes(body)) for body in bodies.values_list("body", flat=True)]
 
 
@@ -156,7 +156,7 @@ def test_a_note_must_be_plain_bounded_text(stopped, alice, text, why) -> None:
 def test_a_note_is_kept_with_its_line_breaks_and_audited(stopped, alice) -> None:
     esc = stopped()
     note = ownership.card_note(escalation_id=esc.pk, user=alice, text="On the phone with the vendor\r\nETA 20 min ")
-    assert note.text == "On the phone with the vendor\nETA 20 min" and note.audit_seq
+    assert note.text == "On the phone with the vendor\nETA 20 min" and note.audit_entry_id
     [entry] = entries(esc, "human.note")
     assert entry["data"]["text"] == note.text and entry["data"]["activity_id"] == note.pk
     assert reload(esc).version == esc.version

@@ -27,13 +27,13 @@ def body(response) -> str:
 
 
 def user_entries(entry_type: str | None = None) -> list[dict]:
-    entries = [json.loads(bytes(row)) for row in AuditEntry.objects.order_by("seq").values_list("body", flat=True)]
+    entries = [json.loads(bytes(row)) for row in AuditEntry.objects.order_by("pk").values_list("body", flat=True)]
     return [e for e in entries if e["type"].startswith("user.") and (entry_type is None or e["type"] == entry_type)]
 
 
 def story_text(entry_type: str) -> list[str]:
     """How the entries read where pollerdash tells the audit chain as sentences."""
-    rows = AuditEntry.objects.filter(type=entry_type).order_by("seq").values_list("seq", "body")
+    rows = AuditEntry.objects.filter(type=entry_type).order_by("pk").values_list("seq", "body")
     return [story_line(seq=seq, body=bytes(entry)).text for seq, entry in rows]
 
 

@@ -400,7 +400,7 @@ def test_the_admin_change_view_refuses_an_invalid_edit(admin_client, planted):
 
 
 def profile_entries() -> list[dict]:
-    bodies = AuditEntry.objects.filter(type="profile.changed").order_by("seq").values_list("body", flat=True)
+    bodies = AuditEntry.objects.filter(type="profile.changed").order_by("pk").values_list("body", flat=True)
     return [json.loads(bytes(body)) for body in bodies]
 
 

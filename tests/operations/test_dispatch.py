@@ -403,7 +403,8 @@ def test_a_group_task_polls_together_and_a_claim_taken_over_mid_flight_writes_no
     import json
 
     from operations import batch
-    from operations.audit.entries import entry_hash
+    from operations.audit import integrate
+    from operations.audit.verify import merkle
     from operations.lifecycle.claims import ExpiredLease, take_expired_lease
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 4
@@ -441,13 +442,14 @@ def test_a_group_task_polls_together_and_a_claim_taken_over_mid_flight_writes_no
             assert written.status == Status.RUNNING and written.lease_owner == "" and written.next_poll_at > T0
             assert StatusCheck.objects.get(operation=op).decision == "wait"
             assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 1
-    # The chain holds across the group's single append: each entry hashes its bytes and names its predecessor.
-    prev = None
-    for entry in AuditEntry.objects.order_by("seq"):
-        body = json.loads(bytes(entry.body))
-        assert entry_hash(bytes(entry.body)) == entry.entry_hash and body["seq"] == entry.seq
-        assert prev is None or (body["prev"] == entry.prev_hash == prev.entry_hash and entry.seq == prev.seq + 1)
-        prev = entry
+    # The group's single append: pending leaves whose bytes hash to their leaf hash, then numbered
+    # in insertion order by the integrator.
+    for entry in AuditEntry.objects.order_by("pk"):
+        assert json.loads(bytes(entry.body))["v"] == 2
+        assert merkle.leaf_hash(bytes(entry.body)).hex() == entry.entry_hash
+    integrate.integrate_all()
+    seqs = list(AuditEntry.objects.order_by("pk").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
     # The victim is still due: the next pass hands it out again and it is polled once more.
     monkeypatch.setattr(batch, "interpret", real_interpret)
     assert [c.operation_id for c in claim(now=T0)] == [victim.pk]

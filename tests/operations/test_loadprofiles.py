@@ -195,7 +195,7 @@ def test_the_command_exits_non_zero_and_prints_the_problems(tmp_path):
 def profile_entries() -> list[dict]:
     return [
         json.loads(bytes(body))
-        for body in AuditEntry.objects.filter(type="profile.changed").values_list("body", flat=True).order_by("seq")
+        for body in AuditEntry.objects.filter(type="profile.changed").values_list("body", flat=True).order_by("pk")
     ]
 
 

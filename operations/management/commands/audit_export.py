@@ -1,7 +1,8 @@
-"""`manage.py audit_export [--operation ID] [--since T] [--until T] [-o FILE]`: an audit export (JSONL).
+"""`manage.py audit_export [--operation ID] [--since T] [--until T] [--consistency-from SIZE] [-o FILE]`.
 
-Signs a checkpoint first (this process needs the signing key, else the export closes at the
-signer's newest checkpoint), then streams the header, the chain segments and the checkpoints in
+An audit export (JSONL, format 2). Signs a checkpoint first (this process needs the signing key,
+else the export closes at the signer's newest checkpoint), then streams the header, the entries
+with their proofs and the checkpoints in
 bounded memory, to stdout or to FILE (a regular file is written beside it and renamed when
 complete, so a failed export never leaves a plausible-looking partial file; a symlink's target is
 replaced, the link kept; a pipe or device is written through). Check it with
@@ -38,6 +39,14 @@ class Command(BaseCommand):
         parser.add_argument("--operation", metavar="ID", help="only the segments around this operation's entries")
         parser.add_argument("--since", metavar="T", help="entries at or after T (RFC 3339)")
         parser.add_argument("--until", metavar="T", help="entries before T (RFC 3339)")
+        parser.add_argument(
+            "--consistency-from",
+            metavar="SIZE",
+            type=int,
+            action="append",
+            default=[],
+            help="add a consistency proof from the tree of SIZE entries (for a reader who pinned that checkpoint)",
+        )
         parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
 
     def handle(self, *args: object, **options: object) -> None:
@@ -47,8 +56,12 @@ class Command(BaseCommand):
         # Checked before anything is signed: a typo in the path must not cost a checkpoint.
         target = _target(Path(str(output))) if output else None
         try:
-            # The dates were parsed above; options[] is typed Any by Django.
-            lines = stream_export(operation_id=options["operation"], since=since, until=until)  # type: ignore[arg-type]
+            lines = stream_export(
+                operation_id=options["operation"],  # type: ignore[arg-type]
+                since=since,  # type: ignore[arg-type]
+                until=until,  # type: ignore[arg-type]
+                consistency_from=options["consistency_from"],  # type: ignore[arg-type]
+            )
             count = self._write(lines, target)
         except (ExportError, checkpoints.CheckpointError, DatabaseError) as exc:
             raise CommandError(str(exc)) from None

@@ -1,0 +1,161 @@
+"""Retention of the audit log (`manage.py archive --before DATE`, docs/DESIGN.md section 8).
+
+An archive is a sealed range: a full format-2 export of the entries after the previous archive up
+to a signed tree checkpoint (the seal) older than DATE, with their checkpoints and consistency
+proofs, opening with the tree's right edge where the previous archive ended. It is written to a
+temporary file, verified there (signatures, every root, the seal's root against the stored tree),
+saved through a Django storage backend (a local directory by default, `STORAGES["audit_archive"]`
+when configured: django-storages for S3-compatible stores), read back and compared byte for byte by
+SHA-256, recorded in the log itself (an `audit.archived` entry and an AuditArchive row), and only
+then are its entries removed, through the guarded database function pollerdash_audit_prune. The
+tree's nodes and the checkpoints stay, so every proof for an entry still in the database stays
+valid, and `pollerdash-audit-verify ARCHIVES... EXPORT` checks the archives and a newer full export
+together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import FileSystemStorage, InvalidStorageError, Storage, storages
+from django.db import connection, transaction
+from django.db.models import Min
+from django.utils import timezone
+
+from operations.audit import checkpoints, export, tree
+from operations.audit import entries as audit
+from operations.audit import verify as av
+from operations.models import AuditArchive, AuditCheckpoint, AuditEntry
+
+ARCHIVER = {"kind": "system", "id": "archiver"}
+
+
+class ArchiveError(Exception):
+    """Nothing was removed: the archive could not be written, read back or verified."""
+
+
+@dataclass(frozen=True)
+class Archived:
+    name: str
+    first_seq: int
+    last_seq: int
+    sha256: str
+    size_bytes: int
+    removed: int
+
+
+def archive_storage(directory: str | None = None) -> Storage:
+    if directory:
+        return FileSystemStorage(location=directory)
+    try:
+        return storages["audit_archive"]
+    except InvalidStorageError:
+        return FileSystemStorage(location=Path(settings.BASE_DIR) / settings.AUDIT_ARCHIVE_DIR)
+
+
+def _seal(*, log: str, start: int, before: datetime, signed: AuditCheckpoint) -> AuditCheckpoint | None:
+    """The newest plain tree checkpoint whose entries after `start` were all written before `before`."""
+    first_recent = (
+        AuditEntry.objects.filter(log=log, seq__gt=start, seq__isnull=False, at__gte=before).aggregate(seq=Min("seq"))[
+            "seq"
+        ]
+        or signed.size + 1
+    )
+    limit = min(first_recent - 1, signed.size)
+    return (
+        AuditCheckpoint.objects.filter(
+            log=log, tree=True, chain_head="", size__gt=start, size__lte=limit, pk__lte=signed.pk
+        )
+        .order_by("-size", "-pk")
+        .first()
+    )
+
+
+def _verify_file(path: Path, *, seal: AuditCheckpoint, start: int) -> dict[str, object]:
+    try:
+        with open(path, "rb") as handle:
+            result = av.verify_export(handle, keys=checkpoints.trusted_keys(), strict=True)
+    except av.VerifyFailure as exc:
+        raise ArchiveError(f"the archive does not verify: {exc.reason}: {exc.detail}") from None
+    if (result["size"], result["root"], result["from"]) != (seal.size, seal.head_hash, start):
+        raise ArchiveError("the archive does not close at its seal")
+    return result
+
+
+def _digest(handle: object) -> tuple[str, int]:
+    sha, count = hashlib.sha256(), 0
+    for chunk in iter(lambda: handle.read(1 << 20), b""):  # type: ignore[attr-defined]
+        sha.update(chunk)
+        count += len(chunk)
+    return sha.hexdigest(), count
+
+
+def _prune(*, log: str, upto: int) -> int:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pollerdash_audit_prune(%s, %s)", [log, upto])
+            return int(cursor.fetchone()[0])
+    removed, _ = AuditEntry.objects.filter(log=log, seq__isnull=False, seq__lte=upto).delete()
+    return removed
+
+
+def archive_before(*, before: datetime, storage: Storage | None = None) -> Archived | None:
+    """Archive, verify, record and prune the entries older than `before`; None when there are none."""
+    if before.tzinfo is None:
+        raise ArchiveError("--before needs a time zone")
+    signed = checkpoints.sign_checkpoint()
+    log = signed.log
+    start = tree.archived_upto(log)
+    seal = _seal(log=log, start=start, before=before, signed=signed)
+    if seal is None:
+        return None
+    storage = storage or archive_storage()
+    name = f"{log.replace('/', '_')}-{start + 1:012d}-{seal.size:012d}.jsonl"
+    fd, temp = tempfile.mkstemp(prefix="audit-archive-", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for line in export.full_lines(export.range_plan(closing=seal, start=start)):
+                handle.write(line)
+        _verify_file(Path(temp), seal=seal, start=start)
+        with open(temp, "rb") as handle:
+            sha, size_bytes = _digest(handle)
+            handle.seek(0)
+            saved = storage.save(name, File(handle, name=name))
+    finally:
+        os.unlink(temp)
+    with storage.open(saved, "rb") as stored:
+        if _digest(stored) != (sha, size_bytes):
+            raise ArchiveError(f"{saved} reads back differently from what was written; nothing removed")
+    with transaction.atomic():
+        AuditArchive.objects.create(
+            log=log,
+            first_seq=start + 1,
+            last_seq=seal.size,
+            name=saved,
+            sha256=sha,
+            size_bytes=size_bytes,
+            root=seal.head_hash,
+            archived_at=timezone.now(),
+        )
+        audit.append(
+            entry_type="audit.archived",
+            actor=ARCHIVER,
+            operation_id=None,
+            data={
+                "first_seq": start + 1,
+                "last_seq": seal.size,
+                "name": saved,
+                "sha256": sha,
+                "bytes": size_bytes,
+                "root": seal.head_hash,
+            },
+        )
+        removed = _prune(log=log, upto=seal.size)
+    return Archived(saved, start + 1, seal.size, sha, size_bytes, removed)

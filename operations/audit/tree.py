@@ -1,0 +1,82 @@
+"""The stored Merkle tree: node lookups, roots at any size, inclusion and consistency proofs.
+
+Only complete aligned subtrees are stored (AuditTreeNode), level 0 holding every leaf hash; any
+range a proof names is a handful of them (operations.audit.verify.merkle.aligned_nodes), fetched
+in one query per proof. Reads only: the integrator (operations.audit.integrate) writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import connection
+from django.db.models import Max, Q
+
+from operations.audit.verify import merkle
+from operations.models import AuditArchive, AuditTreeNode
+
+
+class TreeError(Exception):
+    """A node the tree should hold is missing: the integrator has not reached it, or rows were lost."""
+
+
+def nodes(*, log: str, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """The stored hashes of the (level, index) nodes asked for, in one indexed query."""
+    wanted = set(wanted)
+    if not wanted:
+        return {}
+    if connection.vendor == "postgresql":
+        levels, indexes = zip(*sorted(wanted), strict=True)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT level, index, hash FROM operations_audittreenode WHERE log = %s AND (level, index) IN "
+                "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))",
+                [log, list(levels), list(indexes)],
+            )
+            rows = cursor.fetchall()
+    else:
+        condition = Q()
+        for level, index in wanted:
+            condition |= Q(level=level, index=index)
+        rows = list(AuditTreeNode.objects.filter(condition, log=log).values_list("level", "index", "hash"))
+    found = {(level, index): bytes(digest) for level, index, digest in rows}
+    if len(found) != len(wanted):
+        missing = sorted(wanted - found.keys())[:3]
+        raise TreeError(f"tree nodes {missing} of {log} are missing")
+    return found
+
+
+def _range_hashes(*, log: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+    needed = [node for start, end in ranges for node in merkle.aligned_nodes(start, end)]
+    stored = nodes(log=log, wanted=needed)
+    return [merkle.range_hash(start, end, lambda level, index: stored[(level, index)]) for start, end in ranges]
+
+
+def frontier(*, log: str, size: int) -> merkle.CompactRange:
+    """The compact range of the first `size` leaves, from stored nodes."""
+    wanted = merkle.frontier_nodes(size)
+    stored = nodes(log=log, wanted=wanted)
+    return merkle.CompactRange(size, [stored[node] for node in wanted])
+
+
+def root_at(*, log: str, size: int) -> bytes:
+    return frontier(log=log, size=size).root()
+
+
+def inclusion_proof(*, log: str, seq: int, size: int) -> list[bytes]:
+    """The RFC 9162 audit path of entry `seq` (leaf seq - 1) in the tree of `size` leaves."""
+    return _range_hashes(log=log, ranges=merkle.inclusion_ranges(seq - 1, size))
+
+
+def consistency_proof(*, log: str, old: int, new: int) -> list[bytes]:
+    """The RFC 9162 consistency proof from the tree of `old` leaves to the tree of `new` (empty
+    when they are the same tree or the old one is empty)."""
+    if old == 0 or old == new:
+        return []
+    return _range_hashes(log=log, ranges=merkle.consistency_ranges(old, new))
+
+
+def archived_upto(log: str) -> int:
+    """The size up to which entries were archived and pruned (0 when none were): the tree's nodes
+    still cover them, their bodies are in the archive files."""
+    return AuditArchive.objects.filter(log=log).aggregate(last=Max("last_seq"))["last"] or 0

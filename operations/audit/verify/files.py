@@ -1,0 +1,281 @@
+"""Reading a whole export file: lines, header, and the version-1 layout."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import BinaryIO
+
+from .base import (
+    CHECKPOINT_MISMATCH,
+    EXPORT_FORMAT,
+    EXPORT_FORMAT_V2,
+    HEADER_CONSTANTS,
+    HEADER_KEYS,
+    HEADER_V2_CONSTANTS,
+    HEADER_V2_KEYS,
+    MAX_LINE_BYTES,
+    PARSE,
+    PIN_MISMATCH,
+    SCOPES,
+    Note,
+    UsageError,
+    VerifierKey,
+    VerifyFailure,
+    check_note_signature,
+    checkpoint_line,
+    compact_json,
+    parse_keys,
+    parse_note,
+)
+from .chain import ChainVerifier, parse_json_line
+from .tree import TreeVerifier
+from .witness import WitnessKey, parse_witness_keys
+
+# --- a whole export file ----------------------------------------------------------------------------------
+
+
+def iter_lines(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(line number, line without LF); PARSE on a BOM, CR, blank line, long line or missing LF."""
+    readline = stream.readline
+    for number, raw in enumerate(iter(lambda: readline(MAX_LINE_BYTES + 1), b""), start=1):
+        if raw[-1:] != b"\n":
+            if len(raw) > MAX_LINE_BYTES:
+                raise VerifyFailure(PARSE, f"line longer than {MAX_LINE_BYTES} bytes", line=number)
+            raise VerifyFailure(PARSE, "the file does not end with a line feed (truncated?)", line=number)
+        if raw == b"\n":
+            raise VerifyFailure(PARSE, "blank line", line=number)
+        if b"\r" in raw:
+            raise VerifyFailure(PARSE, "carriage return (CRLF line endings are not allowed)", line=number)
+        yield number, raw[:-1]
+
+
+def _parse_header(line: bytes) -> dict[str, object]:
+    if line.startswith(b"\xef\xbb\xbf"):
+        raise VerifyFailure(PARSE, "byte order mark at the start of the file", line=1)
+    try:
+        obj = parse_json_line(line)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise VerifyFailure(PARSE, f"header is not valid JSON: {exc}", line=1) from None
+    if type(obj) is not dict or list(obj) != ["header"] or type(obj["header"]) is not dict:
+        raise VerifyFailure(PARSE, 'the first line is not {"header": {...}}', line=1)
+    header = obj["header"]
+    if header.get("format") == EXPORT_FORMAT_V2:
+        return _parse_header_v2(header, obj, line)
+    if header.get("format") != EXPORT_FORMAT:
+        raise VerifyFailure(PARSE, f"unknown export format (expected {EXPORT_FORMAT} or {EXPORT_FORMAT_V2})", line=1)
+    if header.keys() != HEADER_KEYS:
+        raise VerifyFailure(PARSE, f"header fields differ from {EXPORT_FORMAT}", line=1)
+    if compact_json(obj) != line:
+        raise VerifyFailure(PARSE, "header is not in canonical form", line=1)
+    for key, value in HEADER_CONSTANTS.items():
+        if header[key] != value:
+            raise VerifyFailure(PARSE, f"header {key} must be {value!r}", line=1)
+    scope, operation_id = header["scope"], header["operation_id"]
+    if scope not in SCOPES or (operation_id is not None) != (scope == "operation"):
+        raise VerifyFailure(PARSE, "header scope and operation_id disagree", line=1)
+    if operation_id is not None and (type(operation_id) is not str or not operation_id):
+        raise VerifyFailure(PARSE, "header operation_id is not a string", line=1)
+    if type(header["log"]) is not str or type(header["exported_at"]) is not str:
+        raise VerifyFailure(PARSE, "header log and exported_at are strings", line=1)
+    for key in ("first_seq", "last_seq"):
+        value = header[key]
+        if not (value is None or type(value) is int) or (key == "last_seq" and value is None):
+            raise VerifyFailure(PARSE, f"header {key} is not an integer", line=1)
+    return header
+
+
+def _parse_header_v2(header: dict[str, object], obj: object, line: bytes) -> dict[str, object]:
+    if header.keys() != HEADER_V2_KEYS:
+        raise VerifyFailure(PARSE, f"header fields differ from {EXPORT_FORMAT_V2}", line=1)
+    if compact_json(obj) != line:
+        raise VerifyFailure(PARSE, "header is not in canonical form", line=1)
+    for key, value in HEADER_V2_CONSTANTS.items():
+        if header[key] != value:
+            raise VerifyFailure(PARSE, f"header {key} must be {value!r}", line=1)
+    scope, operation_id = header["scope"], header["operation_id"]
+    if scope not in SCOPES or (operation_id is not None) != (scope == "operation"):
+        raise VerifyFailure(PARSE, "header scope and operation_id disagree", line=1)
+    if operation_id is not None and (type(operation_id) is not str or not operation_id):
+        raise VerifyFailure(PARSE, "header operation_id is not a string", line=1)
+    if type(header["log"]) is not str or type(header["exported_at"]) is not str:
+        raise VerifyFailure(PARSE, "header log and exported_at are strings", line=1)
+    if type(header["size"]) is not int or type(header["from"]) is not int or not 0 <= header["from"] <= header["size"]:
+        raise VerifyFailure(PARSE, "header size and from are integers, from at most size", line=1)
+    if header["from"] and scope != "full":
+        raise VerifyFailure(PARSE, "only a full export starts after an archive (from > 0)", line=1)
+    return header
+
+
+def _check_header_against(header: dict[str, object], verifier: ChainVerifier) -> None:
+    last = verifier.last_note
+    if last is None:
+        raise VerifyFailure(PARSE, "the export holds no checkpoint", line=verifier._line)
+    if header["last_seq"] != last.size or header["exported_at"] != last.time_text:
+        raise VerifyFailure(
+            CHECKPOINT_MISMATCH,
+            f"the header says the export closes at size {header['last_seq']} signed {header['exported_at']}; "
+            f"its last checkpoint is size {last.size} signed {last.time_text} (truncated?)",
+            seq=last.size,
+            line=verifier._line,
+        )
+    if header["first_seq"] != verifier.first_seq or header["prev_of_first"] != verifier.prev_of_first:
+        raise VerifyFailure(PARSE, "the header's first_seq / prev_of_first do not match the entries", line=1)
+
+
+def verify_export(
+    stream: BinaryIO,
+    *,
+    keys: Sequence[VerifierKey],
+    covered_until: datetime | None = None,
+    pins: Sequence[Note] = (),
+    strict: bool = False,
+    witness_keys: Sequence[WitnessKey] = (),
+    witnesses_required: int = 0,
+) -> dict[str, object]:
+    """Verify one export read from `stream`; returns the summary or raises VerifyFailure."""
+    lines = iter_lines(stream)
+    first = next(lines, None)
+    if first is None:
+        raise VerifyFailure(PARSE, "empty file", line=1)
+    header = _parse_header(first[1])
+    for pin in pins:
+        if pin.origin != header["log"]:
+            raise VerifyFailure(PIN_MISMATCH, "the pinned checkpoint belongs to another log", seq=pin.size)
+        try:
+            check_note_signature(pin, keys)
+        except VerifyFailure as exc:
+            raise VerifyFailure(PIN_MISMATCH, f"the pinned checkpoint does not verify: {exc.detail}") from None
+    if header["format"] == EXPORT_FORMAT_V2:
+        witnesses = {"witness_keys": witness_keys, "witnesses_required": witnesses_required}
+        return _verify_v2(header, lines, keys=keys, covered_until=covered_until, pins=pins, strict=strict, **witnesses)
+    if witnesses_required:
+        raise UsageError(f"{EXPORT_FORMAT} exports carry no witness cosignatures")
+    verifier = ChainVerifier(
+        keys=keys,
+        log=str(header["log"]),
+        scope=str(header["scope"]),
+        operation_id=header["operation_id"],  # type: ignore[arg-type]
+        strict=strict,
+        pins=pins,
+    )
+    checkpoint_prefix = b'{"checkpoint":'
+    entry = verifier.entry
+    for number, line in lines:
+        if line.startswith(checkpoint_prefix):
+            verifier.checkpoint(checkpoint_note(line, number, verifier.head_seq), number=number)
+            verifier.skipped_pins()
+        else:
+            entry(line, number=number)
+    result = verifier.finish(covered_until=covered_until)
+    _check_header_against(header, verifier)
+    result["scope"] = header["scope"]
+    result["operation_id"] = header["operation_id"]
+    return result
+
+
+def _verify_v2(
+    header: dict[str, object],
+    lines: Iterator[tuple[int, bytes]],
+    *,
+    keys: Sequence[VerifierKey],
+    covered_until: datetime | None,
+    pins: Sequence[Note],
+    strict: bool,
+    witness_keys: Sequence[WitnessKey],
+    witnesses_required: int,
+) -> dict[str, object]:
+    verifier = TreeVerifier(
+        keys=keys,
+        log=str(header["log"]),
+        scope=str(header["scope"]),
+        operation_id=header["operation_id"],  # type: ignore[arg-type]
+        strict=strict,
+        pins=pins,
+        witness_keys=witness_keys,
+        witnesses_required=witnesses_required,
+    )
+    number = 1
+    for number, line in lines:
+        if line.startswith(b'{"checkpoint":'):
+            verifier.checkpoint(checkpoint_note(line, number, verifier.tree.size), number=number)
+        elif line.startswith(b'{"inclusion":'):
+            verifier.inclusion(line, number=number)
+        elif line.startswith(b'{"consistency":'):
+            verifier.consistency_line(line, number=number)
+        elif line.startswith(b'{"frontier":'):
+            verifier.frontier_line(line, number=number, start=int(header["from"]))  # type: ignore[call-overload]
+        else:
+            verifier.entry(line, number=number)
+    if header["from"] and verifier.start_frontier is None:
+        raise VerifyFailure(PARSE, f"the export starts at size {header['from']} without its frontier line")
+    result = verifier.finish(covered_until=covered_until)
+    last = verifier.last_note
+    assert last is not None
+    if header["size"] != last.size or header["exported_at"] != last.time_text:
+        raise VerifyFailure(
+            CHECKPOINT_MISMATCH,
+            f"the header says the export closes at size {header['size']} signed {header['exported_at']}; "
+            f"its last checkpoint is size {last.size} signed {last.time_text} (truncated?)",
+            seq=last.size,
+            line=number,
+        )
+    result["scope"] = header["scope"]
+    result["operation_id"] = header["operation_id"]
+    result["format"] = EXPORT_FORMAT_V2
+    result["from"] = header["from"]
+    return result
+
+
+def checkpoint_note(line: bytes, number: int, seq: int) -> str:
+    try:
+        obj = parse_json_line(line)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise VerifyFailure(PARSE, f"checkpoint line is not valid JSON: {exc}", seq=seq, line=number) from None
+    if type(obj) is not dict or list(obj) != ["checkpoint"] or type(obj["checkpoint"]) is not str:
+        raise VerifyFailure(PARSE, 'a checkpoint line is {"checkpoint": "<note>"}', seq=seq, line=number)
+    if checkpoint_line(obj["checkpoint"]) != line + b"\n":
+        raise VerifyFailure(PARSE, "checkpoint line is not in canonical form", seq=seq, line=number)
+    return obj["checkpoint"]
+
+
+def read_pin(path: str) -> Note:
+    """A pinned checkpoint: the note text itself, or an export's {"checkpoint": ...} line."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(64 * 1024)
+    except OSError as exc:
+        raise UsageError(f"cannot read --pin {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+        if text.lstrip().startswith("{"):
+            obj = parse_json_line(text.strip().encode())
+            if type(obj) is not dict or type(obj.get("checkpoint")) is not str:
+                raise ValueError('expected {"checkpoint": "<note>"}')
+            text = obj["checkpoint"]
+        return parse_note(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--pin {path} is not a checkpoint: {exc}") from None
+
+
+def load_keys(path: str) -> list[VerifierKey]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_keys(handle.read(1 << 20))
+    except OSError as exc:
+        raise UsageError(f"cannot read --keys {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--keys {path} is not UTF-8 text") from None
+
+
+def load_witness_keys(paths: Sequence[str]) -> list[WitnessKey]:
+    keys: list[WitnessKey] = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                keys += parse_witness_keys(handle.read(1 << 20))
+        except OSError as exc:
+            raise UsageError(f"cannot read --witness-key {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--witness-key {path} is not UTF-8 text") from None
+    return keys

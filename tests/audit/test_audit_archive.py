@@ -1,0 +1,142 @@
+"""Retention: `manage.py archive` writes sealed ranges, verifies them, records them in the log, and
+only then prunes through the guarded function; proofs for the entries left stay valid; archives
+and a newer export verify together; finished work past the retention period goes, open work stays."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+from django_q.models import Success
+
+from operations.audit import archive, checkpoints
+from operations.audit import verify as av
+from operations.audit.export import ExportError, stream_export
+from operations.models import AuditArchive, AuditEntry, Operation, StatusCheck
+from tests.audit.helpers import OP_A, OP_B
+from tests.support import T0, job_id
+
+pytestmark = pytest.mark.django_db
+
+
+def run_archive(before: str, directory) -> str:  # noqa: ANN001
+    out = StringIO()
+    call_command("archive", "--before", before, "--to", str(directory), stdout=out)
+    return out.getvalue()
+
+
+def test_archives_and_a_newer_export_verify_together_and_a_missing_or_altered_range_does_not(
+    sample_export, keys_file, tmp_path
+):
+    store = tmp_path / "archive"
+    assert "archived audit entries 1-4" in run_archive("2026-12-01T10:01:00Z", store)  # before entries 5-8
+    assert "archived audit entries 5-8" in run_archive("2026-12-01T10:02:00Z", store)  # then up to 8
+    assert list(AuditEntry.objects.exclude(seq=None).order_by("seq").values_list("seq", flat=True)) == [9, 10, 11, 12]
+    assert list(AuditArchive.objects.order_by("last_seq").values_list("first_seq", "last_seq")) == [(1, 4), (5, 8)]
+    bodies = AuditEntry.objects.filter(type="audit.archived").order_by("pk").values_list("body", flat=True)
+    recorded = [json.loads(bytes(body))["data"] for body in bodies]
+    assert [(r["first_seq"], r["last_seq"]) for r in recorded] == [(1, 4), (5, 8)]
+    first, second = sorted(store.iterdir())
+    newer = tmp_path / "newer.jsonl"
+    newer.write_bytes(b"".join(stream_export()))
+    assert json.loads(newer.read_bytes().split(b"\n")[0])["header"]["from"] == 8
+    keys = keys_file
+    status, result = av.run([str(first), str(second), str(newer), "--keys", str(keys)])
+    assert status == 0 and result["files"] == 3 and result["entries"] == 11 + 2, result  # +2 audit.archived
+    # The newer export alone still verifies (from its frontier), and each archive alone too.
+    assert av.run([str(newer), "--keys", str(keys)])[0] == 0
+    assert av.run([str(second), "--keys", str(keys)])[0] == 0
+    # A missing range: the second archive left out.
+    status, result = av.run([str(first), str(newer), "--keys", str(keys)])
+    assert (status, result["reason"]) == (1, av.SEQ_GAP)
+    # An altered range: one entry of the first archive edited.
+    altered = tmp_path / "altered.jsonl"
+    altered.write_bytes(first.read_bytes().replace(b'"decision":"wait"', b'"decision":"done"', 1))
+    status, result = av.run([str(altered), str(second), str(newer), "--keys", str(keys)])
+    assert (status, result["reason"]) == (1, av.HASH_MISMATCH)
+
+
+def test_proofs_for_entries_left_stay_valid_and_the_database_still_verifies(sample_export, verify, tmp_path, clock):
+    run_archive("2026-12-01T10:02:00Z", tmp_path / "archive")
+    scoped = b"".join(stream_export(operation_id=OP_B))
+    status, result = verify(scoped, "--strict")
+    assert status == 0 and result["entries"] == 3, result  # 9-11: 5 and 6 are archived
+    with pytest.raises(ExportError):
+        stream_export(operation_id=OP_A)  # every entry of OP_A is in the archive now
+    out = StringIO()
+    call_command("audit_verify", stdout=out)
+    assert json.loads(out.getvalue())["ok"] is True
+    clock.move_to(T0 + timedelta(minutes=10), tick=False)
+    assert checkpoints.sign_checkpoint().size == 12  # the audit.archived entry, integrated and signed
+    assert "no audit entries old enough" in run_archive("2026-12-01T10:02:00Z", tmp_path / "archive")
+
+
+def test_an_archive_that_does_not_read_back_removes_nothing(sample_export, tmp_path, monkeypatch):
+    from django.core.files.storage import FileSystemStorage
+
+    class Lossy(FileSystemStorage):
+        def _save(self, name, content):  # noqa: ANN001, ANN202 - Storage's own signature
+            return super()._save(name, type(content)(open(tmp_path / "junk", "w+b")))
+
+    (tmp_path / "junk").write_bytes(b"not the archive\n")
+    with pytest.raises(archive.ArchiveError, match="reads back differently"):
+        archive.archive_before(before=T0 + timedelta(minutes=2), storage=Lossy(location=tmp_path / "lossy"))
+    assert AuditEntry.objects.exclude(seq=None).count() == 11 and not AuditArchive.objects.exists()
+
+
+@pytest.mark.postgres
+def test_the_application_role_cannot_prune(sample_export, tmp_path):
+    role = f"pd_app_{uuid.uuid4().hex[:10]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
+        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+
+    def as_app(sql: str) -> str:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL ROLE {role}")
+                cursor.execute("SELECT set_config('pollerdash.audit_prune', 'pollerdash/audit', true)")
+                cursor.execute(sql)
+        except DatabaseError as exc:
+            return str(exc)
+        return "allowed"
+
+    assert "append-only" in as_app("DELETE FROM operations_auditentry WHERE seq <= 4")
+    assert "permission denied" in as_app("SELECT pollerdash_audit_prune('pollerdash/audit', 4)")
+    # The owner may call it, but not for entries no archive holds.
+    with pytest.raises(DatabaseError, match="not archived"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pollerdash_audit_prune('pollerdash/audit', 4)")
+    assert AuditEntry.objects.exclude(seq=None).count() == 11
+
+
+def test_finished_work_past_retention_goes_and_open_work_stays(
+    make_operation, drive, clock, settings, tmp_path, signing_key
+):
+    settings.RETENTION_DAYS = 90
+    done = make_operation(job_id("slow_success", polls=1))
+    drive(done)
+    still_open = make_operation(job_id("slow_success", polls=50))
+    assert (
+        Operation.objects.get(pk=done.pk).status == "succeeded" and StatusCheck.objects.filter(operation=done).exists()
+    )
+    Success.objects.create(id=uuid.uuid4().hex, name="old", func="x", started=T0, stopped=T0, success=True)
+    clock.move_to(T0 + timedelta(days=91), tick=False)
+    Success.objects.create(
+        id=uuid.uuid4().hex, name="new", func="x", started=timezone.now(), stopped=timezone.now(), success=True
+    )
+    out = StringIO()
+    call_command("archive", "--before", "2026-12-01T00:00:00Z", "--to", str(tmp_path), stdout=out)
+    assert "removed 1 finished operations" in out.getvalue() and "1 finished task rows" in out.getvalue()
+    assert (
+        not Operation.objects.filter(pk=done.pk).exists()
+        and not StatusCheck.objects.filter(operation_id=done.pk).exists()
+    )
+    assert Operation.objects.filter(pk=still_open.pk).exists()
+    assert list(Success.objects.values_list("name", flat=True)) == ["new"]
+    assert AuditEntry.objects.filter(operation_id=done.pk).exists()
