@@ -410,8 +410,10 @@ def bulk_decision(*, user: object, group_id: int, count: int) -> None:
     """One bulk extension over `count` open cards of the group, timed end to end (checks included)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
 
     from operations.decisions.bulk import Member, decide_bulk
+    from operations.decisions.signin import PASSWORD, SignIn
     from operations.models import Escalation
 
     members = [
@@ -425,6 +427,8 @@ def bulk_decision(*, user: object, group_id: int, count: int) -> None:
         result = decide_bulk(
             group_id=group_id,
             user=user,
+            # The responder signed in with a password just now (the path a fresh sign-in takes).
+            sign_in=SignIn(method=PASSWORD, at=timezone.now()),
             option_id="extend:15m:4",
             members=members,
             comment="bench: provider incident resolved",

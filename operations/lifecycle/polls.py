@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -74,21 +75,7 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
         _fill_check(check, decision=decision, answer=answer)
         sets, params = fastsql.assignments(StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS})
         fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*params, check.pk])
-        controller_decision(
-            op,
-            state=op.status,
-            decision=decision.code,
-            reason=check.reason,
-            at=answer.received_at,
-            next_poll_at=op.next_poll_at,
-            delay_source=decision.delay_source,
-            delay_ms=decision.delay_ms,
-            http_status=answer.http_status,
-            provider_state=decision.provider_state,
-            interpreted_state=decision.interpreted_state,
-            provider_request_id=answer.request_id or None,
-            retry_after=answer.retry_after or None,
-        )
+        controller_decision(op, **_decision_facts(op, check, decision, answer))
         if paused:
             _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
         if decision.action is Action.ESCALATE:
@@ -325,22 +312,26 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
     return written
 
 
+def _decision_facts(op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> dict[str, Any]:
+    """What a poll's controller-decision audit entry says, alone or as part of a group's append."""
+    return {
+        "state": op.status,
+        "decision": decision.code,
+        "reason": check.reason,
+        "at": answer.received_at,
+        "next_poll_at": op.next_poll_at,
+        "delay_source": decision.delay_source,
+        "delay_ms": decision.delay_ms,
+        "http_status": answer.http_status,
+        "provider_state": decision.provider_state,
+        "interpreted_state": decision.interpreted_state,
+        "provider_request_id": answer.request_id or None,
+        "retry_after": answer.retry_after or None,
+    }
+
+
 def _decision_entry(op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> audit.NewEntry:
-    return decision_entry(
-        op,
-        state=op.status,
-        decision=decision.code,
-        reason=check.reason,
-        at=answer.received_at,
-        next_poll_at=op.next_poll_at,
-        delay_source=decision.delay_source,
-        delay_ms=decision.delay_ms,
-        http_status=answer.http_status,
-        provider_state=decision.provider_state,
-        interpreted_state=decision.interpreted_state,
-        provider_request_id=answer.request_id or None,
-        retry_after=answer.retry_after or None,
-    )
+    return decision_entry(op, **_decision_facts(op, check, decision, answer))
 
 
 def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, object]]]) -> set[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import BinaryIO
 
@@ -64,20 +64,7 @@ def _parse_header(line: bytes) -> dict[str, object]:
         return _parse_header_v2(header, obj, line)
     if header.get("format") != EXPORT_FORMAT:
         raise VerifyFailure(PARSE, f"unknown export format (expected {EXPORT_FORMAT} or {EXPORT_FORMAT_V2})", line=1)
-    if header.keys() != HEADER_KEYS:
-        raise VerifyFailure(PARSE, f"header fields differ from {EXPORT_FORMAT}", line=1)
-    if compact_json(obj) != line:
-        raise VerifyFailure(PARSE, "header is not in canonical form", line=1)
-    for key, value in HEADER_CONSTANTS.items():
-        if header[key] != value:
-            raise VerifyFailure(PARSE, f"header {key} must be {value!r}", line=1)
-    scope, operation_id = header["scope"], header["operation_id"]
-    if scope not in SCOPES or (operation_id is not None) != (scope == "operation"):
-        raise VerifyFailure(PARSE, "header scope and operation_id disagree", line=1)
-    if operation_id is not None and (type(operation_id) is not str or not operation_id):
-        raise VerifyFailure(PARSE, "header operation_id is not a string", line=1)
-    if type(header["log"]) is not str or type(header["exported_at"]) is not str:
-        raise VerifyFailure(PARSE, "header log and exported_at are strings", line=1)
+    _check_header(header, obj, line, keys=HEADER_KEYS, constants=HEADER_CONSTANTS, name=EXPORT_FORMAT)
     for key in ("first_seq", "last_seq"):
         value = header[key]
         if not (value is None or type(value) is int) or (key == "last_seq" and value is None):
@@ -85,12 +72,21 @@ def _parse_header(line: bytes) -> dict[str, object]:
     return header
 
 
-def _parse_header_v2(header: dict[str, object], obj: object, line: bytes) -> dict[str, object]:
-    if header.keys() != HEADER_V2_KEYS:
-        raise VerifyFailure(PARSE, f"header fields differ from {EXPORT_FORMAT_V2}", line=1)
+def _check_header(
+    header: dict[str, object],
+    obj: object,
+    line: bytes,
+    *,
+    keys: frozenset[str],
+    constants: Mapping[str, object],
+    name: str,
+) -> None:
+    """What every export format's header must satisfy: its fields, canonical bytes, scope."""
+    if header.keys() != keys:
+        raise VerifyFailure(PARSE, f"header fields differ from {name}", line=1)
     if compact_json(obj) != line:
         raise VerifyFailure(PARSE, "header is not in canonical form", line=1)
-    for key, value in HEADER_V2_CONSTANTS.items():
+    for key, value in constants.items():
         if header[key] != value:
             raise VerifyFailure(PARSE, f"header {key} must be {value!r}", line=1)
     scope, operation_id = header["scope"], header["operation_id"]
@@ -100,9 +96,13 @@ def _parse_header_v2(header: dict[str, object], obj: object, line: bytes) -> dic
         raise VerifyFailure(PARSE, "header operation_id is not a string", line=1)
     if type(header["log"]) is not str or type(header["exported_at"]) is not str:
         raise VerifyFailure(PARSE, "header log and exported_at are strings", line=1)
+
+
+def _parse_header_v2(header: dict[str, object], obj: object, line: bytes) -> dict[str, object]:
+    _check_header(header, obj, line, keys=HEADER_V2_KEYS, constants=HEADER_V2_CONSTANTS, name=EXPORT_FORMAT_V2)
     if type(header["size"]) is not int or type(header["from"]) is not int or not 0 <= header["from"] <= header["size"]:
         raise VerifyFailure(PARSE, "header size and from are integers, from at most size", line=1)
-    if header["from"] and scope != "full":
+    if header["from"] and header["scope"] != "full":
         raise VerifyFailure(PARSE, "only a full export starts after an archive (from > 0)", line=1)
     return header
 
