@@ -139,13 +139,15 @@ def warn_business_deadlines(*, now: datetime | None = None, limit: int = 100) ->
                 provider_id=profile_id,
                 business_deadline_warned_at__isnull=True,
                 business_deadline_at__gt=now,
-                business_deadline_at__lte=now + timedelta(seconds=warning_s),
+                # Typing: the query selects profiles whose warning is set.
+                business_deadline_at__lte=now + timedelta(seconds=warning_s),  # type: ignore[arg-type]
             )
             .order_by("business_deadline_at")
             .values_list("pk", flat=True)
         )
         for pk in due[: limit - warned]:
-            warned += int(warn_business_deadline(operation_id=pk, now=now, warning_s=warning_s))
+            # Typing: the query selects profiles whose warning is set.
+            warned += int(warn_business_deadline(operation_id=pk, now=now, warning_s=warning_s))  # type: ignore[arg-type]
         if warned >= limit:
             break
     return warned
@@ -168,14 +170,16 @@ def requeue_expired_leases(*, now: datetime | None = None, limit: int = 500) -> 
     )
     requeued = 0
     for pk, fence, owner, expired_at in rows:
-        if take_expired_lease(lease=ExpiredLease(operation_id=pk, owner=owner, fence=fence, expired_at=expired_at)):
+        # Typing: an expired lease has its expiry time: the query filters on it.
+        if take_expired_lease(lease=ExpiredLease(operation_id=pk, owner=owner, fence=fence, expired_at=expired_at)):  # type: ignore[arg-type]
             requeued += 1
             logger.warning(
                 "lease of %s on %s (fence %s) expired at %s; poll re-queued with fence %s",
                 owner or "?",
                 pk,
                 fence,
-                expired_at.isoformat(),
+                # Typing: an expired lease has its expiry time: the query filters on it.
+                expired_at.isoformat(),  # type: ignore[union-attr]
                 fence + 1,
             )
     return requeued
@@ -324,7 +328,8 @@ def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None =
     # Every pass, so the integration lag stays about one pass (docs/DESIGN.md section 8).
     result.integrated = integrate.integrate_once(limit=integrate.BATCH) or 0
     above = [done for _, done in events.dispatcher_pass.send(sender=PassResult, now=now, limit=settings.DISPATCH_BATCH)]
-    result.notifications = sum(done for done in above if isinstance(done, int))
+    # Typing: receivers return counts; isinstance keeps only ints.
+    result.notifications = sum(done for done in above if isinstance(done, int))  # type: ignore[misc]
     result.backlog = (
         result.swept >= SWEEP_LIMIT
         or result.requeued >= REQUEUE_LIMIT

@@ -103,7 +103,8 @@ class _DeadlineStream(httpcore.NetworkStream):
         self, ssl_context: object, server_hostname: str | None = None, timeout: float | None = None
     ) -> httpcore.NetworkStream:
         return _DeadlineStream(
-            self._inner.start_tls(ssl_context, server_hostname, _time_left(timeout, httpcore.ConnectTimeout))
+            # Typing: httpcore hands our stream the SSL context it was given.
+            self._inner.start_tls(ssl_context, server_hostname, _time_left(timeout, httpcore.ConnectTimeout))  # type: ignore[arg-type]
         )
 
     def get_extra_info(self, info: str) -> object:
@@ -120,7 +121,12 @@ class _DeadlineBackend(httpcore.SyncBackend):
         socket_options: object = None,
     ) -> httpcore.NetworkStream:
         inner = super().connect_tcp(
-            host, port, _time_left(timeout, httpcore.ConnectTimeout), local_address, socket_options
+            # Typing: httpcore hands our backend the socket options it was given.
+            host,
+            port,
+            _time_left(timeout, httpcore.ConnectTimeout),
+            local_address,
+            socket_options,  # type: ignore[arg-type]
         )
         return _DeadlineStream(inner)
 

@@ -251,7 +251,8 @@ async def wait_result(*, agent_id: int, operation_id: str, requested_s: int, app
         obj = (
             woke
             if isinstance(woke, dict)
-            else await run_db(load_operation, agent_id=agent_id, operation_id=operation_id)
+            # Typing: run_db hands back whatever the call returns; None means the operation is gone.
+            else await run_db(load_operation, agent_id=agent_id, operation_id=operation_id)  # type: ignore[arg-type]
         )
         if obj is None:
             raise not_found(operation_id)

@@ -39,7 +39,8 @@ def stored_bytes(body: object) -> bytes:
     tampering, which the hash check then reports, not crash the verifier or the signer."""
     if isinstance(body, str):
         return body.encode("utf-8", errors="surrogateescape")
-    return bytes(body)  # type: ignore[arg-type]
+    # Typing: the driver returns bytes or memoryview for a bytea column.
+    return bytes(body)  # type: ignore[call-overload]
 
 
 def iter_entries(*, log: str, after: int, upto: int | None = None) -> Iterator[StoredEntry]:
@@ -53,10 +54,12 @@ def iter_entries(*, log: str, after: int, upto: int | None = None) -> Iterator[S
             query.values_list("seq", "prev_hash", "entry_hash", "body", "type", "operation_id", "at")[:VERIFY_CHUNK]
         )
         for seq, prev_hash, digest, body, entry_type, operation_id, at in rows:
-            yield StoredEntry(seq, prev_hash, digest, stored_bytes(body), entry_type, operation_id, at)
+            # Typing: the query reads integrated entries only: seq IS NOT NULL.
+            yield StoredEntry(seq, prev_hash, digest, stored_bytes(body), entry_type, operation_id, at)  # type: ignore[arg-type]
         if len(rows) < VERIFY_CHUNK:
             return
-        cursor = rows[-1][0]
+        # Typing: the query reads integrated entries only: seq IS NOT NULL.
+        cursor = rows[-1][0]  # type: ignore[assignment]
 
 
 def feed_stored_entry(verifier: av.ChainVerifier, row: StoredEntry) -> None:

@@ -301,7 +301,8 @@ def _policy_changed(data: Mapping[str, object], actor: str, at: datetime) -> str
 
 
 def _roles(roles: Mapping[str, object]) -> str:
-    named = [str(group) for group in roles.get("groups") or []]  # type: ignore[union-attr]
+    # Typing: roles come from our own user.* entries: groups is a list.
+    named = [str(group) for group in roles.get("groups") or []]  # type: ignore[attr-defined]
     named += [flag.replace("is_", "") for flag in ("is_staff", "is_superuser") if roles.get(flag)]
     return ", ".join(named) or "no role"
 

@@ -58,7 +58,8 @@ def claim_due_rows(*, account: str, now: datetime, take: int, owner: str) -> lis
             claimed_at=now,
             claim_due_at=F("next_poll_at"),
         )
-        return [Claim(pk, fence + 1, due_at) for pk, fence, due_at in rows]
+        # Typing: claimable rows always have next_poll_at: the query filters on it.
+        return [Claim(pk, fence + 1, due_at) for pk, fence, due_at in rows]  # type: ignore[arg-type]
     # SQLite has no row locks: claim each row by compare-and-set on its fence.
     for pk, fence, due_at in query.values_list("pk", "fence", "next_poll_at")[:take]:
         won = (
@@ -69,7 +70,8 @@ def claim_due_rows(*, account: str, now: datetime, take: int, owner: str) -> lis
             )
         )
         if won:
-            claims.append(Claim(pk, fence + 1, due_at))
+            # Typing: claimable rows always have next_poll_at: the query filters on it.
+            claims.append(Claim(pk, fence + 1, due_at))  # type: ignore[arg-type]
     return claims
 
 
@@ -226,7 +228,8 @@ def charge_group(
     increments = f"{fence} = {fence} + 1, {used} = {used} + 1, {sequence} = {sequence} + 1"
     fastsql.lock_rows(Operation, sorted(op.pk for op, _ in claims))
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where} RETURNING id", params)
+        # Typing: the parameters are ints, strings and datetimes the driver adapts.
+        cursor.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where} RETURNING id", params)  # type: ignore[arg-type]
         won = {row[0] for row in cursor.fetchall()}
     charged = [(op, claim_fence) for op, claim_fence in claims if op.pk in won]
     if not charged:
@@ -244,7 +247,8 @@ def charge_group(
         cursor.execute(
             f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES {', '.join(values)} "
             f"RETURNING id, {fastsql.column(StatusCheck, 'operation')}",
-            params,
+            # Typing: the parameters are ints, strings and datetimes the driver adapts.
+            params,  # type: ignore[arg-type]
         )
         check_ids = {operation_id: pk for pk, operation_id in cursor.fetchall()}
     sent: dict[str, SentCheck] = {}

@@ -357,7 +357,8 @@ def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, obj
     ]
     where = f" AND o.{status} IN (%s, %s)"
     return set(
-        fastsql.update_rows(Operation, keys=("id", "fence"), names=names, rows=[*values], where=where, params=live)
+        # Typing: RETURNING id gives the operations' string ids.
+        fastsql.update_rows(Operation, keys=("id", "fence"), names=names, rows=[*values], where=where, params=live)  # type: ignore[arg-type]
     )
 
 

@@ -56,7 +56,8 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
 _FAST = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_reject_float)
 _EXACT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_reject_float, object_pairs_hook=_unique_pairs)
 # The C scanner behind JSONDecoder.decode, without its two whitespace regex passes per line.
-_scan_fast = _FAST.scan_once
+# Typing: scan_once is set on every JSONDecoder at run time; typeshed leaves it out.
+_scan_fast = _FAST.scan_once  # type: ignore[attr-defined]
 
 
 def parse_json_line(line: bytes) -> object:

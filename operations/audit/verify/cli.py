@@ -79,10 +79,10 @@ def run(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None) -> 
         results = []
         for path in args.file:
             if path == "-":
-                results.append(verify_export(stdin or sys.stdin.buffer, **options))  # type: ignore[arg-type]
+                results.append(verify_export(stdin or sys.stdin.buffer, **options))
             else:
                 with open(path, "rb", buffering=1 << 16) as handle:
-                    results.append(verify_export(handle, **options))  # type: ignore[arg-type]
+                    results.append(verify_export(handle, **options))
         result = _together(args.file, results)
     except UsageError as exc:
         return EXIT_USAGE, {"ok": False, "reason": "USAGE", "detail": str(exc)}

@@ -148,7 +148,8 @@ def verify_export(
             raise VerifyFailure(PIN_MISMATCH, f"the pinned checkpoint does not verify: {exc.detail}") from None
     if header["format"] == EXPORT_FORMAT_V2:
         witnesses = {"witness_keys": witness_keys, "witnesses_required": witnesses_required}
-        return _verify_v2(header, lines, keys=keys, covered_until=covered_until, pins=pins, strict=strict, **witnesses)
+        # Typing: witnesses holds exactly _verify_v2's witness keyword arguments.
+        return _verify_v2(header, lines, keys=keys, covered_until=covered_until, pins=pins, strict=strict, **witnesses)  # type: ignore[arg-type]
     if witnesses_required:
         raise UsageError(f"{EXPORT_FORMAT} exports carry no witness cosignatures")
     verifier = ChainVerifier(

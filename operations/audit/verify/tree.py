@@ -189,7 +189,8 @@ class TreeVerifier:
         closing = self.closing
         if entry is None or closing is None or self.scope == "full":
             raise self._fail(PARSE, "an inclusion proof belongs after an entry of an operation or range export")
-        seq = proof["seq"]
+        # Typing: checked to be an int on the next line.
+        seq = proof["seq"]  # type: ignore[assignment]
         assert type(seq) is int
         if seq <= self._last_seq:
             raise self._fail(SEQ_GAP, f"entry {seq} comes after entry {self._last_seq}", seq=seq)
