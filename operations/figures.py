@@ -46,10 +46,13 @@ def _count(*, metric: str, escalation: Escalation, seconds: float) -> None:
         "provider": escalation.operation.provider.slug,
         "bucket": bucket_of(seconds),
     }
-    # Exists first without failing the transaction when another one created it meanwhile
-    # (INSERT ... ON CONFLICT DO NOTHING), then one atomic increment.
+    counter = CardResponseCounter.objects.filter(**key)
+    if counter.update(count=F("count") + 1, sum_s=F("sum_s") + seconds):
+        return
+    # The first sample of this row: create it without failing the transaction when another one
+    # created it meanwhile (INSERT ... ON CONFLICT DO NOTHING), then the same atomic increment.
     CardResponseCounter.objects.bulk_create([CardResponseCounter(**key)], ignore_conflicts=True)
-    CardResponseCounter.objects.filter(**key).update(count=F("count") + 1, sum_s=F("sum_s") + seconds)
+    counter.update(count=F("count") + 1, sum_s=F("sum_s") + seconds)
 
 
 def record_response(*, escalation: Escalation, at: datetime) -> bool:

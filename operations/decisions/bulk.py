@@ -8,10 +8,12 @@ request with every reason, recorded (a BulkDecision row and its `human.bulk_deci
 nothing is applied.
 
 Then each member is decided on its own, exactly as a single decision (operations.decisions.services):
-its operation and card locked, its options computed by the server, the option applied only where
-it is offered at the version the person saw; a member that does not offer it gets a recorded
-refusal. Each member applied has its own Decision, Authorization and audit entry under the same
-comment. The whole counts as one POST against DECISIONS_PER_MINUTE.
+its options computed by the server under its locks, the option applied only where it is offered at
+the version the person saw; a member that does not offer it gets a recorded refusal. Each member
+applied has its own Decision, Authorization and audit entry under the same comment. The members are
+decided in one transaction, their operations and cards locked up front in primary-key order: the
+bulk is written whole or not at all (a crash midway leaves no half-applied bulk), and 100 cards
+cost one commit, not 100. The whole counts as one POST against DECISIONS_PER_MINUTE.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from operations.decisions.services import DecideResult, apply_offered, take_deci
 from operations.decisions.signin import SignIn
 from operations.lifecycle import bulk as lifecycle_bulk
 from operations.lifecycle import humans
-from operations.models import BulkDecision, CardGroup, Escalation
+from operations.models import BulkDecision, CardGroup, Escalation, Operation
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -241,41 +243,57 @@ def decide_bulk(
             now=now,
         )
         return BulkResult(bulk=refusal, results=[])
-    bulk = lifecycle_bulk.open_bulk(
-        group=group, user=user, option=posted, comment=text, requested=len(members), now=now
-    )
+    with transaction.atomic():
+        operations = _lock_members(members)
+        bulk = lifecycle_bulk.open_bulk(
+            group=group, user=user, option=posted, comment=text, requested=len(members), now=now
+        )
+        labels: list[str] = []
+        results = [
+            _decide_member(
+                bulk=bulk,
+                member=member,
+                operation_id=operations[member.escalation_id],
+                user=user,
+                sign_in=sign_in,
+                option_id=posted,
+                comment=text,
+                labels=labels,
+            )
+            for member in members
+        ]
+        applied = [r.decision.escalation_id for r in results if not r.refused]
+        refused = [{"escalation_id": r.decision.escalation_id, "why": r.message} for r in results if r.refused]
+        closed = lifecycle_bulk.close_bulk(
+            group=group,
+            user=user,
+            option=posted,
+            option_label=labels[0] if labels else "",
+            comment=text,
+            requested=len(members),
+            applied=applied,
+            refused=refused,
+            now=timezone.now(),
+            bulk=bulk,
+        )
+    return BulkResult(bulk=closed, results=results)
+
+
+def _lock_members(members: list[Member]) -> dict[int, str]:
+    """Lock every member's operation, then every member's card, each in primary-key order (the
+    lifecycle's lock order, and the poll path's order for groups of operations, so a bulk decision
+    and a group of polls cannot deadlock). Returns each card's operation id."""
     operations = dict(
         Escalation.objects.filter(pk__in=[m.escalation_id for m in members]).values_list("pk", "operation_id")
     )
-    labels: list[str] = []
-    results = [
-        _decide_member(
-            bulk=bulk,
-            member=member,
-            operation_id=operations[member.escalation_id],
-            user=user,
-            sign_in=sign_in,
-            option_id=posted,
-            comment=text,
-            labels=labels,
-        )
-        for member in members
-    ]
-    applied = [r.decision.escalation_id for r in results if not r.refused]
-    refused = [{"escalation_id": r.decision.escalation_id, "why": r.message} for r in results if r.refused]
-    closed = lifecycle_bulk.close_bulk(
-        group=group,
-        user=user,
-        option=posted,
-        option_label=labels[0] if labels else "",
-        comment=text,
-        requested=len(members),
-        applied=applied,
-        refused=refused,
-        now=timezone.now(),
-        bulk=bulk,
+    list(
+        Operation.objects.select_for_update(of=("self",))
+        .filter(pk__in=set(operations.values()))
+        .order_by("pk")
+        .values_list("pk", flat=True)
     )
-    return BulkResult(bulk=closed, results=results)
+    list(Escalation.objects.select_for_update().filter(pk__in=list(operations)).order_by("pk").values_list("pk"))
+    return operations
 
 
 def _decide_member(
@@ -289,32 +307,31 @@ def _decide_member(
     comment: str,
     labels: list[str],
 ) -> DecideResult:
-    """One member, decided as a single decision would be, in its own transaction under its own locks.
-    The label of the option applied is added to `labels` (the bulk's record names it)."""
-    with transaction.atomic():
-        checked = check_decision(
-            operation_id=operation_id,
-            escalation_id=member.escalation_id,
+    """One member, decided as a single decision would be, inside the bulk's transaction (its rows
+    already locked). The label of the option applied is added to `labels` (the bulk's record names it)."""
+    checked = check_decision(
+        operation_id=operation_id,
+        escalation_id=member.escalation_id,
+        user=user,
+        sign_in=sign_in,
+        posted_id=option_id,
+        card_version=member.version,
+        comment=comment,
+    )
+    if isinstance(checked, Refused):
+        decision = humans.refuse(
+            card=checked.card,
             user=user,
             sign_in=sign_in,
             posted_id=option_id,
-            card_version=member.version,
+            posted_version=member.version,
+            version=member.version,
             comment=comment,
+            why=checked.why,
         )
-        if isinstance(checked, Refused):
-            decision = humans.refuse(
-                card=checked.card,
-                user=user,
-                sign_in=sign_in,
-                posted_id=option_id,
-                posted_version=member.version,
-                version=member.version,
-                comment=comment,
-                why=checked.why,
-            )
-            result = DecideResult(decision=decision, message=checked.why)
-        else:
-            result = apply_offered(checked, user=user, sign_in=sign_in, comment=comment)
-            labels.append(checked.option.label)
-        lifecycle_bulk.link_member(decision=result.decision, bulk=bulk)
+        result = DecideResult(decision=decision, message=checked.why)
+    else:
+        result = apply_offered(checked, user=user, sign_in=sign_in, comment=comment)
+        labels.append(checked.option.label)
+    lifecycle_bulk.link_member(decision=result.decision, bulk=bulk)
     return result

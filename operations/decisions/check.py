@@ -83,6 +83,10 @@ def lock_card(*, operation_id: str, escalation_id: int) -> tuple[Operation, Esca
     # decisions on different operations of one provider do not queue behind each other.
     operation = Operation.objects.select_for_update(of=("self",)).select_related("provider").get(pk=operation_id)
     escalation = Escalation.objects.select_for_update().get(pk=escalation_id)
+    if escalation.operation_id == operation.pk:
+        # What the lifecycle and the card's event receivers read through `escalation.operation` is
+        # then the row just locked, not a second, unlocked copy loaded on first access.
+        escalation.operation = operation
     return operation, escalation
 
 

@@ -1,7 +1,7 @@
 """The record of a bulk decision over a group's cards (operations.decisions.bulk checks and drives it).
 
-A bulk decision is written in steps, each its own short transaction: `open_bulk` before the members,
-`link_member` inside each member's own decision transaction, and `close_bulk` after them with the
+A bulk decision is written in the bulk's one transaction: `open_bulk` before the members,
+`link_member` with each member's decision, and `close_bulk` after them with the
 `human.bulk_decision` entry (its last write). A request refused whole is only `close_bulk`.
 """
 

@@ -115,6 +115,58 @@ def test_a_bulk_decision_applies_where_offered_and_lists_the_rest_as_refused(out
     assert entry["refused"] == [{"escalation_id": outage[4].pk, "reason": "option not offered on this card"}]
 
 
+@pytest.fixture
+def authorization_fault():
+    """The database refuses an Authorization for one operation (a fault injected at the database,
+    as a full disk or a failed constraint would): `arm(operation_id)`."""
+    from django.db import connection
+
+    def arm(operation_id: str) -> None:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    "CREATE FUNCTION test_refuse_authorization() RETURNS trigger AS $$ BEGIN "
+                    f"IF NEW.operation_id = '{operation_id}' THEN RAISE EXCEPTION 'injected fault'; END IF; "
+                    "RETURN NEW; END $$ LANGUAGE plpgsql"
+                )
+                cursor.execute(
+                    "CREATE TRIGGER test_refuse_authorization BEFORE INSERT ON operations_authorization "
+                    "FOR EACH ROW EXECUTE FUNCTION test_refuse_authorization()"
+                )
+            else:
+                cursor.execute(
+                    "CREATE TRIGGER test_refuse_authorization BEFORE INSERT ON operations_authorization "
+                    f"WHEN NEW.operation_id = '{operation_id}' BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+                )
+
+    return arm
+
+
+def test_a_fault_midway_through_a_bulk_decision_leaves_nothing_applied(outage, alice, authorization_fault) -> None:
+    from django.db import DatabaseError
+
+    before = {c.operation_id: (c.operation.status, c.operation.max_status_requests) for c in outage}
+    entries = AuditEntry.objects.count()
+    authorization_fault(outage[2].operation_id)
+    with pytest.raises(DatabaseError):
+        decide_bulk(
+            sign_in=signed_in_now(),
+            group_id=outage[0].group_id,
+            user=alice,
+            option_id="extend:15m:4",
+            members=members(outage),
+            comment="provider status page says fixed",
+            confirmed_count=5,
+        )
+    # The first two members were applied before the fault: the bulk is written whole or not at all.
+    assert [reload(c).state for c in outage] == ["open"] * 5
+    assert not Decision.objects.exists() and not Authorization.objects.filter(kind="extension").exists()
+    assert not BulkDecision.objects.exists() and AuditEntry.objects.count() == entries
+    for card in outage:
+        operation = type(card.operation).objects.get(pk=card.operation_id)
+        assert (operation.status, operation.max_status_requests) == before[card.operation_id]
+
+
 def test_the_confirmation_states_the_count_and_the_combined_cost(outage, alice) -> None:
     preview = bulk.preview_bulk(group=outage[0].group, members=members(outage), option_id="extend:15m:4", user=alice)
     assert preview.problems == [] and len(preview.offered) == 4
