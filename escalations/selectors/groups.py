@@ -43,7 +43,8 @@ class GroupView:
 
     @property
     def label(self) -> str:
-        count, reason = self.open_count, reason_label(self.group.reason)
+        # The outage's size, whatever has been decided since: deciding cards does not rename it.
+        count, reason = self.open_count + self.closed_count, reason_label(self.group.reason)
         return f"{count} operation{'s' if count != 1 else ''}: {reason} on {self.group.account}"
 
     @property

@@ -107,6 +107,13 @@ def utc(value: datetime | None) -> str:
 
 
 @register.filter
+def quoted(value: str) -> str:
+    """“label”, or ‘label’ when the label quotes something itself (Treat “needs_payment” as …)."""
+    text = str(value)
+    return f"‘{text}’" if "“" in text else f"“{text}”"
+
+
+@register.filter
 def reason_name(value: str) -> str:
     return reason_label(value)
 

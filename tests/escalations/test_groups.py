@@ -309,6 +309,9 @@ def test_the_group_page_reviews_then_applies_a_bulk_decision(outage, client: Cli
     shown = client.get(applied["Location"]).content.decode()
     assert "Applied “Extend 15 min / 4 checks” to 4 of 5 cards" in shown
     assert f"{outage[4].operation_id}</code>: option not offered on this card" in shown
+    # The outage keeps its name once cards are decided; the list of bulk decisions says what each did.
+    assert "<h1>5 operations: Deadline exceeded on acme</h1>" in shown and "1 open, 4 decided" in shown
+    assert "“Extend 15 min / 4 checks” · 4 of 5 applied, 1 refused" in shown
 
 
 def test_the_group_page_refuses_a_bad_bulk_whole_with_each_reason(
