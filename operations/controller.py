@@ -82,6 +82,7 @@ def policy_for(*, profile: ProviderProfile) -> Policy:
         poll_hint_time_field=profile.poll_hint_time_field,
         base_delay_s=profile.base_delay_s,
         max_delay_s=profile.max_delay_s,
+        backoff_multiplier=profile.backoff_multiplier,
         jitter_floor=profile.jitter_floor,
         not_found_grace_s=profile.not_found_grace_s,
         rate_limited_delay_s=settings.POLL_RATE_LIMITED_DELAY_S,

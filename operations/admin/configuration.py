@@ -106,6 +106,7 @@ class ProviderProfileAdmin(admin.ModelAdmin):
                 "fields": (
                     "base_delay_s",
                     "max_delay_s",
+                    "backoff_multiplier",
                     "jitter_floor",
                     "default_deadline_s",
                     "default_max_status_requests",

@@ -38,6 +38,8 @@ class ProviderProfile(models.Model):
     auth_scheme = models.CharField(max_length=40, blank=True, default="Bearer")
     base_delay_s = models.FloatField(default=5)
     max_delay_s = models.FloatField(default=120)
+    # Local backoff grows by this factor a wait: base * multiplier**attempt (2 doubles each wait).
+    backoff_multiplier = models.FloatField(default=2)
     jitter_floor = models.FloatField(default=0.5)
     default_deadline_s = models.PositiveIntegerField(default=2400)
     default_max_status_requests = models.PositiveIntegerField(default=12)

@@ -202,6 +202,7 @@ def _wait_decision(
         hint_cap_s=policy.hint_cap_s,
         rng=rng,
         paced_spacing_s=bounds.check_spacing_s,
+        multiplier=policy.backoff_multiplier,
     )
     pause_until = _account_pause(policy, obs, retry_after)
     all_warnings = warnings + wait.notes

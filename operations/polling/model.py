@@ -28,6 +28,7 @@ class Policy:
     poll_hint_time_field: str = ""
     base_delay_s: float = 5.0
     max_delay_s: float = 120.0
+    backoff_multiplier: float = 2.0
     jitter_floor: float = 0.5
     not_found_grace_s: float = 60.0
     rate_limited_delay_s: float = 30.0

@@ -21,9 +21,10 @@ class Wait:
     guidance_s: float | None = None
 
 
-def backoff_raw(*, base_s: float, max_s: float, attempt: int) -> float:
-    # 2**attempt overflows float long before it matters; the cap makes large attempts moot.
-    return min(max_s, base_s * 2.0 ** min(attempt, 62))
+def backoff_raw(*, base_s: float, max_s: float, attempt: int, multiplier: float = 2.0) -> float:
+    # multiplier**attempt overflows float long before it matters (62 doublings already pass any
+    # cap): the cap makes large attempts moot.
+    return min(max_s, base_s * multiplier ** min(attempt, 62))
 
 
 def jittered(raw_s: float, *, jitter_floor: float, rng: random.Random) -> float:
@@ -74,12 +75,13 @@ def plan_wait(
     hint_cap_s: float,
     rng: random.Random,
     paced_spacing_s: float | None = None,
+    multiplier: float = 2.0,
 ) -> Wait:
     """The next wake-up, by docs/DESIGN.md section 4's precedence, capped at the deadline.
 
     1. Retry-After is a minimum: pollerdash never looks sooner than the provider asked.
     2. A valid body poll hint, clamped to [floor, cap].
-    3. Local backoff: raw = min(max, base * 2**attempt), actual uniform in [floor*raw, raw].
+    3. Local backoff: raw = min(max, base * multiplier**attempt), actual uniform in [floor*raw, raw].
     4. Inside a window a human granted (`paced_spacing_s`), the window's pacing takes the place of
        local backoff (which neither restarts nor moves on), and provider guidance still wins when
        it asks for longer.
@@ -113,7 +115,7 @@ def plan_wait(
     elif guidance_s is not None:
         delay_s, source = guidance_s, guidance_source
     else:
-        raw = backoff_raw(base_s=base_s, max_s=max_s, attempt=attempt)
+        raw = backoff_raw(base_s=base_s, max_s=max_s, attempt=attempt, multiplier=multiplier)
         delay_s, source = jittered(raw, jitter_floor=jitter_floor, rng=rng), DelaySource.LOCAL_BACKOFF
         attempt += 1
     remaining_s = (deadline_at - now).total_seconds()

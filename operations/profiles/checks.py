@@ -42,6 +42,7 @@ KEY_TO_FIELD: dict[str, str] = {
         "auth_scheme",
         "base_delay_s",
         "max_delay_s",
+        "backoff_multiplier",
         "jitter_floor",
         "default_deadline_s",
         "default_max_status_requests",
@@ -375,6 +376,8 @@ def key_checks() -> dict[str, Callable[[object], list[str]]]:
         "auth_scheme": _auth_scheme,
         "base_delay_s": lambda v: _number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
         "max_delay_s": lambda v: _number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
+        # 1 polls at base_delay_s every time; above 4 the cap is reached within a few waits anyway.
+        "backoff_multiplier": lambda v: _number(v, minimum=1, inclusive=True, maximum=4),
         "jitter_floor": lambda v: _number(v, minimum=0, inclusive=False, maximum=1),
         # A default outside the registration limits would make every default registration fail.
         "default_deadline_s": lambda v: _integer(

@@ -47,6 +47,7 @@ class ProfileSpec:
     auth_scheme: str
     base_delay_s: float
     max_delay_s: float
+    backoff_multiplier: float
     jitter_floor: float
     default_deadline_s: int
     default_max_status_requests: int

@@ -59,6 +59,20 @@ def test_slow_success_is_polled_with_growing_jittered_delays_and_succeeds(make_o
     assert gaps[-1] > gaps[0]
 
 
+def test_a_profiles_backoff_multiplier_paces_the_real_requests(make_operation, drive, fake_provider, profile):
+    profile.backoff_multiplier = 1.5
+    profile.save()
+    op = make_operation(job_id("slow_success", polls=4))
+    drive(op)
+    waits = list(StatusCheck.objects.filter(operation=op, decision="wait").order_by("sent_at"))
+    for attempt, check in enumerate(waits):
+        raw_ms = min(120, 5 * 1.5**attempt) * 1000
+        assert raw_ms * 0.5 <= check.delay_ms <= raw_ms
+    requests = status_requests(fake_provider, op)
+    # Four waits at 1.5x end well before four doublings would have (5 + 10 + 20 + 40 s at most).
+    assert requests[-1]["at"] - requests[0]["at"] <= 5 + 7.5 + 11.25 + 16.875 + 1
+
+
 def test_late_failure_keeps_the_providers_error_verbatim(make_operation, drive):
     op = make_operation(job_id("late_failure", polls=2))
     drive(op)

@@ -106,7 +106,14 @@ def test_absent_keys_take_the_model_defaults_and_account_defaults_to_the_slug():
     spec = validate_profile(raw=minimal_raw())
     assert isinstance(spec, ProfileSpec)
     defaults = ProviderProfile()
-    for name in ("base_delay_s", "max_delay_s", "jitter_floor", "default_deadline_s", "default_max_status_requests"):
+    for name in (
+        "base_delay_s",
+        "max_delay_s",
+        "backoff_multiplier",
+        "jitter_floor",
+        "default_deadline_s",
+        "default_max_status_requests",
+    ):
         assert getattr(spec, name) == getattr(defaults, name)
     assert spec.failure_states == [] and spec.counts_fields == {} and spec.extension_options == []
     assert spec.auth_scheme == "Bearer" and spec.approval_mode == "session" and type(spec.approval_mode) is str
@@ -193,6 +200,9 @@ def test_pending_and_success_need_at_least_one_state(key):
         ({"max_delay_s": float("inf")}, "max_delay_s", "finite"),
         ({"max_delay_s": float("nan")}, "max_delay_s", "finite"),
         ({"max_delay_s": 0}, "max_delay_s", "must be > 0"),
+        ({"backoff_multiplier": 0.5}, "backoff_multiplier", "must be >= 1 and <= 4, not 0.5"),
+        ({"backoff_multiplier": 10}, "backoff_multiplier", "must be >= 1 and <= 4, not 10"),
+        ({"backoff_multiplier": "1.5"}, "backoff_multiplier", "must be a number"),
         ({"base_delay_s": 200, "max_delay_s": 120}, "max_delay_s", "must be >= base_delay_s (200)"),
         ({"base_delay_s": 500}, "max_delay_s", "must be >= base_delay_s (500), not 120"),
         ({"not_found_grace_s": -1}, "not_found_grace_s", "must be >= 0"),

@@ -34,6 +34,15 @@ def test_backoff_doubles_up_to_the_cap() -> None:
     assert backoff_raw(base_s=5, max_s=120, attempt=10_000) == 120
 
 
+def test_the_profiles_multiplier_sets_how_fast_the_backoff_grows() -> None:
+    slower = [backoff_raw(base_s=4, max_s=30, attempt=a, multiplier=1.5) for a in range(7)]
+    assert slower == [4, 6, 9, 13.5, 20.25, 30, 30]
+    assert {backoff_raw(base_s=5, max_s=120, attempt=a, multiplier=1) for a in range(50)} == {5}
+    # The chosen multiplier reaches the wait actually planned, jitter and all.
+    delays = [plan(backoff_attempt=2, multiplier=1.5, rng=random.Random(seed)).delay_ms for seed in range(100)]
+    assert min(delays) >= 5_625 and max(delays) <= 11_250
+
+
 def test_local_backoff_is_jittered_within_floor_and_raw() -> None:
     delays = [plan(backoff_attempt=3, rng=random.Random(seed)).delay_ms for seed in range(200)]
     assert min(delays) >= 20_000 and max(delays) <= 40_000
