@@ -388,6 +388,7 @@ def report(result: dict, provider_url: str) -> None:
 
 
 def main() -> None:
+    global BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S, JITTER_FLOOR  # the run's schedule, read throughout
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=600.0, help="length of the fault phase")
@@ -401,7 +402,6 @@ def main() -> None:
     parser.add_argument("--max-delay", type=float, default=MAX_DELAY_S, help="profile max_delay_s")
     parser.add_argument("--jitter-floor", type=float, default=JITTER_FLOOR, help="profile jitter_floor")
     args = parser.parse_args()
-    global BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S, JITTER_FLOOR  # the run's schedule, read throughout
     BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S = args.base, args.multiplier, args.max_delay
     JITTER_FLOOR = args.jitter_floor
 
