@@ -11,6 +11,7 @@ such range into complete, aligned subtrees ``(level, index)`` - the only nodes p
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Sequence
 
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -65,14 +66,12 @@ class CompactRange:
         stack = self._stack
         pop, append = stack.pop, stack.append
         sha256 = hashlib.sha256
-        leaf_prefix = sha256(b"\x00")
-        size = self.size
-        index, end = start, len(entries)
-        while index < end:
-            entry = entries[index]
+        copy_leaf_prefix = sha256(b"\x00").copy
+        size = before = self.size
+        for entry in itertools.islice(entries, start, None):
             if not (entry.endswith(suffix) and entry.startswith(prefix)):
                 break
-            leaf = leaf_prefix.copy()
+            leaf = copy_leaf_prefix()
             leaf.update(entry)
             digest = leaf.digest()
             bits = size
@@ -81,9 +80,8 @@ class CompactRange:
                 bits >>= 1
             append(digest)
             size += 1
-            index += 1
         self.size = size
-        return index
+        return start + size - before
 
     def hashes(self) -> list[bytes]:
         """The frontier, left to right: what `CompactRange(size, hashes)` starts again from."""
