@@ -1,24 +1,32 @@
-"""Audit log benchmarks: appends, integration lag, inclusion proofs, offline verification, export.
+"""Audit log benchmarks: appends, integration lag, proofs and exports at scale, offline verification.
 
-    .venv/bin/python bench/audit.py            # 2-4 minutes on a 2-core machine
-    .venv/bin/python bench/audit.py --quick    # about 30 s, smaller sizes (a smoke run)
+    .venv/bin/python bench/audit.py                   # about 5 minutes on a 2-core machine
+    .venv/bin/python bench/audit.py --quick           # about 1 minute, smaller sizes (a smoke run)
+    .venv/bin/python bench/audit.py --only big --proof-leaves 10000000   # the issue's 10M log: ~25 min, ~16 GB
 
-Prints (targets from the audit issues, never asserted):
+Sections (`--only NAME`, repeatable), each printing figures next to the targets of the audit
+issues, never asserting them:
 
-- appends/s and p50/p99 latency of audit.append (one transaction per append, as the controller
-  does) with 1, 4 and 8 concurrent writers on PostgreSQL (issue 14: >= 3,000/s at 8 writers), each
-  next to a bare one-row INSERT + COMMIT loop with as many writers on the same database (the
-  fsync-bound reference); then 8 writers with an integrator beside them: integration lag p99
-  (target <= 1 s);
-- inclusion proofs from the stored tree at 1,000,000 leaves (built by COPY; 10,000,000 is
-  extrapolated, see the output; target <= 1 ms);
-- offline verification of a 1,000,000-entry format-2 export in a subprocess: entries/s (target
-  >= 150,000) and peak RSS (target <= 150 MB), next to a bare read + SHA-256 loop over the same
-  file. The export is generated directly with the tree rules (realistic 700-byte controller
+- appends: audit.append (one transaction per append, as the controller does) at 1, 4 and 8
+  concurrent writers on PostgreSQL (issue 14: >= 3,000/s at 8 writers), each next to a bare one-row
+  INSERT + COMMIT loop with as many writers (the fsync-bound reference); then 8 writers with an
+  integrator beside them: integration lag p99 (target <= 1 s);
+- big: a stored log of `--proof-leaves` entries (default 1,000,000) built in SQL - realistic entry
+  rows, their leaf hashes and every complete subtree, the tables the product's proof code reads
+  (bench/audit_big.py) - then tree.inclusion_proof for random entries (target <= 1 ms at
+  10,000,000), then 100 entries of one operation appended through audit.append at its end and
+  `manage.py audit_export --operation` in a subprocess (target <= 1 s and <= 100 KB at 10,000,000),
+  verified offline;
+- verify: offline verification of a 1,000,000-entry format-2 export in a subprocess: entries/s
+  (target >= 150,000) and peak RSS (target <= 150 MB), next to a bare read + SHA-256 loop over the
+  same file. The export is generated directly with the tree rules (realistic 700-byte controller
   decisions, the switch and one closing checkpoint) rather than by a million database appends;
-- the real path at a smaller size: entries appended through audit.append, checkpoints signed,
-  `manage.py audit_export` in a subprocess (lines/s, peak RSS; at two sizes, to show memory stays
-  flat), then that export verified offline.
+- export: the real path at a smaller size: entries appended through audit.append, checkpoints
+  signed, `manage.py audit_export` in a subprocess (lines/s, peak RSS; at two sizes, to show memory
+  stays flat), then that export verified offline.
+
+The scratch database is dropped at the end (`--keep` leaves it, with its signing key under var/,
+for a `--reuse` run that skips rebuilding the large log).
 """
 
 from __future__ import annotations
