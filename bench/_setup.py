@@ -16,14 +16,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def django_on_scratch_postgres(name: str) -> str:
-    """Point Django at a fresh database NAME on the local PostgreSQL, migrated. Returns the URL."""
+def django_on_scratch_postgres(name: str, *, reuse: bool = False) -> str:
+    """Point Django at a fresh database NAME on the local PostgreSQL, migrated. Returns the URL.
+    With `reuse`, an existing NAME (kept by an earlier run) is used as it is."""
     import psycopg
 
     base = os.environ.get("BENCH_PG", "postgres://root@127.0.0.1:5432")
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not (reuse and exists):
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
     url = f"{base}/{name}"
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("SECRET_KEY", "bench-only")
@@ -37,6 +40,17 @@ def django_on_scratch_postgres(name: str) -> str:
 
     call_command("migrate", verbosity=0)
     return url
+
+
+def drop_scratch_database(name: str) -> None:
+    """Drop a database made by django_on_scratch_postgres (a large benchmark's can take gigabytes)."""
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    base = os.environ.get("BENCH_PG", "postgres://root@127.0.0.1:5432")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def free_port() -> int:

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from operations.audit import checkpoints, integrate
 from operations.audit import verify as av
 from operations.audit.export import ExportError, stream_export
+from operations.audit.verify import files as av_files
 from operations.models import AuditCheckpoint, AuditEntry, AuditHead
 from tests.audit.helpers import OP_A, OP_B, append_entries, edit, join
 from tests.support import T0
@@ -60,6 +61,43 @@ def test_truncated_tails_and_crlf(sample_export, verify):
     expect(verify, sample_export.data[:-10], av.PARSE)
     expect(verify, sample_export.data.replace(b"\n", b"\r\n"), av.PARSE)
     expect(verify, join(lines + [lines[E11]]), av.UNSIGNED_TAIL)
+
+
+def test_the_first_fault_in_file_order_is_named_whatever_the_read_block_size(sample_export, verify, monkeypatch):
+    """The verifier reads a megabyte at a time; a fault is reported at its line, after every line
+    before it was checked - also when lines and faults straddle the blocks' edges."""
+    lines = sample_export.lines
+    edited = join(lines[:E2] + [edit(lines[E2], decision="succeeded")] + lines[E2 + 1 :])
+    cases = {
+        "genuine": sample_export.data,
+        "edited": edited,
+        "edited, then a CR after its checkpoint": edited.replace(lines[E9] + b"\n", lines[E9] + b"\r\n"),
+        "a CR in an entry": join(lines[:E6] + [lines[E6] + b"\r"] + lines[E6 + 1 :]),
+        "a blank line": join(lines[:E7] + [b""] + lines[E7:]),
+        "a line over 1 MiB": join(lines[:E3] + [b"x" * (av.MAX_LINE_BYTES + 1)] + lines[E3:]),
+        "a line of 1 MiB exactly": join(lines[:E3] + [b"x" * av.MAX_LINE_BYTES] + lines[E3:]),
+        "cut mid-line": sample_export.data[:-10],
+        "an unsigned tail": join([*lines, lines[E11]]),
+    }
+    whole = {name: verify(data) for name, data in cases.items()}
+    assert whole["genuine"][0] == 0, whole["genuine"]
+    assert {name: (status, result.get("reason"), result.get("line")) for name, (status, result) in whole.items()} == {
+        "genuine": (0, None, None),
+        "edited": (1, av.HASH_MISMATCH, CP4 + 1),
+        "edited, then a CR after its checkpoint": (1, av.HASH_MISMATCH, CP4 + 1),
+        "a CR in an entry": (1, av.PARSE, E6 + 1),
+        "a blank line": (1, av.PARSE, E7 + 1),
+        "a line over 1 MiB": (1, av.PARSE, E3 + 1),
+        "a line of 1 MiB exactly": (1, av.PARSE, E3 + 1),  # read whole, then not an entry
+        "cut mid-line": (1, av.PARSE, CP11 + 1),
+        "an unsigned tail": (1, av.UNSIGNED_TAIL, CP11 + 2),
+    }
+    assert "longer than" not in whole["a line of 1 MiB exactly"][1]["detail"]
+    for block in (1, 7, 100, 1000, 300_000):
+        monkeypatch.setattr(av_files, "_BLOCK_BYTES", block)
+        # A line is re-joined block by block: a 1 MiB one, a byte at a time, would take hours.
+        names = [name for name in cases if block > 1000 or "MiB" not in name]
+        assert {name: verify(cases[name]) for name in names} == {name: whole[name] for name in names}, block
 
 
 def test_rewritten_entries_under_the_old_checkpoints_and_re_signed_by_another_key(sample_export, verify, tmp_path):
