@@ -337,6 +337,8 @@ Q_WORKERS = env_int("Q_WORKERS", 4)
 Q_CLUSTER = {
     "name": "pollerdash",  # identical on every host: it is the queue key and the signing salt
     "orm": "default",
+    # The ORM broker with one statement to take, enqueue or acknowledge a task (operations/queue_broker.py).
+    "broker_class": "operations.queue_broker.Broker",
     "workers": Q_WORKERS,
     # Tasks waiting in a cluster's memory are already locked with their retry clock running;
     # keep that queue short so a task is never redelivered while it merely waits.
