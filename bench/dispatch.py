@@ -140,6 +140,19 @@ def postgres_cpu_s() -> float:
     return _cpu_of(postmaster) + sum(_cpu_of(pid) for pid in children)
 
 
+def database_backends_cpu() -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend serving this benchmark's database (by pid).
+
+    The server's other databases (other sessions' tests on a shared machine) are left out; the
+    server's own background processes (WAL writer, checkpointer) are too, so this is a floor.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        return {pid: _cpu_of(pid) for (pid,) in cursor.fetchall()}
+
+
 def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):  # noqa: ANN201
     from operations.models import ProviderAccount, ProviderProfile
 
@@ -274,8 +287,10 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
     expected = round(sizes.steady_s / spacing)
     time.sleep(max(0.0, (warm - timezone.now()).total_seconds()))
     fleet_cpu, pg_cpu, cpu_from = fleet.cpu_s(), postgres_cpu_s(), timezone.now()
+    backends = database_backends_cpu()
     window = polls_due_between(warm, end, expected=expected)
     fleet_cpu, pg_cpu, cpu_to = fleet.cpu_s() - fleet_cpu, postgres_cpu_s() - pg_cpu, timezone.now()
+    ours = sum(cpu - backends.get(pid, 0.0) for pid, cpu in database_backends_cpu().items())
     report_lags("    end to end", window, sizes.steady_s, expected=expected)
     polls = StatusCheck.objects.filter(sent_at__gte=cpu_from, sent_at__lt=cpu_to).count()
     if polls:
@@ -283,6 +298,8 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
         print(
             f"    CPU per poll: {fleet_cpu / polls * 1000:.1f} ms in pollerdash processes (workers, pusher,"
             f" monitor, dispatcher) + {pg_cpu / polls * 1000:.1f} ms in the PostgreSQL server"
+            f" ({ours / polls * 1000:.1f} ms in the backends serving this database; the rest is the server's"
+            " own processes and, on a shared machine, other databases)"
         )
     print(f"    {load()}")
     quiesce(ids)
