@@ -140,17 +140,54 @@ def postgres_cpu_s() -> float:
     return _cpu_of(postmaster) + sum(_cpu_of(pid) for pid in children)
 
 
-def database_backends_cpu() -> dict[int, float]:
-    """CPU seconds so far of each PostgreSQL backend serving this benchmark's database (by pid).
+class DatabaseBackendsCpu:
+    """CPU seconds used by the PostgreSQL backends serving this benchmark's database, while running.
 
-    The server's other databases (other sessions' tests on a shared machine) are left out; the
-    server's own background processes (WAL writer, checkpointer) are too, so this is a floor.
+    Backends come and go (a connection is replaced after CONN_MAX_AGE, a worker is recycled), so a
+    thread samples them every `every_s` and adds up each backend's CPU from its first sample to its
+    last: a floor (a backend's last fraction of a period before it exits is missed). The server's
+    other databases (other sessions' tests on a shared machine) and its own background processes
+    (WAL writer, checkpointer) are left out.
     """
-    from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-        return {pid: _cpu_of(pid) for (pid,) in cursor.fetchall()}
+    def __init__(self, url: str, every_s: float = 0.25) -> None:
+        import psycopg
+
+        self._conn = psycopg.connect(url, autocommit=True)
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self, *, opening: bool = False) -> None:
+        rows = self._conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        for (pid,) in rows:
+            cpu = _cpu_of(pid)
+            # Open when the window starts: counted from now; opened later: from its start.
+            self._first.setdefault(pid, cpu if opening else 0.0)
+            self._last[pid] = cpu
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self._sample()
+
+    def __enter__(self) -> DatabaseBackendsCpu:
+        self._sample(opening=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        self._conn.close()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._last[pid] - self._first[pid] for pid in self._last)
 
 
 def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):  # noqa: ANN201
@@ -287,10 +324,10 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
     expected = round(sizes.steady_s / spacing)
     time.sleep(max(0.0, (warm - timezone.now()).total_seconds()))
     fleet_cpu, pg_cpu, cpu_from = fleet.cpu_s(), postgres_cpu_s(), timezone.now()
-    backends = database_backends_cpu()
-    window = polls_due_between(warm, end, expected=expected)
-    fleet_cpu, pg_cpu, cpu_to = fleet.cpu_s() - fleet_cpu, postgres_cpu_s() - pg_cpu, timezone.now()
-    ours = sum(cpu - backends.get(pid, 0.0) for pid, cpu in database_backends_cpu().items())
+    with DatabaseBackendsCpu(os.environ["DATABASE_URL"]) as backends:
+        window = polls_due_between(warm, end, expected=expected)
+        fleet_cpu, pg_cpu, cpu_to = fleet.cpu_s() - fleet_cpu, postgres_cpu_s() - pg_cpu, timezone.now()
+    ours = backends.seconds
     report_lags("    end to end", window, sizes.steady_s, expected=expected)
     polls = StatusCheck.objects.filter(sent_at__gte=cpu_from, sent_at__lt=cpu_to).count()
     if polls:
