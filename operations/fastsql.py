@@ -135,8 +135,7 @@ def update_rows(
     where: str = "",
     params: Sequence[Any] = (),
 ) -> list[object]:
-    """PostgreSQL: one UPDATE of many rows, each matched on `keys` (the primary key first) and given
-    its own `names` values.
+    """PostgreSQL: one UPDATE of many rows, each matched on `keys` and given its own `names` values.
 
     Each row holds the key values then the new values, prepared (`prep`). `where` may add a
     condition on the table (alias `o`) with its parameters after the rows'. Returns the primary
@@ -152,15 +151,12 @@ def update_rows(
     match = " AND ".join(
         f"o.{column(model, key)} = v.{alias}" for key, alias in zip(keys, aliases[: len(keys)], strict=True)
     )
-    pk = connection.ops.quote_name(model._meta.pk.column)
-    # The keys once more as `pk = ANY`: a prepared statement's generic plan then looks the rows up
-    # by primary key, whatever else `where` tests (it cannot know how selective a parameter is).
     sql = (
         f"UPDATE {table(model)} AS o SET {sets} FROM unnest({arrays}) AS v({', '.join(aliases)}) "
-        f"WHERE o.{pk} = ANY(%s::{array_type(model, model._meta.pk.name)}) AND {match}{where} RETURNING o.{pk}"
+        f"WHERE {match}{where} RETURNING o.{connection.ops.quote_name(model._meta.pk.column)}"
     )
     by_column = [list(values) for values in zip(*rows, strict=True)] if rows else [[] for _ in columns]
-    return [row[0] for row in fetchall(sql, [*by_column, by_column[0], *params])]
+    return [row[0] for row in fetchall(sql, [*by_column, *params])]
 
 
 def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:

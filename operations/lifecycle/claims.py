@@ -226,15 +226,11 @@ def charge_group(
     fastsql.lock_rows(Operation, sorted(op.pk for op, _ in claims))
     if connection.vendor == "postgresql":
         # The claims as two arrays: one statement text (and one prepared plan) for any group size.
-        # `id = ANY` first: a prepared statement's generic plan then looks the rows up by key
-        # instead of scanning every live operation for the pairs.
-        ids = fastsql.array_type(Operation, "id")
         claimed = (
-            f"id = ANY(%s::{ids}) AND (id, {fence}) IN "
-            f"(SELECT * FROM unnest(%s::{ids}, %s::{fastsql.array_type(Operation, 'fence')}))"
+            f"(id, {fence}) IN (SELECT * FROM unnest(%s::{fastsql.array_type(Operation, 'id')}, "
+            f"%s::{fastsql.array_type(Operation, 'fence')}))"
         )
-        keys = [op.pk for op, _ in claims]
-        claimed_params: list[object] = [keys, keys, [claim_fence for _, claim_fence in claims]]
+        claimed_params: list[object] = [[op.pk for op, _ in claims], [claim_fence for _, claim_fence in claims]]
     else:
         claimed = f"(id, {fence}) IN ({', '.join(['(%s, %s)'] * len(claims))})"
         claimed_params = [value for op, claim_fence in claims for value in (op.pk, claim_fence)]
