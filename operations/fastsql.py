@@ -21,7 +21,8 @@ from functools import cache
 from typing import Any, cast
 
 from django.db import connection
-from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]  # defined with psycopg 3 only
+# Typing: the class is defined only when psycopg 3 is installed (always, here), which the stubs cannot know.
+from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
 from django.db.backends.utils import CursorWrapper
 from django.db.models import BooleanField, CharField, Field, FloatField, IntegerField, Model
 
