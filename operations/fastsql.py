@@ -5,30 +5,16 @@ machine, as much as the round trip itself, and a poll runs a dozen statements (b
 measures it). The hot path therefore writes its statements directly, while still letting each
 model field adapt its values for the backend (JSON, time zones on SQLite), so the same SQL runs
 on PostgreSQL and SQLite. Everything off the hot path uses the ORM.
-
-On PostgreSQL these statements are also bound on the server and prepared (`_cursor`): Django's
-default cursor binds parameters in Python, re-parsing any statement of more than 50 parameters
-on every call, and the server then parses and plans it again. A statement over many rows
-passes one array per column (`unnest`), so its text, and its prepared plan, is the same for
-every group size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
 from django.db import connection
-# Typing: the class is defined only when psycopg 3 is installed (always, here), which the stubs cannot know.
-from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-from django.db.backends.utils import CursorWrapper
 from django.db.models import BooleanField, CharField, Field, FloatField, IntegerField, Model
-
-# Statements a connection keeps prepared once seen this often (psycopg's `prepare_threshold`; the
-# server then skips parsing and planning them). Only this module's cursors prepare statements.
-PREPARE_AFTER = 2
 
 
 @cache
@@ -79,52 +65,17 @@ def assignments(model: type[Model], values: Mapping[str, object]) -> tuple[str, 
     return ", ".join(parts), params
 
 
-@contextmanager
-def _cursor() -> Iterator[CursorWrapper]:
-    """PostgreSQL: a cursor that binds on the server and prepares repeated statements.
-
-    Django's own checks come first (the health check after a request boundary, the connection),
-    and errors come out as Django's, so callers and the reconnect logic see no difference.
-    """
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    if raw.prepare_threshold != PREPARE_AFTER:
-        # Django turns prepared statements off (for external poolers); our statements want them.
-        raw.prepare_threshold = PREPARE_AFTER
-    with connection.wrap_database_errors:
-        bound = ServerBindingCursor(raw)
-    wrapped = connection.make_debug_cursor(bound) if connection.queries_logged else connection.make_cursor(bound)
-    with wrapped:
-        yield wrapped
-
-
 def execute(sql: str, params: Sequence[Any]) -> int:
     """Run one statement; the number of rows it changed."""
-    with _cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 
 
 def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    with _cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
-
-
-def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with _cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def array_type(model: type[Model], name: str) -> str:
-    """The PostgreSQL array type of a column, for `unnest(%s::type[])`."""
-    return f"{_field(model, name).db_type(connection)}[]"
 
 
 def update_rows(
@@ -140,12 +91,15 @@ def update_rows(
 
     Each row holds the key values then the new values, prepared (`prep`). `where` may add a
     condition on the table (alias `o`) with its parameters after the rows'. Returns the primary
-    keys of the rows changed. The rows travel as one array per column, so the statement is the
-    same for any number of rows.
+    keys of the rows changed. Only the first VALUES row carries type casts: PostgreSQL types the
+    others from it, and the statement stays short enough for psycopg to cache its parsing.
     """
-    columns = [*keys, *names]
-    aliases = [f"v{index}" for index in range(len(columns))]
-    arrays = ", ".join(f"%s::{array_type(model, name)}" for name in columns)
+    # Only concrete columns are named here, never a generic relation.
+    fields = [cast("Field[Any, Any]", model._meta.get_field(name)) for name in (*keys, *names)]
+    aliases = [f"v{index}" for index in range(len(fields))]
+    first = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
+    other = ", ".join(["%s"] * len(fields))
+    values = ", ".join([f"({first})", *[f"({other})"] * (len(rows) - 1)])
     sets = ", ".join(
         f"{column(model, name)} = v.{alias}" for name, alias in zip(names, aliases[len(keys) :], strict=True)
     )
@@ -153,11 +107,12 @@ def update_rows(
         f"o.{column(model, key)} = v.{alias}" for key, alias in zip(keys, aliases[: len(keys)], strict=True)
     )
     sql = (
-        f"UPDATE {table(model)} AS o SET {sets} FROM unnest({arrays}) AS v({', '.join(aliases)}) "
+        f"UPDATE {table(model)} AS o SET {sets} FROM (VALUES {values}) AS v({', '.join(aliases)}) "
         f"WHERE {match}{where} RETURNING o.{connection.ops.quote_name(model._meta.pk.column)}"
     )
-    by_column = [list(values) for values in zip(*rows, strict=True)] if rows else [[] for _ in columns]
-    return [row[0] for row in fetchall(sql, [*by_column, *params])]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*(value for row in rows for value in row), *params])
+        return [row[0] for row in cursor.fetchall()]
 
 
 def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:
@@ -170,8 +125,8 @@ def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:
     if connection.vendor != "postgresql" or len(pks) < 2:
         return
     pk = connection.ops.quote_name(model._meta.pk.column)
-    fetchall(
-        f"SELECT 1 FROM {table(model)} WHERE {pk} = ANY(%s::{array_type(model, model._meta.pk.name)}) "
-        f"ORDER BY {pk} FOR UPDATE",
-        [list(pks)],
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {table(model)} WHERE {pk} IN ({', '.join(['%s'] * len(pks))}) ORDER BY {pk} FOR UPDATE",
+            list(pks),
+        )

@@ -26,7 +26,6 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from operations import fastsql
 from operations.audit.types import DATA_KEYS
 from operations.audit.verify import merkle
 from operations.models import AuditEntry
@@ -166,30 +165,8 @@ def append_many(*, entries: Sequence[NewEntry]) -> list[AuditEntry]:
         raise AuditError("audit.append must run inside the decision's transaction")
     log = settings.AUDIT_LOG_NAME
     rows = [_pending(entry, log=log) for entry in entries]
-    if not rows:
-        return rows
-    if connection.vendor != "postgresql":
+    if rows:
         AuditEntry.objects.bulk_create(rows)
-        return rows
-    # Every poll appends here: one statement from one array per column, the same text (and
-    # prepared plan) for any number of entries (operations/fastsql.py says why).
-    ids = fastsql.fetchall(
-        "INSERT INTO operations_auditentry (log, entry_hash, body, at, type, operation_id) "
-        "SELECT %s, v.entry_hash, v.body, v.at, v.type, v.operation_id "
-        "FROM unnest(%s::varchar[], %s::bytea[], %s::timestamptz[], %s::varchar[], %s::varchar[]) "
-        "WITH ORDINALITY AS v(entry_hash, body, at, type, operation_id, position) ORDER BY position RETURNING id",
-        [
-            log,
-            [row.entry_hash for row in rows],
-            [row.body for row in rows],
-            [row.at for row in rows],
-            [row.type for row in rows],
-            [row.operation_id for row in rows],
-        ],
-    )
-    for row, (pk,) in zip(rows, ids, strict=True):
-        row.pk = pk
-        row._state.adding = False
     return rows
 
 

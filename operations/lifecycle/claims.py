@@ -216,38 +216,41 @@ def charge_group(
     )
     fence, used = fastsql.column(Operation, "fence"), fastsql.column(Operation, "status_requests_used")
     budget, sequence = fastsql.column(Operation, "max_status_requests"), fastsql.column(Operation, "sequence")
-    live = (
-        f"{fastsql.column(Operation, 'status')} IN (%s, %s) AND {used} < {budget}"
+    pairs = ", ".join(["(%s, %s)"] * len(claims))
+    where = (
+        f"(id, {fence}) IN ({pairs}) AND {fastsql.column(Operation, 'status')} IN (%s, %s) AND {used} < {budget}"
         f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
         f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
     )
-    live_params = [Status.PENDING.value, Status.RUNNING.value, fastsql.prep(Operation, "lease_expires_at", now)]
+    for op, claim_fence in claims:
+        params += [op.pk, claim_fence]
+    params += [Status.PENDING.value, Status.RUNNING.value, fastsql.prep(Operation, "lease_expires_at", now)]
     increments = f"{fence} = {fence} + 1, {used} = {used} + 1, {sequence} = {sequence} + 1"
     fastsql.lock_rows(Operation, sorted(op.pk for op, _ in claims))
-    if connection.vendor == "postgresql":
-        # The claims as two arrays: one statement text (and one prepared plan) for any group size.
-        claimed = (
-            f"(id, {fence}) IN (SELECT * FROM unnest(%s::{fastsql.array_type(Operation, 'id')}, "
-            f"%s::{fastsql.array_type(Operation, 'fence')}))"
-        )
-        claimed_params: list[object] = [[op.pk for op, _ in claims], [claim_fence for _, claim_fence in claims]]
-    else:
-        claimed = f"(id, {fence}) IN ({', '.join(['(%s, %s)'] * len(claims))})"
-        claimed_params = [value for op, claim_fence in claims for value in (op.pk, claim_fence)]
-    rows = fastsql.fetchall(
-        f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {claimed} AND {live} RETURNING id",
-        [*params, *claimed_params, *live_params],
-    )
-    won = {row[0] for row in rows}
+    with connection.cursor() as cursor:
+        # Typing: the parameters are ints, strings and datetimes the driver adapts.
+        cursor.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where} RETURNING id", params)  # type: ignore[arg-type]
+        won = {row[0] for row in cursor.fetchall()}
     charged = [(op, claim_fence) for op, claim_fence in claims if op.pk in won]
     if not charged:
         return {}
-    check_ids = _insert_checks(
-        rows=[
-            (op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now)
-            for op, claim_fence in charged
-        ]
-    )
+    names = ("operation", "account", "fence", "due_at", "started_at", "sent_at")
+    columns = ", ".join(fastsql.column(StatusCheck, name) for name in (*names, *_CHECK_SENT_FIELDS[5:]))
+    blank = StatusCheck()
+    defaults = [fastsql.prep(StatusCheck, name, getattr(blank, name)) for name in _CHECK_SENT_FIELDS[5:]]
+    values, params = [], []
+    for op, claim_fence in charged:
+        row = [op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now]
+        params += [fastsql.prep(StatusCheck, name, value) for name, value in zip(names, row, strict=True)] + defaults
+        values.append(f"({', '.join(['%s'] * (len(names) + len(defaults)))})")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES {', '.join(values)} "
+            f"RETURNING id, {fastsql.column(StatusCheck, 'operation')}",
+            # Typing: the parameters are ints, strings and datetimes the driver adapts.
+            params,  # type: ignore[arg-type]
+        )
+        check_ids = {operation_id: pk for pk, operation_id in cursor.fetchall()}
     sent: dict[str, SentCheck] = {}
     for op, claim_fence in charged:
         op.fence, op.status = claim_fence + 1, Status.RUNNING
@@ -258,36 +261,6 @@ def charge_group(
             check_ids[op.pk], op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now
         )
     return sent
-
-
-def _insert_checks(*, rows: list[tuple[str, str, int, datetime | None, datetime, datetime]]) -> dict[str, int]:
-    """Insert a group's sent status checks; their ids by operation.
-
-    PostgreSQL: one INSERT from one array per column (one statement text for any group size).
-    """
-    names = ("operation", "account", "fence", "due_at", "started_at", "sent_at")
-    blank = StatusCheck()
-    defaults = {name: fastsql.prep(StatusCheck, name, getattr(blank, name)) for name in _CHECK_SENT_FIELDS[5:]}
-    columns = ", ".join(fastsql.column(StatusCheck, name) for name in (*names, *defaults))
-    table, operation = fastsql.table(StatusCheck), fastsql.column(StatusCheck, "operation")
-    prepared = [
-        [fastsql.prep(StatusCheck, name, value) for name, value in zip(names, row, strict=True)] for row in rows
-    ]
-    if connection.vendor == "postgresql":
-        arrays = ", ".join(f"%s::{fastsql.array_type(StatusCheck, name)}" for name in names)
-        constants = ", ".join(["%s"] * len(defaults))
-        found = fastsql.fetchall(
-            f"INSERT INTO {table} ({columns}) SELECT v.*, {constants} FROM unnest({arrays}) AS v "
-            f"RETURNING id, {operation}",
-            [*defaults.values(), *[list(values) for values in zip(*prepared, strict=True)]],
-        )
-    else:
-        values = ", ".join([f"({', '.join(['%s'] * (len(names) + len(defaults)))})"] * len(rows))
-        found = fastsql.fetchall(
-            f"INSERT INTO {table} ({columns}) VALUES {values} RETURNING id, {operation}",
-            [value for row in prepared for value in (*row, *defaults.values())],
-        )
-    return {operation_id: pk for pk, operation_id in found}
 
 
 _CHECK_SENT_FIELDS = (
