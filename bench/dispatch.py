@@ -140,6 +140,56 @@ def postgres_cpu_s() -> float:
     return _cpu_of(postmaster) + sum(_cpu_of(pid) for pid in children)
 
 
+class DatabaseBackendsCpu:
+    """CPU seconds used by the PostgreSQL backends serving this benchmark's database, while running.
+
+    Backends come and go (a connection is replaced after CONN_MAX_AGE, a worker is recycled), so a
+    thread samples them every `every_s` and adds up each backend's CPU from its first sample to its
+    last: a floor (a backend's last fraction of a period before it exits is missed). The server's
+    other databases (other sessions' tests on a shared machine) and its own background processes
+    (WAL writer, checkpointer) are left out.
+    """
+
+    def __init__(self, url: str, every_s: float = 0.25) -> None:
+        import psycopg
+
+        self._conn = psycopg.connect(url, autocommit=True)
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self, *, opening: bool = False) -> None:
+        rows = self._conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        for (pid,) in rows:
+            cpu = _cpu_of(pid)
+            # Open when the window starts: counted from now; opened later: from its start.
+            self._first.setdefault(pid, cpu if opening else 0.0)
+            self._last[pid] = cpu
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self._sample()
+
+    def __enter__(self) -> DatabaseBackendsCpu:
+        self._sample(opening=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        self._conn.close()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._last[pid] - self._first[pid] for pid in self._last)
+
+
 def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):  # noqa: ANN201
     from operations.models import ProviderAccount, ProviderProfile
 
@@ -191,7 +241,21 @@ def create_operations(profile, count: int, *, first_due, spacing_s: float, tag: 
         for i in range(count)
     ]
     Operation.objects.bulk_create(rows, batch_size=2000)
+    analyze()
     return [row.id for row in rows]
+
+
+def analyze() -> None:
+    """Planner statistics for the rows just created, as a running database has them.
+
+    Without them (autovacuum analyses a new table only after a minute or so) the planner takes
+    the group statements' `status IN (...)` for selective and scans every live operation for
+    each one, which costs ~10 times the CPU in PostgreSQL per poll and measures nothing real.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE operations_operation")
 
 
 @dataclass
@@ -274,8 +338,10 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
     expected = round(sizes.steady_s / spacing)
     time.sleep(max(0.0, (warm - timezone.now()).total_seconds()))
     fleet_cpu, pg_cpu, cpu_from = fleet.cpu_s(), postgres_cpu_s(), timezone.now()
-    window = polls_due_between(warm, end, expected=expected)
-    fleet_cpu, pg_cpu, cpu_to = fleet.cpu_s() - fleet_cpu, postgres_cpu_s() - pg_cpu, timezone.now()
+    with DatabaseBackendsCpu(os.environ["DATABASE_URL"]) as backends:
+        window = polls_due_between(warm, end, expected=expected)
+        fleet_cpu, pg_cpu, cpu_to = fleet.cpu_s() - fleet_cpu, postgres_cpu_s() - pg_cpu, timezone.now()
+    ours = backends.seconds
     report_lags("    end to end", window, sizes.steady_s, expected=expected)
     polls = StatusCheck.objects.filter(sent_at__gte=cpu_from, sent_at__lt=cpu_to).count()
     if polls:
@@ -283,6 +349,8 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
         print(
             f"    CPU per poll: {fleet_cpu / polls * 1000:.1f} ms in pollerdash processes (workers, pusher,"
             f" monitor, dispatcher) + {pg_cpu / polls * 1000:.1f} ms in the PostgreSQL server"
+            f" ({ours / polls * 1000:.1f} ms in the backends serving this database; the rest is the server's"
+            " own processes and, on a shared machine, other databases)"
         )
     print(f"    {load()}")
     quiesce(ids)

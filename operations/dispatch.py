@@ -22,8 +22,10 @@ runs these steps in a loop on every host (any number of dispatchers may run at o
 5. `events.dispatcher_pass`: the layers above do their own due work (escalation policies and
    notifications, escalations.oncall), without the domain importing them.
 
-Every step returns how much work it did, so tests call one step at a time and the loop goes round
-again at once while a step stopped at its batch limit, sleeping otherwise (`idle_sleep_s`).
+The loop runs every step in a full pass every DISPATCH_SWEEP_EVERY_S and only step 3 in the
+passes in between (`run_pass(claims_only=True)`). Every step returns how much work it did, so
+tests call one step at a time and the loop goes round again at once while a step stopped at its
+batch limit, sleeping otherwise (`idle_sleep_s`, or the shortest sleep after a pass that claimed).
 `record_heartbeat` and `housekeeping` run on their own cadence. Locks are taken in the order used
 everywhere else: provider account rows (sorted by name), then operation rows, then the audit head.
 """
@@ -311,16 +313,29 @@ class PassResult:
     integrated: int = 0
     # A step stopped at its batch limit: more of its work is waiting right now.
     backlog: bool = False
+    # ...one of the steps other than claiming: the next pass must be a full one again.
+    housework_backlog: bool = False
 
     @property
     def did_work(self) -> bool:
         return bool(self.swept or self.requeued or self.claimed or self.callbacks or self.notifications)
 
 
-def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None = None) -> PassResult:
-    """One pass of every step, in order; the deadline sweep first so no claim is spent on it."""
+def run_pass(
+    *, owner: str, now: datetime | None = None, broker: Broker | None = None, claims_only: bool = False
+) -> PassResult:
+    """One pass of every step, in order; the deadline sweep first so no claim is spent on it.
+
+    `claims_only`: only step 3. The loop runs the other steps every DISPATCH_SWEEP_EVERY_S and
+    claims-only passes in between: at a medium load a pass every DISPATCH_MIN_SLEEP_S claims a
+    few polls, and the other steps' statements then cost more than the claims themselves.
+    """
     now = now or timezone.now()
     result = PassResult()
+    if claims_only:
+        result.claimed = len(claim_due(owner=owner, now=now, broker=broker))
+        result.backlog = result.claimed >= settings.DISPATCH_BATCH
+        return result
     result.swept = sweep_deadlines(now=now, limit=SWEEP_LIMIT)
     result.requeued = requeue_expired_leases(now=now, limit=REQUEUE_LIMIT)
     result.claimed = len(claim_due(owner=owner, now=now, broker=broker))
@@ -330,14 +345,14 @@ def run_pass(*, owner: str, now: datetime | None = None, broker: Broker | None =
     above = [done for _, done in events.dispatcher_pass.send(sender=PassResult, now=now, limit=settings.DISPATCH_BATCH)]
     # Typing: receivers return counts; isinstance keeps only ints.
     result.notifications = sum(done for done in above if isinstance(done, int))  # type: ignore[misc]
-    result.backlog = (
+    result.housework_backlog = (
         result.swept >= SWEEP_LIMIT
         or result.requeued >= REQUEUE_LIMIT
-        or result.claimed >= settings.DISPATCH_BATCH
         or result.callbacks >= settings.DISPATCH_BATCH
         or result.integrated >= integrate.BATCH
         or any(isinstance(done, int) and done >= settings.DISPATCH_BATCH for done in above)
     )
+    result.backlog = result.housework_backlog or result.claimed >= settings.DISPATCH_BATCH
     return result
 
 

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import BooleanField, CharField, Field, FloatField, IntegerField, Model
 
 
 @cache
@@ -32,8 +32,27 @@ def column(model: type[Model], name: str) -> str:
     return connection.ops.quote_name(_field(model, name).column)
 
 
+# Values that a field stores as they are on every backend, by exact type: prep passes them
+# through without Django's conversion chain (a group's statements prepare hundreds of values).
+_AS_IS: tuple[tuple[type[Field[Any, Any]], frozenset[type]], ...] = (
+    (CharField, frozenset({str, type(None)})),
+    (BooleanField, frozenset({bool, type(None)})),
+    (IntegerField, frozenset({int, type(None)})),
+    (FloatField, frozenset({float, type(None)})),
+)
+
+
+@cache
+def _stored_as_is(model: type[Model], name: str) -> frozenset[type]:
+    field = _field(model, name)
+    return next((types for kind, types in _AS_IS if isinstance(field, kind)), frozenset())
+
+
 def prep(model: type[Model], name: str, value: object) -> object:
     """The value as this backend stores it in that field (Django's get_db_prep_save)."""
+    # Exact types only: a subclass (an enum member, say) goes through Django's conversion.
+    if type(value) in _stored_as_is(model, name):
+        return value
     return _field(model, name).get_db_prep_save(value, connection)
 
 

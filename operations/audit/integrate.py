@@ -80,25 +80,59 @@ def integrate_once(*, log: str | None = None, limit: int = BATCH, now: datetime 
         if not rows:
             return 0
         edge = tree.frontier(log=log, size=size)
-        made: list[AuditTreeNode] = []
-        numbered: list[AuditEntry] = []
+        made: list[tuple[int, int, bytes]] = []
+        numbered: list[tuple[int, int]] = []
         for pk, seq, body, stored_hash in rows:
             leaf = merkle.leaf_hash(bytes(body))
             if seq is None:
                 if leaf.hex() != stored_hash:
                     raise IntegrationError(f"pending audit entry {pk} does not hash to its leaf hash")
-                numbered.append(AuditEntry(pk=pk, seq=edge.size + 1))
-            made += [
-                AuditTreeNode(log=log, level=level, index=index, hash=digest)
-                for level, index, digest in edge.push(leaf)
-            ]
-        if numbered:
-            AuditEntry.objects.bulk_update(numbered, ["seq"], batch_size=1000)
-        AuditTreeNode.objects.bulk_create(made, batch_size=2000)
+                numbered.append((pk, edge.size + 1))
+            made += edge.push(leaf)
+        _number(numbered)
+        _add_nodes(log=log, made=made)
         AuditTree.objects.filter(log=log).update(
             size=edge.size, root=edge.root().hex(), integrated_at=now or timezone.now()
         )
     return len(rows)
+
+
+# Every dispatcher pass integrates what the polls since the last one appended, so these two run
+# for every poll: on PostgreSQL each is one statement over arrays (no per-row parameters or CASE
+# arms to compile), a fraction of the ORM's bulk_update and bulk_create for the dispatcher and
+# the server.
+
+
+def _number(numbered: list[tuple[int, int]]) -> None:
+    """Give the pending entries (pk, seq) their numbers."""
+    if not numbered:
+        return
+    if connection.vendor != "postgresql":
+        AuditEntry.objects.bulk_update([AuditEntry(pk=pk, seq=seq) for pk, seq in numbered], ["seq"], batch_size=1000)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE operations_auditentry AS e SET seq = v.seq "
+            "FROM unnest(%s::bigint[], %s::bigint[]) AS v(id, seq) WHERE e.id = v.id",
+            [[pk for pk, _ in numbered], [seq for _, seq in numbered]],
+        )
+
+
+def _add_nodes(*, log: str, made: list[tuple[int, int, bytes]]) -> None:
+    """Store the tree's new complete subtrees (level, index, hash)."""
+    if connection.vendor != "postgresql":
+        AuditTreeNode.objects.bulk_create(
+            [AuditTreeNode(log=log, level=level, index=index, hash=digest) for level, index, digest in made],
+            batch_size=2000,
+        )
+        return
+    if made:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                'INSERT INTO operations_audittreenode (log, level, "index", hash) '
+                "SELECT %s, * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[])",
+                [log, [level for level, _, _ in made], [index for _, index, _ in made], [h for _, _, h in made]],
+            )
 
 
 def integrate_all(*, log: str | None = None, limit: int = BATCH) -> int:

@@ -86,15 +86,15 @@ def test_an_integrator_killed_mid_batch_loses_nothing_and_numbers_nothing_twice(
     append_entries(5)
     assert integrate.integrate_once(limit=2) == 2
     append_entries(3, start=6)
-    real = AuditTreeNode.objects.bulk_create
+    real = integrate._add_nodes
 
     def die(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # the process killed after numbering the batch, before its nodes
 
-    monkeypatch.setattr(AuditTreeNode.objects, "bulk_create", die)
+    monkeypatch.setattr(integrate, "_add_nodes", die)
     with pytest.raises(KeyboardInterrupt):
         integrate.integrate_once()
-    monkeypatch.setattr(AuditTreeNode.objects, "bulk_create", real)
+    monkeypatch.setattr(integrate, "_add_nodes", real)
     assert list(AuditEntry.objects.exclude(seq=None).values_list("seq", flat=True)) == [1, 2]
     assert AuditTree.objects.get().size == 2
     assert integrate.integrate_all() == 6

@@ -316,6 +316,22 @@ def test_an_operation_whose_next_poll_is_after_its_deadline_is_swept_at_the_dead
 
 
 @pytest.mark.django_db
+def test_a_claims_only_pass_claims_due_polls_and_leaves_the_sweep_to_the_next_full_pass(make_operation, clock):
+    deadline = T0 + timedelta(seconds=20)
+    passed = make_operation(job_id("slow_success"), deadline_at=deadline)
+    Operation.objects.filter(pk=passed.pk).update(next_poll_at=T0 + timedelta(hours=1))
+    due = make_operation(job_id("slow_success"))
+    clock.move_to(deadline, tick=False)
+    light = dispatch.run_pass(owner=OWNER, now=deadline, claims_only=True)
+    assert (light.swept, light.claimed) == (0, 1)
+    assert reload(due).claimed_at is not None
+    assert reload(passed).status == Status.PENDING  # not yet escalated: no sweep in this pass
+    full = dispatch.run_pass(owner=OWNER, now=deadline)
+    assert (full.swept, full.claimed) == (1, 0)
+    assert Escalation.objects.get(operation=passed).reason == Reason.DEADLINE_EXCEEDED
+
+
+@pytest.mark.django_db
 def test_the_sweep_leaves_an_operation_to_the_worker_holding_its_lease(make_operation, clock, fake_provider):
     deadline = T0 + timedelta(seconds=15)
     op = make_operation(job_id("slow_success"), deadline_at=deadline)

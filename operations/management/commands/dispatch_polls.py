@@ -1,11 +1,13 @@
 """`manage.py dispatch_polls [--once]`: the dispatcher loop (steps in operations/dispatch.py).
 
-Runs on every host next to `qcluster`; any number may run at once. Each pass sweeps deadlines
-(technical and business), re-queues expired leases, claims due operations (enqueueing their poll
-tasks in the same transaction), hands due callbacks to workers, and lets the human layer step
-escalation policies and hand due notifications to workers (operations.events.dispatcher_pass). It
-loops at once while a step left work waiting at its batch limit, and otherwise sleeps (at most
-DISPATCH_IDLE_SLEEP_S, less when the next due time is nearer, never below DISPATCH_MIN_SLEEP_S),
+Runs on every host next to `qcluster`; any number may run at once. Every pass claims due
+operations (enqueueing their poll tasks in the same transaction); every DISPATCH_SWEEP_EVERY_S a
+full pass also sweeps deadlines (technical and business), re-queues expired leases, hands due
+callbacks to workers, integrates pending audit entries, and lets the human layer step escalation
+policies and hand due notifications to workers (operations.events.dispatcher_pass). It loops at
+once while a step left work waiting at its batch limit, and otherwise sleeps (at most
+DISPATCH_IDLE_SLEEP_S, less when the next due time is nearer, never below DISPATCH_MIN_SLEEP_S;
+the shortest after a pass that claimed polls),
 warns of near business deadlines every `dispatch.WARNINGS_EVERY_S`, stops cleanly on SIGTERM or SIGINT
 (the current step finishes, exit status 0), and survives database outages by reconnecting with a
 short backoff.
@@ -60,7 +62,7 @@ class Command(BaseCommand):
             signal.signal(sig, on_signal)
         started_at = timezone.now()
         totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0, "notifications": 0}
-        last_heartbeat = last_housekeeping = last_warnings = 0.0
+        last_heartbeat = last_housekeeping = last_warnings = last_full = 0.0
         backoff = 0.0
         logger.info(
             "%s started (batch %s, idle sleep <= %s s)", name, settings.DISPATCH_BATCH, settings.DISPATCH_IDLE_SLEEP_S
@@ -70,7 +72,12 @@ class Command(BaseCommand):
                 # A request boundary for a long-running process: drops a connection past its
                 # CONN_MAX_AGE or broken by a database restart, so the next query reconnects.
                 close_old_connections()
-                result = dispatch.run_pass(owner=name, broker=broker)
+                # The sweeps, callbacks, audit integration and the layers above every
+                # DISPATCH_SWEEP_EVERY_S; the passes in between only claim due polls.
+                full = time.monotonic() - last_full >= settings.DISPATCH_SWEEP_EVERY_S
+                result = dispatch.run_pass(owner=name, broker=broker, claims_only=not full)
+                if full and not result.housework_backlog:
+                    last_full = time.monotonic()
                 totals["passes"] += 1
                 totals["swept"] += result.swept
                 totals["requeued"] += result.requeued
@@ -90,7 +97,9 @@ class Command(BaseCommand):
                     logger.warning("%s: database reachable again", name)
                     backoff = 0.0
                 if not result.backlog:
-                    stop.wait(dispatch.idle_sleep_s())
+                    # A pass that claimed polls expects more soon: the shortest sleep, without
+                    # asking the database when the next one is due.
+                    stop.wait(settings.DISPATCH_MIN_SLEEP_S if result.claimed else dispatch.idle_sleep_s())
             except DatabaseError as exc:
                 # The database went away (restart, failover, network): nothing was committed
                 # half-way, so drop the connection and try again shortly.

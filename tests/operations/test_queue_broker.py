@@ -1,0 +1,37 @@
+"""The task queue's broker (operations/queue_broker.py): one statement per step, same rules."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django_q.brokers import get_broker
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
+from django_q.tasks import async_task
+
+from operations.queue_broker import Broker
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_task_is_taken_once_and_gone_once_acknowledged():
+    broker = get_broker()
+    assert isinstance(broker, Broker)
+    async_task("operations.tasks.run_poll", "op_x", 1, broker=broker, task_name="poll-op_x-1")
+    (taken,) = broker.dequeue() or []
+    assert SignedPackage.loads(taken[1])["args"] == ("op_x", 1)
+    assert broker.dequeue() is None  # locked for `retry` seconds: nobody takes it twice
+    broker.acknowledge(taken[0])
+    assert not OrmQ.objects.exists()
+
+
+def test_the_broker_comes_back_after_its_connection_breaks():
+    broker = get_broker()
+    async_task("operations.tasks.run_poll", "op_y", 1, broker=broker, task_name="poll-op_y-1")
+    connection.ensure_connection()
+    # As after a database restart: the connection Django holds no longer works.
+    connection.connection.close()
+    assert broker.dequeue() is None  # the failed statement drops the connection
+    (taken,) = broker.dequeue() or []  # and the next pickup reconnects
+    broker.acknowledge(taken[0])
+    assert not OrmQ.objects.exists()
