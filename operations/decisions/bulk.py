@@ -244,7 +244,7 @@ def decide_bulk(
         )
         return BulkResult(bulk=refusal, results=[])
     with transaction.atomic():
-        operations = _lock_members(members)
+        locked = _lock_members(members)
         bulk = lifecycle_bulk.open_bulk(
             group=group, user=user, option=posted, comment=text, requested=len(members), now=now
         )
@@ -253,7 +253,7 @@ def decide_bulk(
             _decide_member(
                 bulk=bulk,
                 member=member,
-                operation_id=operations[member.escalation_id],
+                locked=locked.get(member.escalation_id),
                 user=user,
                 sign_in=sign_in,
                 option_id=posted,
@@ -262,6 +262,7 @@ def decide_bulk(
             )
             for member in members
         ]
+        lifecycle_bulk.link_members(decisions=[r.decision for r in results], bulk=bulk)
         applied = [r.decision.escalation_id for r in results if not r.refused]
         refused = [{"escalation_id": r.decision.escalation_id, "why": r.message} for r in results if r.refused]
         closed = lifecycle_bulk.close_bulk(
@@ -279,28 +280,35 @@ def decide_bulk(
     return BulkResult(bulk=closed, results=results)
 
 
-def _lock_members(members: list[Member]) -> dict[int, str]:
+def _lock_members(members: list[Member]) -> dict[int, tuple[Operation, Escalation]]:
     """Lock every member's operation, then every member's card, each in primary-key order (the
     lifecycle's lock order, and the poll path's order for groups of operations, so a bulk decision
-    and a group of polls cannot deadlock). Returns each card's operation id."""
-    operations = dict(
-        Escalation.objects.filter(pk__in=[m.escalation_id for m in members]).values_list("pk", "operation_id")
+    and a group of polls cannot deadlock). Returns each card's locked rows, as `lock_card` would."""
+    operation_ids = set(
+        Escalation.objects.filter(pk__in=[m.escalation_id for m in members]).values_list("operation_id", flat=True)
     )
-    list(
-        Operation.objects.select_for_update(of=("self",))
-        .filter(pk__in=set(operations.values()))
+    operations = {
+        op.pk: op
+        for op in Operation.objects.select_for_update(of=("self",))
+        .select_related("provider")
+        .filter(pk__in=operation_ids)
         .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    list(Escalation.objects.select_for_update().filter(pk__in=list(operations)).order_by("pk").values_list("pk"))
-    return operations
+    }
+    locked: dict[int, tuple[Operation, Escalation]] = {}
+    for escalation in (
+        Escalation.objects.select_for_update().filter(pk__in=[m.escalation_id for m in members]).order_by("pk")
+    ):
+        operation = operations[escalation.operation_id]
+        escalation.operation = operation
+        locked[escalation.pk] = (operation, escalation)
+    return locked
 
 
 def _decide_member(
     *,
     bulk: BulkDecision,
     member: Member,
-    operation_id: str,
+    locked: tuple[Operation, Escalation] | None,
     user: User,
     sign_in: SignIn | None,
     option_id: str,
@@ -309,8 +317,11 @@ def _decide_member(
 ) -> DecideResult:
     """One member, decided as a single decision would be, inside the bulk's transaction (its rows
     already locked). The label of the option applied is added to `labels` (the bulk's record names it)."""
+    if locked is None:  # the card vanished since the whole was checked (its operation archived)
+        raise Escalation.DoesNotExist(member.escalation_id)
     checked = check_decision(
-        operation_id=operation_id,
+        operation_id=locked[0].pk,
+        locked=locked,
         escalation_id=member.escalation_id,
         user=user,
         sign_in=sign_in,
@@ -333,5 +344,4 @@ def _decide_member(
     else:
         result = apply_offered(checked, user=user, sign_in=sign_in, comment=comment)
         labels.append(checked.option.label)
-    lifecycle_bulk.link_member(decision=result.decision, bulk=bulk)
     return result

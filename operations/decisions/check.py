@@ -99,10 +99,12 @@ def check_decision(
     posted_id: str,
     card_version: object,
     comment: str,
+    locked: tuple[Operation, Escalation] | None = None,
 ) -> Offered | Refused:
     """Lock the card and check the posted option against it, under the decider's sign-in. Call inside
-    the decision's transaction: the locks are held until it commits."""
-    operation, escalation = lock_card(operation_id=operation_id, escalation_id=escalation_id)
+    the decision's transaction: the locks are held until it commits. `locked`: the rows, already
+    locked in this transaction (a bulk decision locks all its members up front)."""
+    operation, escalation = locked or lock_card(operation_id=operation_id, escalation_id=escalation_id)
     now = timezone.now()
     card = load_card(escalation=escalation, operation=operation, now=now)
     if not card.is_open or posted_version(card_version) != escalation.version:

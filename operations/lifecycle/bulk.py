@@ -1,7 +1,7 @@
 """The record of a bulk decision over a group's cards (operations.decisions.bulk checks and drives it).
 
 A bulk decision is written in the bulk's one transaction: `open_bulk` before the members,
-`link_member` with each member's decision, and `close_bulk` after them with the
+`link_members` once the members are decided, and `close_bulk` after them with the
 `human.bulk_decision` entry (its last write). A request refused whole is only `close_bulk`.
 """
 
@@ -54,10 +54,11 @@ def _new_bulk(
     )
 
 
-def link_member(*, decision: Decision, bulk: BulkDecision) -> None:
-    """Mark a member's Decision (applied or refused) as part of the bulk; inside its transaction."""
-    Decision.objects.filter(pk=decision.pk).update(bulk=bulk)
-    decision.bulk = bulk
+def link_members(*, decisions: list[Decision], bulk: BulkDecision) -> None:
+    """Mark the members' Decisions (applied or refused) as part of the bulk, in one statement."""
+    Decision.objects.filter(pk__in=[d.pk for d in decisions]).update(bulk=bulk)
+    for decision in decisions:
+        decision.bulk = bulk
 
 
 def close_bulk(
