@@ -192,6 +192,29 @@ def keep_waiting(
     )
 
 
+# What a decision that lets polling continue writes on the operation (`grant` sets the bounds,
+# `_resume_polling` the rest): the row is written with these columns only, not all of them.
+RESUMED_FIELDS = (
+    "deadline_at",
+    "max_status_requests",
+    "max_transport_failures",
+    "extra_pending_states",
+    "check_spacing_s",
+    "approved_checks",
+    "status",
+    "next_poll_at",
+    "delay_source",
+    "business_deadline_waived_at",
+    "fence",
+    "lease_owner",
+    "lease_expires_at",
+    "claimed_at",
+    "claim_due_at",
+    "sequence",
+    "updated_at",
+)
+
+
 def _resume_polling(*, card: Card, option: Option, user: User, now: datetime) -> None:
     """Back to running after a decision that lets polling continue: the next poll due at once (or when
     the provider's wait ends), delay source manual_extension, the claim released, the card closed."""
@@ -203,7 +226,7 @@ def _resume_polling(*, card: Card, option: Option, user: User, now: datetime) ->
     release_claim(operation)
     operation.sequence += 1
     operation.updated_at = now
-    operation.save()
+    operation.save(update_fields=RESUMED_FIELDS)
     close_card(escalation=card.escalation, now=now, why=f"{option.label} — by {user.get_username()}")
 
 
