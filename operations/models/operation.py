@@ -25,8 +25,15 @@ class Operation(models.Model):
     """
 
     id = models.CharField(primary_key=True, max_length=32, editable=False)
+    # No index of its own: operation_agent_idx (agent, status, created_at) serves every lookup by
+    # agent, and each index is written again by every poll's non-HOT update of the row.
     agent = models.ForeignKey(
-        "operations.Agent", on_delete=models.PROTECT, null=True, blank=True, related_name="operations"
+        "operations.Agent",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="operations",
+        db_index=False,
     )
     # Who registered it, for people: "agent:<name>" or "operator:<username>".
     registered_by = models.CharField(max_length=200)
