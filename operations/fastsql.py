@@ -78,6 +78,11 @@ def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         return cursor.fetchone()
 
 
+def array_of(model: type[Model], name: str) -> str:
+    """PostgreSQL: the array type of a column (`varchar(32)[]`), for a statement over unnest()."""
+    return f"{_field(model, name).db_type(connection)}[]"
+
+
 def update_rows(
     model: type[Model],
     *,
@@ -86,33 +91,51 @@ def update_rows(
     rows: Sequence[Sequence[Any]],
     where: str = "",
     params: Sequence[Any] = (),
+    lock: bool = False,
 ) -> list[object]:
     """PostgreSQL: one UPDATE of many rows, each matched on `keys` and given its own `names` values.
 
     Each row holds the key values then the new values, prepared (`prep`). `where` may add a
     condition on the table (alias `o`) with its parameters after the rows'. Returns the primary
-    keys of the rows changed. Only the first VALUES row carries type casts: PostgreSQL types the
-    others from it, and the statement stays short enough for psycopg to cache its parsing.
+    keys of the rows changed. The rows travel as one array per column (unnest), so the statement's
+    text is the same for any number of rows: psycopg parses it once per process and PostgreSQL
+    parses a short statement instead of a VALUES list of hundreds of parameters. `lock`: the
+    statement first locks the rows in primary-key order (what `lock_rows` does, without its own
+    round trip); the first key must then be the primary key.
     """
-    # Only concrete columns are named here, never a generic relation.
-    fields = [cast("Field[Any, Any]", model._meta.get_field(name)) for name in (*keys, *names)]
-    aliases = [f"v{index}" for index in range(len(fields))]
-    first = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
-    other = ", ".join(["%s"] * len(fields))
-    values = ", ".join([f"({first})", *[f"({other})"] * (len(rows) - 1)])
+    columns = [*keys, *names]
+    aliases = [f"v{index}" for index in range(len(columns))]
+    arrays = ", ".join(f"%s::{array_of(model, name)}" for name in columns)
     sets = ", ".join(
         f"{column(model, name)} = v.{alias}" for name, alias in zip(names, aliases[len(keys) :], strict=True)
     )
     match = " AND ".join(
         f"o.{column(model, key)} = v.{alias}" for key, alias in zip(keys, aliases[: len(keys)], strict=True)
     )
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    arrays_params = [[row[index] for row in rows] for index in range(len(columns))]
+    locked, lock_params = "", []
+    if lock:
+        locked = f" AND o.{pk} IN ({locking_subquery(model)})"
+        lock_params = [sorted(arrays_params[0])]
     sql = (
-        f"UPDATE {table(model)} AS o SET {sets} FROM (VALUES {values}) AS v({', '.join(aliases)}) "
-        f"WHERE {match}{where} RETURNING o.{connection.ops.quote_name(model._meta.pk.column)}"
+        f"UPDATE {table(model)} AS o SET {sets} FROM unnest({arrays}) AS v({', '.join(aliases)}) "
+        f"WHERE {match}{where}{locked} RETURNING o.{pk}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*(value for row in rows for value in row), *params])
+        cursor.execute(sql, [*arrays_params, *params, *lock_params])
         return [row[0] for row in cursor.fetchall()]
+
+
+def locking_subquery(model: type[Model]) -> str:
+    """PostgreSQL: a subquery locking the rows whose primary keys its one parameter (an array)
+    holds, in primary-key order: `lock_rows` inside the statement that writes them.
+
+    LockRows runs above the Sort of a SELECT with ORDER BY and FOR UPDATE, so the rows are locked
+    in that order, and the enclosing statement writes only rows it returned, already locked.
+    """
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    return f"SELECT {pk} FROM {table(model)} WHERE {pk} = ANY(%s::{array_of(model, model._meta.pk.name)}) ORDER BY {pk} FOR UPDATE"
 
 
 def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:

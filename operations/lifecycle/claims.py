@@ -216,41 +216,40 @@ def charge_group(
     )
     fence, used = fastsql.column(Operation, "fence"), fastsql.column(Operation, "status_requests_used")
     budget, sequence = fastsql.column(Operation, "max_status_requests"), fastsql.column(Operation, "sequence")
-    pairs = ", ".join(["(%s, %s)"] * len(claims))
-    where = (
-        f"(id, {fence}) IN ({pairs}) AND {fastsql.column(Operation, 'status')} IN (%s, %s) AND {used} < {budget}"
-        f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
-        f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
-    )
-    for op, claim_fence in claims:
-        params += [op.pk, claim_fence]
-    params += [Status.PENDING.value, Status.RUNNING.value, fastsql.prep(Operation, "lease_expires_at", now)]
     increments = f"{fence} = {fence} + 1, {used} = {used} + 1, {sequence} = {sequence} + 1"
-    fastsql.lock_rows(Operation, sorted(op.pk for op, _ in claims))
+    live = f"{fastsql.column(Operation, 'status')} IN (%s, %s) AND {used} < {budget}"
+    reserved = (
+        f"{fastsql.column(Operation, 'claimed_at')} IS NOT NULL AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
+    )
+    params += [Status.PENDING.value, Status.RUNNING.value, fastsql.prep(Operation, "lease_expires_at", now)]
+    pks = sorted(op.pk for op, _ in claims)
+    if connection.vendor == "postgresql":
+        # One statement with a fixed text: the claims as two arrays, the rows locked in key order
+        # by the statement itself (fastsql.locking_subquery).
+        sql = (
+            f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {live} AND {reserved} "
+            f"AND (id, {fence}) IN (SELECT * FROM unnest(%s::{fastsql.array_of(Operation, 'id')}, %s::bigint[])) "
+            f"AND id IN ({fastsql.locking_subquery(Operation)}) RETURNING id"
+        )
+        params += [[op.pk for op, _ in claims], [claim_fence for _, claim_fence in claims], pks]
+    else:
+        pairs = ", ".join(["(%s, %s)"] * len(claims))
+        sql = f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {live} AND {reserved} AND (id, {fence}) IN ({pairs}) RETURNING id"
+        for op, claim_fence in claims:
+            params += [op.pk, claim_fence]
     with connection.cursor() as cursor:
-        # Typing: the parameters are ints, strings and datetimes the driver adapts.
-        cursor.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where} RETURNING id", params)  # type: ignore[arg-type]
+        # Typing: the parameters are ints, strings, datetimes and lists of them the driver adapts.
+        cursor.execute(sql, params)  # type: ignore[arg-type]
         won = {row[0] for row in cursor.fetchall()}
     charged = [(op, claim_fence) for op, claim_fence in claims if op.pk in won]
     if not charged:
         return {}
-    names = ("operation", "account", "fence", "due_at", "started_at", "sent_at")
-    columns = ", ".join(fastsql.column(StatusCheck, name) for name in (*names, *_CHECK_SENT_FIELDS[5:]))
-    blank = StatusCheck()
-    defaults = [fastsql.prep(StatusCheck, name, getattr(blank, name)) for name in _CHECK_SENT_FIELDS[5:]]
-    values, params = [], []
-    for op, claim_fence in charged:
-        row = [op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now]
-        params += [fastsql.prep(StatusCheck, name, value) for name, value in zip(names, row, strict=True)] + defaults
-        values.append(f"({', '.join(['%s'] * (len(names) + len(defaults)))})")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES {', '.join(values)} "
-            f"RETURNING id, {fastsql.column(StatusCheck, 'operation')}",
-            # Typing: the parameters are ints, strings and datetimes the driver adapts.
-            params,  # type: ignore[arg-type]
-        )
-        check_ids = {operation_id: pk for pk, operation_id in cursor.fetchall()}
+    check_ids = _insert_checks(
+        rows=[
+            [op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now]
+            for op, claim_fence in charged
+        ]
+    )
     sent: dict[str, SentCheck] = {}
     for op, claim_fence in charged:
         op.fence, op.status = claim_fence + 1, Status.RUNNING
@@ -261,6 +260,39 @@ def charge_group(
             check_ids[op.pk], op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now
         )
     return sent
+
+
+_SENT_NAMES = ("operation", "account", "fence", "due_at", "started_at", "sent_at")
+
+
+def _insert_checks(*, rows: list[list[object]]) -> dict[str, int]:
+    """Insert a group's status checks (values in _SENT_NAMES order, the rest blank); their ids by operation."""
+    blank = StatusCheck()
+    defaults = [fastsql.prep(StatusCheck, name, getattr(blank, name)) for name in _CHECK_SENT_FIELDS[5:]]
+    columns = ", ".join(fastsql.column(StatusCheck, name) for name in (*_SENT_NAMES, *_CHECK_SENT_FIELDS[5:]))
+    returning = f"RETURNING id, {fastsql.column(StatusCheck, 'operation')}"
+    prepared = [
+        [fastsql.prep(StatusCheck, name, value) for name, value in zip(_SENT_NAMES, row, strict=True)] for row in rows
+    ]
+    if connection.vendor == "postgresql":
+        # One array per column: a fixed statement text for any group size (fastsql.update_rows).
+        arrays = ", ".join(f"%s::{fastsql.array_of(StatusCheck, name)}" for name in _SENT_NAMES)
+        constants = ", ".join(
+            f"%s::{StatusCheck._meta.get_field(name).db_type(connection)}" for name in _CHECK_SENT_FIELDS[5:]
+        )
+        sql = (
+            f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) SELECT v.*, {constants} "
+            f"FROM unnest({arrays}) AS v {returning}"
+        )
+        params = [*defaults, *[[row[index] for row in prepared] for index in range(len(_SENT_NAMES))]]
+    else:
+        one = f"({', '.join(['%s'] * (len(_SENT_NAMES) + len(defaults)))})"
+        sql = f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES {', '.join([one] * len(rows))} {returning}"
+        params = [value for row in prepared for value in (*row, *defaults)]
+    with connection.cursor() as cursor:
+        # Typing: the parameters are ints, strings, datetimes and lists of them the driver adapts.
+        cursor.execute(sql, params)  # type: ignore[arg-type]
+        return {operation_id: pk for pk, operation_id in cursor.fetchall()}
 
 
 _CHECK_SENT_FIELDS = (

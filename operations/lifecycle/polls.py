@@ -281,10 +281,14 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
         for outcome in common:
             fields = changes[outcome.op.pk] = _decision_fields(outcome.op, outcome.decision, answer=outcome.answer)
             shapes.setdefault(tuple(fields), []).append((outcome, fields))
-        fastsql.lock_rows(Operation, sorted(changes))
+        # Locked in primary-key order (fastsql.lock_rows says why): by the one UPDATE itself when
+        # the outcomes share their changed columns (the usual case), else first, in one statement.
+        alone = len(shapes) == 1
+        if not alone:
+            fastsql.lock_rows(Operation, sorted(changes))
         won: set[str] = set()
         for names, rows in shapes.items():
-            won |= _update_many(names, rows)
+            won |= _update_many(names, rows, lock=alone)
         entries, checks = [], []
         for outcome in common:
             if outcome.op.pk not in won:
@@ -334,7 +338,7 @@ def _decision_entry(op: Operation, check: StatusCheck, decision: Decision, answe
     return decision_entry(op, **_decision_facts(op, check, decision, answer))
 
 
-def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, object]]]) -> set[str]:
+def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, object]]], *, lock: bool) -> set[str]:
     """One fenced UPDATE of many operations with the same changed columns; the ids it changed."""
     table, fence, status = (
         fastsql.table(Operation),
@@ -358,7 +362,9 @@ def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, obj
     where = f" AND o.{status} IN (%s, %s)"
     return set(
         # Typing: RETURNING id gives the operations' string ids.
-        fastsql.update_rows(Operation, keys=("id", "fence"), names=names, rows=[*values], where=where, params=live)  # type: ignore[arg-type]
+        fastsql.update_rows(  # type: ignore[arg-type]
+            Operation, keys=("id", "fence"), names=names, rows=values, where=where, params=live, lock=lock
+        )
     )
 
 
