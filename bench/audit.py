@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -75,77 +77,90 @@ def decision_data(n: int, at: str) -> dict[str, object]:
 # --- appends ----------------------------------------------------------------------------------------
 
 
-def bench_appends(writers: int, seconds: float) -> tuple[float, list[float], int]:
+def _append_writer(index: int, seconds: float, start_at: float, out: multiprocessing.Queue) -> None:
+    """One writer process: audit.append in its own transaction until the deadline."""
     from django.db import connection, transaction
 
     from operations.audit import entries as audit
 
-    latencies: list[list[float]] = [[] for _ in range(writers)]
-    errors: list[str] = []
-    barrier = threading.Barrier(writers)
+    latencies: list[float] = []
+    error = ""
+    now = audit.iso(datetime.now(UTC))
+    try:
+        connection.ensure_connection()
+        time.sleep(max(0.0, start_at - time.time()))  # every writer starts at the same moment
+        deadline = time.perf_counter() + seconds
+        while True:
+            start = time.perf_counter()
+            if start >= deadline:
+                break
+            with transaction.atomic():
+                audit.append(
+                    entry_type="controller.decision",
+                    actor=audit.SYSTEM_CONTROLLER,
+                    operation_id=f"op_bench{index:02d}",
+                    data=decision_data(len(latencies), now),
+                )
+            latencies.append(time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 - reported in the output
+        error = repr(exc)
+    finally:
+        connection.close()
+    out.put((len(latencies), latencies, error))
 
-    def writer(index: int) -> None:
-        now = audit.iso(datetime.now(UTC))
-        try:
-            barrier.wait()
+
+def _bare_writer(seconds: float, start_at: float, out: multiprocessing.Queue) -> None:
+    from django.db import connection
+
+    done = 0
+    try:
+        with connection.cursor() as cursor:
+            body = b"x" * 700
+            time.sleep(max(0.0, start_at - time.time()))
             deadline = time.perf_counter() + seconds
-            while True:
-                start = time.perf_counter()
-                if start >= deadline:
-                    break
-                with transaction.atomic():
-                    audit.append(
-                        entry_type="controller.decision",
-                        actor=audit.SYSTEM_CONTROLLER,
-                        operation_id=f"op_bench{index:02d}",
-                        data=decision_data(len(latencies[index]), now),
-                    )
-                latencies[index].append(time.perf_counter() - start)
-        except Exception as exc:  # noqa: BLE001 - reported in the output
-            errors.append(repr(exc))
-        finally:
-            connection.close()
+            while time.perf_counter() < deadline:
+                cursor.execute("BEGIN")
+                cursor.execute("INSERT INTO bench_bare (body) VALUES (%s)", [body])
+                cursor.execute("COMMIT")
+                done += 1
+    finally:
+        connection.close()
+    out.put((done, [], ""))
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - began
-    flat = [value for values in latencies for value in values]
-    return len(flat) / elapsed, flat, len(errors)
+
+def _in_processes(
+    target: Callable[..., None], args: Callable[[int], tuple[object, ...]], writers: int, seconds: float
+) -> tuple[float, list[float], int]:
+    """Run `writers` forked processes (each its own connection, as deployed workers are: threads in
+    one process would measure the GIL instead) starting together; (rate, latencies, errors)."""
+    from django.db import connections
+
+    connections.close_all()  # a forked child must not share the parent's socket
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    start_at = time.time() + 1.0
+    processes = [context.Process(target=target, args=(*args(i), seconds, start_at, out)) for i in range(writers)]
+    for process in processes:
+        process.start()
+    results = [out.get(timeout=seconds + 120) for _ in processes]
+    for process in processes:
+        process.join()
+    flat = [value for _, latencies, _ in results for value in latencies]
+    return sum(count for count, _, _ in results) / seconds, flat, sum(1 for _, _, error in results if error)
+
+
+def bench_appends(writers: int, seconds: float) -> tuple[float, list[float], int]:
+    return _in_processes(_append_writer, lambda i: (i,), writers, seconds)
 
 
 def bench_bare_insert(seconds: float, writers: int = 1) -> float:
-    """One-row INSERT + COMMIT loops, `writers` at once, each on its own connection: the reference."""
+    """One-row INSERT + COMMIT loops, `writers` processes at once, each on its own connection: the reference."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS bench_bare (id bigserial PRIMARY KEY, body bytea)")
-    counts = [0] * writers
-    barrier = threading.Barrier(writers)
-
-    def writer(index: int) -> None:
-        try:
-            with connection.cursor() as cursor:
-                body = b"x" * 700
-                barrier.wait()
-                deadline = time.perf_counter() + seconds
-                while time.perf_counter() < deadline:
-                    cursor.execute("BEGIN")
-                    cursor.execute("INSERT INTO bench_bare (body) VALUES (%s)", [body])
-                    cursor.execute("COMMIT")
-                    counts[index] += 1
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / seconds
+    rate, _, _ = _in_processes(_bare_writer, lambda i: (), writers, seconds)
+    return rate
 
 
 def bench_integration_lag(writers: int, seconds: float) -> tuple[float, list[float], float]:

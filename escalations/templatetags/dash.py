@@ -62,7 +62,10 @@ def countdown(value: datetime | None, label: str, empty: str = "") -> str:
         return empty
     now = timezone.now()
     delta = value - now
-    if delta <= timedelta(0):
+    if abs(delta) < timedelta(seconds=1):
+        # Within the second it falls: "in 0 s" / "passed 0 s ago" read as a glitch.
+        words, urgency = f"{label} now".strip(), "overdue" if delta <= timedelta(0) else "soon"
+    elif delta <= timedelta(0):
         words, urgency = f"{label} passed {human_duration(-delta)} ago".strip(), "overdue"
     else:
         words = f"{label} in {human_duration(delta)}".strip()

@@ -61,12 +61,29 @@ def _response_tables(responses: figures.ResponseFigures) -> list[dict[str, Any]]
     return tables
 
 
+def _lag_cause(snap: metrics.Snapshot) -> str:
+    """Why the lag is high, as far as the panel can tell. Polls that fell due while no dispatcher
+    ran are late when it starts (after a deploy, or the first minutes of `make demo`): saying so
+    keeps an engineer from scaling workers for a backlog that is already draining."""
+    dispatchers = [process for process in snap.processes if process.kind == "dispatcher" and process.alive]
+    if dispatchers:
+        # The oldest live dispatcher: if even it is young, no dispatcher ran when these polls fell due.
+        started = max((snap.at - process.started_at).total_seconds() for process in dispatchers)
+        if started < metrics.LAG_WINDOW.total_seconds():
+            return (
+                f"a dispatcher started {started:.0f} s ago, so polls that fell due while none ran count as late "
+                f"for the {int(metrics.LAG_WINDOW.total_seconds() // 60)}-minute window; if it stays high, "
+                "workers are too few or busy."
+            )
+    return "workers are too few or busy."
+
+
 def _warnings(snap: metrics.Snapshot) -> list[str]:
     found = []
     if not snap.live_processes.get("dispatcher"):
         found.append("No dispatcher has sent a heartbeat recently: due polls are not being handed to workers.")
     if snap.lag.p95 is not None and snap.lag.p95 > LAG_WARN_S:
-        found.append(f"Dispatch lag p95 is {snap.lag.p95:.2f} s (over {LAG_WARN_S:g} s): workers are too few or busy.")
+        found.append(f"Dispatch lag p95 is {snap.lag.p95:.2f} s (over {LAG_WARN_S:g} s): {_lag_cause(snap)}")
     if snap.oldest_due_age_s is not None and snap.oldest_due_age_s > OLDEST_DUE_WARN_S:
         found.append(
             f"An operation has been due for {snap.oldest_due_age_s:.0f} s without a claim: dispatchers are "

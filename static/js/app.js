@@ -175,7 +175,7 @@
       const delta = (at - now) / 1000;
       if (el.dataset.rel === "countdown") {
         const label = el.dataset.label || "";
-        el.textContent = (delta <= 0 ? label + " passed " + humanDuration(delta) + " ago" : label + " in " + humanDuration(delta)).trim();
+        el.textContent = (Math.abs(delta) < 1 ? label + " now" : delta <= 0 ? label + " passed " + humanDuration(delta) + " ago" : label + " in " + humanDuration(delta)).trim();
         el.classList.toggle("urgency-overdue", delta <= 0);
         el.classList.toggle("urgency-soon", delta > 0 && delta <= 900);
         el.classList.toggle("urgency-later", delta > 900);

@@ -14,7 +14,7 @@ from django_q.models import OrmQ
 
 from operations import dispatch, metrics
 from operations.lifecycle.cards import escalate
-from operations.models import Operation, ProviderAccount, StatusCheck
+from operations.models import Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
 from operations.vocabulary import Reason
 from tests.support import T0, job_id
 
@@ -120,6 +120,23 @@ def test_the_system_panel_shows_what_an_on_call_engineer_needs(busy_system, clie
     assert "Deadline exceeded" in html
     assert "append-only triggers" in html  # the audit protection checks
     assert "<html" in html
+
+
+def test_lag_right_after_a_dispatcher_started_is_explained_as_a_draining_backlog(
+    busy_system, client, django_user_model
+):
+    """After a deploy (or `make demo`), polls that fell due while no dispatcher ran are late: the
+    panel says so instead of sending the engineer to add workers."""
+    ProcessHeartbeat.objects.filter(name="dispatcher@host-a:11").update(started_at=T0 - timedelta(seconds=40))
+    client.force_login(a_viewer(django_user_model, "viewer4"))
+    html = client.get(reverse("system")).content.decode()
+    assert "Dispatch lag p95 is 1.37 s (over 1 s): a dispatcher started 40 s ago" in html
+    assert "too few or busy" in html  # still named, for a lag that outlives the backlog
+
+    ProcessHeartbeat.objects.filter(name="dispatcher@host-a:11").update(started_at=T0 - timedelta(hours=1))
+    html = client.get(reverse("system")).content.decode()
+    assert "Dispatch lag p95 is 1.37 s (over 1 s): workers are too few or busy." in html
+    assert "started" not in html.split("Dispatch lag p95")[1].split("</p>")[0]
 
 
 def test_the_panel_refresh_returns_only_the_fragment(busy_system, client, django_user_model):
