@@ -10,11 +10,12 @@ on PostgreSQL and SQLite. Everything off the hot path uses the ORM.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any, cast
 
 from django.db import connection
-from django.db.models import BooleanField, CharField, Field, FloatField, IntegerField, Model
+from django.db.models import BooleanField, CharField, DateTimeField, Field, FloatField, IntegerField, Model
 
 
 @cache
@@ -39,6 +40,7 @@ _AS_IS: tuple[tuple[type[Field[Any, Any]], frozenset[type]], ...] = (
     (BooleanField, frozenset({bool, type(None)})),
     (IntegerField, frozenset({int, type(None)})),
     (FloatField, frozenset({float, type(None)})),
+    (DateTimeField, frozenset({type(None)})),
 )
 
 
@@ -48,10 +50,18 @@ def _stored_as_is(model: type[Model], name: str) -> frozenset[type]:
     return next((types for kind, types in _AS_IS if isinstance(field, kind)), frozenset())
 
 
+@cache
+def _aware_as_is(model: type[Model], name: str) -> bool:
+    # psycopg stores an aware datetime itself; SQLite needs Django's conversion to text.
+    return connection.vendor == "postgresql" and isinstance(_field(model, name), DateTimeField)
+
+
 def prep(model: type[Model], name: str, value: object) -> object:
     """The value as this backend stores it in that field (Django's get_db_prep_save)."""
     # Exact types only: a subclass (an enum member, say) goes through Django's conversion.
     if type(value) in _stored_as_is(model, name):
+        return value
+    if type(value) is datetime and value.tzinfo is not None and _aware_as_is(model, name):
         return value
     return _field(model, name).get_db_prep_save(value, connection)
 
@@ -78,9 +88,15 @@ def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         return cursor.fetchone()
 
 
+@cache
+def type_of(model: type[Model], name: str) -> str:
+    """The column's database type (`varchar(32)`), for a cast."""
+    return str(_field(model, name).db_type(connection))
+
+
 def array_of(model: type[Model], name: str) -> str:
     """PostgreSQL: the array type of a column (`varchar(32)[]`), for a statement over unnest()."""
-    return f"{_field(model, name).db_type(connection)}[]"
+    return f"{type_of(model, name)}[]"
 
 
 def update_rows(
@@ -135,7 +151,8 @@ def locking_subquery(model: type[Model]) -> str:
     in that order, and the enclosing statement writes only rows it returned, already locked.
     """
     pk = connection.ops.quote_name(model._meta.pk.column)
-    return f"SELECT {pk} FROM {table(model)} WHERE {pk} = ANY(%s::{array_of(model, model._meta.pk.name)}) ORDER BY {pk} FOR UPDATE"
+    keys = f"%s::{array_of(model, model._meta.pk.name)}"
+    return f"SELECT {pk} FROM {table(model)} WHERE {pk} = ANY({keys}) ORDER BY {pk} FOR UPDATE"
 
 
 def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:
