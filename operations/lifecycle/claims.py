@@ -147,8 +147,7 @@ def charge(
     sequence = fastsql.column(Operation, "sequence")
     # The request count and the status are visible to agents: the sequence moves with them.
     increments = f"{used} = {used} + 1, {sequence} = {sequence} + 1"
-    if fastsql.execute(f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where}", params) != 1:
-        return None
+    update = f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where}"
     check = StatusCheck(
         operation=op,
         account=op.account,
@@ -159,10 +158,25 @@ def charge(
     )
     values = {"operation": op.pk, **{name: getattr(check, name) for name in _CHECK_SENT_FIELDS}}
     columns = ", ".join(fastsql.column(StatusCheck, name) for name in values)
-    row = fastsql.fetchone(
-        f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
-        [fastsql.prep(StatusCheck, name, value) for name, value in values.items()],
-    )
+    inserted = [fastsql.prep(StatusCheck, name, value) for name, value in values.items()]
+    if connection.vendor == "postgresql":
+        # One round trip: the check is inserted only if the fenced charge changed the row.
+        casts = ", ".join(f"%s::{fastsql.type_of(StatusCheck, name)}" for name in values)
+        row = fastsql.fetchone(
+            f"WITH charged AS ({update} RETURNING id) INSERT INTO {fastsql.table(StatusCheck)} ({columns}) "
+            f"SELECT {casts} FROM charged RETURNING id",
+            [*params, *inserted],
+        )
+        if row is None:
+            return None
+    else:
+        if fastsql.execute(update, params) != 1:
+            return None
+        row = fastsql.fetchone(
+            f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) "
+            f"VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
+            inserted,
+        )
     check.pk = row[0] if row else None
     op.fence, op.status = fence + 1, Status.RUNNING
     op.status_requests_used += 1

@@ -52,11 +52,26 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
         )
         fields = _decision_fields(op, decision, answer=answer)
         sets, params = fastsql.assignments(Operation, fields)
-        updated = fastsql.execute(
+        update = (
             f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE id = %s AND {fastsql.column(Operation, 'fence')} = %s "
-            f"AND {fastsql.column(Operation, 'status')} IN (%s, %s)",
-            [*params, op.pk, check.fence, Status.PENDING.value, Status.RUNNING.value],
+            f"AND {fastsql.column(Operation, 'status')} IN (%s, %s)"
         )
+        params += [op.pk, check.fence, Status.PENDING.value, Status.RUNNING.value]
+        _fill_check(check, decision=decision, answer=answer)
+        answered, answer_params = fastsql.assignments(
+            StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS}
+        )
+        answer_check = f"UPDATE {fastsql.table(StatusCheck)} SET {answered} WHERE id = %s"
+        if connection.vendor == "postgresql":
+            # One round trip: the check is answered only if the fenced update changed the operation.
+            updated = fastsql.execute(
+                f"WITH won AS ({update} RETURNING id) {answer_check} AND EXISTS (SELECT 1 FROM won)",
+                [*params, *answer_params, check.pk],
+            )
+        else:
+            updated = fastsql.execute(update, params)
+            if updated:
+                fastsql.execute(answer_check, [*answer_params, check.pk])
         if not updated:
             current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
             if current is None:
@@ -65,16 +80,12 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
                 if paused:
                     _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
                 return False
-            _fill_check(check, decision=decision, answer=answer)
             _record_after_terminal(current, check, decision, answer)
             if paused:
                 _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
             return True
         for name, value in fields.items():
             setattr(op, name, value)
-        _fill_check(check, decision=decision, answer=answer)
-        sets, params = fastsql.assignments(StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS})
-        fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*params, check.pk])
         controller_decision(op, **_decision_facts(op, check, decision, answer))
         if paused:
             _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
