@@ -65,6 +65,9 @@ def lock_account(*, name: str) -> ProviderAccount:
     return account
 
 
+_SHARED_NAMES = ["id", "name", "paused_until", "pause_reason"]
+
+
 def share_account(*, name: str) -> ProviderAccount | None:
     """The account row under a shared lock (PostgreSQL FOR SHARE), or None if it does not exist.
 
@@ -78,14 +81,12 @@ def share_account(*, name: str) -> ProviderAccount | None:
     """
     if connection.vendor != "postgresql":
         return ProviderAccount.objects.filter(name=name).first()
-    found = list(
-        ProviderAccount.objects.raw(
-            f"SELECT id, name, paused_until, pause_reason FROM {fastsql.table(ProviderAccount)} "
-            "WHERE name = %s FOR SHARE",
-            [name],
-        )
+    # Plain SQL on every charge (fastsql says why); psycopg returns these columns as Django stores them.
+    row = fastsql.fetchone(
+        f"SELECT id, name, paused_until, pause_reason FROM {fastsql.table(ProviderAccount)} WHERE name = %s FOR SHARE",
+        [name],
     )
-    return found[0] if found else None
+    return None if row is None else ProviderAccount.from_db(connection.alias, _SHARED_NAMES, row)
 
 
 def has_room(*, account: str, rate_per_s: float, now: datetime) -> bool:
