@@ -30,7 +30,6 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Field
-from django.db.models.expressions import Col
 from django.utils import timezone
 
 from operations import fastsql, http, pacing
@@ -195,19 +194,6 @@ def _select_sql() -> str:
     )
 
 
-@cache
-def _converters() -> tuple[tuple[int, Col, tuple[Any, ...]], ...]:
-    """Per selected column, the conversions Django applies to what the backend returns (JSON text,
-    SQLite's datetimes), as its query compiler does: the hot path reads plain rows instead."""
-    found = []
-    for index, field in enumerate(_hot_fields()):
-        col = field.cached_col
-        converters = (*fastsql.connection.ops.get_db_converters(col), *col.get_db_converters(fastsql.connection))
-        if converters:
-            found.append((index, col, converters))
-    return tuple(found)
-
-
 def _load_for_poll(operation_id: str) -> Operation | None:
     """The operation with its profile; profiles are cached per process until they change."""
     found = load_for_polls([operation_id])
@@ -224,18 +210,13 @@ def load_for_polls(operation_ids: list[str]) -> dict[str, Operation]:
     with fastsql.connection.cursor() as cursor:
         cursor.execute(f"{_select_sql()} WHERE {where}", operation_ids)
         rows = cursor.fetchall()
-    names = [field.attname for field in _hot_fields()]
-    converters = _converters()
+    names = tuple(field.attname for field in _hot_fields())
     loaded = {}
     for row in rows:
-        values = list(row)
-        for index, col, functions in converters:
-            for function in functions:
-                values[index] = function(values[index], col, fastsql.connection)
-        op = Operation.from_db(fastsql.connection.alias, names, values[:-1])
+        op = fastsql.instance(Operation, names, row[:-1])
         # The stamp is compared as the backend returned it (a string on SQLite, a datetime on
         # PostgreSQL): equal stamps mean an unchanged profile.
-        stamp = values[-1]
+        stamp = row[-1]
         cached = _profiles.get(op.provider_id)
         if cached is None or cached[0] != stamp:
             cached = (stamp, ProviderProfile.objects.get(pk=op.provider_id))

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django.db import connection
 from django.db.models import BooleanField, CharField, DateTimeField, Field, FloatField, IntegerField, Model
+
+_M = TypeVar("_M", bound=Model)
 
 
 @cache
@@ -75,11 +77,40 @@ def assignments(model: type[Model], values: Mapping[str, object]) -> tuple[str, 
     return ", ".join(parts), params
 
 
+@cache
+def _converters(model: type[Model], names: tuple[str, ...]) -> tuple[tuple[int, Any, tuple[Any, ...]], ...]:
+    # Per column, what Django's query compiler applies to a value the backend returned (JSON
+    # text, SQLite's datetimes); most columns need nothing.
+    found = []
+    for index, name in enumerate(names):
+        col = _field(model, name).cached_col
+        converters = (*connection.ops.get_db_converters(col), *col.get_db_converters(connection))
+        if converters:
+            found.append((index, col, converters))
+    return tuple(found)
+
+
+def instance(model: type[_M], names: tuple[str, ...], row: Sequence[Any]) -> _M:
+    """A model instance from a plain row of the columns `names` (attnames, in the row's order),
+    converted as the ORM would; the other columns are left deferred, as `only()` would."""
+    values = list(row)
+    for index, col, functions in _converters(model, names):
+        for function in functions:
+            values[index] = function(values[index], col, connection)
+    return model.from_db(connection.alias, names, values)
+
+
 def execute(sql: str, params: Sequence[Any]) -> int:
     """Run one statement; the number of rows it changed."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
+
+
+def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:

@@ -65,7 +65,7 @@ def lock_account(*, name: str) -> ProviderAccount:
     return account
 
 
-_SHARED_NAMES = ["id", "name", "paused_until", "pause_reason"]
+_SHARED_NAMES = ("id", "name", "paused_until", "pause_reason")
 
 
 def share_account(*, name: str) -> ProviderAccount | None:
@@ -86,7 +86,7 @@ def share_account(*, name: str) -> ProviderAccount | None:
         f"SELECT id, name, paused_until, pause_reason FROM {fastsql.table(ProviderAccount)} WHERE name = %s FOR SHARE",
         [name],
     )
-    return None if row is None else ProviderAccount.from_db(connection.alias, _SHARED_NAMES, row)
+    return None if row is None else fastsql.instance(ProviderAccount, _SHARED_NAMES, row)
 
 
 def has_room(*, account: str, rate_per_s: float, now: datetime) -> bool:
@@ -136,17 +136,17 @@ def claimed_unsent(*, account: str, now: datetime) -> int:
     A worker's charge clears `claimed_at`, and from then on the request counts in the window
     instead, so every admitted claim is counted exactly once until it leaves the window.
     """
-    return (
-        Operation.objects.filter(
-            account=account,
-            status__in=sorted(POLLABLE_STATUSES),
-            next_poll_at__lte=now,  # claimed operations are due: this keeps the scan on the due index
-            claimed_at__isnull=False,
-            lease_expires_at__gt=now,
-        )
-        .order_by()
-        .count()
+    live = ", ".join(["%s"] * len(POLLABLE_STATUSES))
+    row = fastsql.fetchone(
+        f"SELECT COUNT(*) FROM {fastsql.table(Operation)} WHERE {fastsql.column(Operation, 'account')} = %s "
+        f"AND {fastsql.column(Operation, 'status')} IN ({live}) "
+        # Claimed operations are due: this keeps the scan on the due index.
+        f"AND {fastsql.column(Operation, 'next_poll_at')} <= %s "
+        f"AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL "
+        f"AND {fastsql.column(Operation, 'lease_expires_at')} > %s",
+        [account, *sorted(POLLABLE_STATUSES), *[fastsql.prep(Operation, "next_poll_at", now)] * 2],
     )
+    return row[0] if row else 0
 
 
 def admissible(*, account: str, rate_per_s: float, now: datetime) -> int:

@@ -38,6 +38,18 @@ def due_unclaimed(*, now: datetime) -> QuerySet[Operation]:
     return Operation.objects.filter(status__in=_POLLABLE, next_poll_at__lte=now).filter(unleased(now)).order_by()
 
 
+def due_accounts(*, now: datetime) -> list[str]:
+    """The accounts with due unclaimed operations, sorted (a claiming pass's first statement)."""
+    lease = fastsql.column(Operation, "lease_expires_at")
+    rows = fastsql.fetchall(
+        f"SELECT DISTINCT {fastsql.column(Operation, 'account')} FROM {fastsql.table(Operation)} "
+        f"WHERE {fastsql.column(Operation, 'status')} IN ({', '.join(['%s'] * len(_POLLABLE))}) "
+        f"AND {fastsql.column(Operation, 'next_poll_at')} <= %s AND ({lease} IS NULL OR {lease} <= %s)",
+        [*_POLLABLE, *[fastsql.prep(Operation, "next_poll_at", now)] * 2],
+    )
+    return sorted(account for (account,) in rows)
+
+
 def claim_due_rows(*, account: str, now: datetime, take: int, owner: str) -> list[Claim]:
     """Claim up to `take` due operations of one account for `owner`: fence + 1 and a lease each.
 
