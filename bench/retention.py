@@ -17,7 +17,8 @@ p95 staying <= 1 s. In a scratch database:
    in a subprocess, as an operator runs it, and the lag of the polls due while it ran (also its
    worst 5-second stretch), the longest open transaction and the most backends waiting on a lock
    seen in the database meanwhile (sampled every 0.25 s), the archive's wall and CPU time, rows
-   pruned, archive bytes, the load average;
+   pruned, archive bytes, the load average; then the lag over the half-baseline after it (autovacuum
+   on the tables just thinned);
 4. the archive file verified offline, and `manage.py audit_verify` on what the database keeps.
 
 Prints figures; asserts nothing. The scratch database and files are removed at the end.
@@ -378,6 +379,12 @@ def main() -> None:
             f"    rows pruned {int(pruned.group(1)) if pruned else 0:,}; archive files {len(files)},"
             f" {sum(f.stat().st_size for f in files) / 1e6:,.0f} MB; database now {database_size()}"
         )
+        # The dead rows left behind: autovacuum's turn on the big tables, with the polls beside it.
+        later = timezone.now()
+        after_s = sizes.baseline_s / 2
+        tail = lags_due_between(later, later + timedelta(seconds=after_s), expected=round(after_s * rate))
+        summary(f"the {after_s:.0f} s after it", tail, expected=round(after_s * rate))
+        print(f"    load average {load()}")
         quiesce(ids)
         fleet.stop()
         fleet = None
