@@ -401,7 +401,7 @@ def main() -> None:
         keys.write_text(checkpoints.verifier_key(checkpoints.load_signing_key(key_file)).line + "\n")
         for file in files:
             checked = subprocess.run(
-                [str(ROOT / "operations" / "audit" / "verify"), str(file), "--keys", str(keys)],
+                [sys.executable, str(ROOT / "operations" / "audit" / "verify"), str(file), "--keys", str(keys)],
                 capture_output=True,
                 text=True,
                 check=False,
