@@ -6,19 +6,20 @@
 Issue 14's target: archive and prune of 1,000,000 entries with the dispatcher running, dispatch lag
 p95 staying <= 1 s. In a scratch database:
 
-1. a stored audit log of `--entries` entries dated 2026-01-01, under the product's log name, so the
-   live dispatcher's entries follow them (built in SQL by bench/audit_big.py: entries, leaves, every
-   complete subtree, a signed checkpoint); `--old-operations` finished operations last updated
-   120 days ago with `--checks` status checks each, and `--old-tasks` failed django-q2 task rows
-   as old (past RETENTION_DAYS, 90);
+1. a stored audit log of 1,000,000 entries (`--entries`) dated 2026-01-01, under the product's log
+   name, so the live dispatcher's entries follow them (built in SQL by bench/audit_big.py: entries,
+   leaves, every complete subtree, a signed checkpoint); 50,000 finished operations last updated
+   120 days ago (past RETENTION_DAYS, 90) with 20 status checks each, and 20,000 finished django-q2
+   task rows as old;
 2. the real dispatcher and a qcluster (4 workers) against the fake provider with 10,000 live
    operations at 100 polls/s due (bench/dispatch.py step (a));
-3. dispatch lag p50/p95/p99 over a baseline window, then `manage.py archive --before 2026-06-01`
-   in a subprocess, as an operator runs it, and the lag of the polls due while it ran (also its
-   worst 5-second stretch), the longest open transaction and the most backends waiting on a lock
-   seen in the database meanwhile (sampled every 0.25 s, as during the baseline), the archive's wall and CPU time, rows
-   pruned, archive bytes, the load average; then the lag over the half-baseline after it (autovacuum
-   on the tables just thinned);
+3. dispatch lag p50/p95/p99 over a baseline window, then `manage.py archive --before 2026-06-01` in
+   a subprocess, as an operator runs it, and the lag of the polls due while it ran (also its worst
+   5-second stretch), the longest open transaction and the most backends waiting on a lock seen in
+   the database meanwhile (sampled every 0.25 s, as during the baseline), the archive's wall and CPU
+   time and the lag during each of its steps (archive, prune, finished work), rows pruned, archive
+   bytes, the load average; then the lag over the half-baseline after it (autovacuum on the tables
+   just thinned);
 4. the archive file verified offline, and `manage.py audit_verify` on what the database keeps.
 
 Prints figures; asserts nothing. The scratch database and files are removed at the end.
@@ -99,7 +100,8 @@ def copy_rows(
 
 
 def build_finished_work(sizes: Sizes, provider_url: str) -> None:
-    """Finished operations last updated OLD_DAYS ago, their status checks, and failed task rows."""
+    """Finished operations last updated OLD_DAYS ago, their status checks, and finished task rows
+    as old (successes, as a `save_limit` other than -1 keeps them)."""
     from django.db import connection
     from django.utils import timezone
     from django_q.models import Task
@@ -179,18 +181,18 @@ def build_finished_work(sizes: Sizes, provider_url: str) -> None:
     )
     check.delete()
     template.delete()
-    failed = Task.objects.create(
+    done = Task.objects.create(
         id="0" * 32,
         name="template",
         func="operations.tasks.poll_group",
         started=old,
         stopped=old,
-        success=False,
-        result="timeout",
+        success=True,
+        result=None,
         attempt_count=1,
     )
-    copy_rows(Task, failed.pk, sizes.old_tasks, {"id": "md5(n::text)", "name": "'old-' || n"})
-    failed.delete()
+    copy_rows(Task, done.pk, sizes.old_tasks, {"id": "md5(n::text)", "name": "'old-' || n"})
+    done.delete()
     with connection.cursor() as cursor:
         for table in ("operations_operation", "operations_statuscheck", "django_q_task"):
             cursor.execute(f"ANALYZE {table}")  # noqa: S608 - fixed names
@@ -282,22 +284,24 @@ def worst_stretch(pairs: list[tuple[datetime, float]], seconds: float = 5.0) -> 
     return max((percentile(lags, 95), len(lags)) for lags in buckets.values())
 
 
-def run_archive(directory: Path, env: dict[str, str]) -> tuple[float, float, int, str]:
-    """`manage.py archive` as an operator runs it: wall s, CPU s, exit status, output."""
+def run_archive(directory: Path, env: dict[str, str]) -> tuple[float, float, int, list[tuple[datetime, str]]]:
+    """`manage.py archive` as an operator runs it: wall s, CPU s, exit status, and each line it
+    printed with the time it came (the command reports each step as it ends)."""
+    from django.utils import timezone
+
     started = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "archive", "--before", BEFORE, "--to", str(directory)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - started
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-    return wall, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status), text
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "archive", "--before", BEFORE, "--to", str(directory)],
+        cwd=ROOT,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    lines = [(timezone.now(), line.decode(errors="replace").rstrip()) for line in proc.stdout]
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    return wall, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status), lines
 
 
 def database_size() -> str:
@@ -341,7 +345,7 @@ def main() -> None:
         print(
             f"built in {time.perf_counter() - started:.0f} s: {sizes.entries:,} entries, {sizes.old_operations:,}"
             f" finished operations {OLD_DAYS} days old with {sizes.old_operations * sizes.checks:,} status checks,"
-            f" {sizes.old_tasks:,} failed task rows; database {database_size()}; load average {load()}"
+            f" {sizes.old_tasks:,} finished task rows; database {database_size()}; load average {load()}"
         )
 
         from django.utils import timezone
@@ -369,11 +373,21 @@ def main() -> None:
         env = {**os.environ, "DATABASE_URL": url, "AUDIT_SIGNING_KEY_FILE": str(key_file)}
         begin = timezone.now()
         with Watcher(url) as watcher:
-            wall, cpu, status, output = run_archive(archive_dir, env)
+            wall, cpu, status, lines = run_archive(archive_dir, env)
         finish = timezone.now()
         print(f"manage.py archive --before {BEFORE}: exit {status}, {wall:.1f} s wall, {cpu:.1f} s CPU")
-        for line in output.strip().splitlines():
-            print(f"    | {line[:220]}")
+        step_from = begin
+        for at, line in lines:
+            # The polls due while this step ran (the command prints a line as each step ends).
+            step = polls_due_between(step_from, at)
+            lags = [lag for _, lag in step.pairs]
+            print(
+                f"    | +{(at - begin).total_seconds():5.1f} s {line[:200]}\n"
+                f"    |   that step: {(at - step_from).total_seconds():.1f} s, lag p95"
+                f" {percentile(lags, 95):.3f} s, max {max(lags, default=0):.3f} s ({step.missing} not started)"
+            )
+            step_from = at
+        output = "\n".join(line for _, line in lines)
         during = polls_due_between(begin, finish)
         during_p95 = summary("during the archive", during)
         worst, held = worst_stretch(during.pairs)

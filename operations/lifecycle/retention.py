@@ -1,6 +1,6 @@
 """Retention of finished work (`manage.py archive`): operations that ended more than RETENTION_DAYS
-ago, with their status checks, cards and decisions, and django-q2's finished task rows (failures:
-with `save_limit` -1 successes are never stored, but a failed or timed-out task leaves a row).
+ago, with their status checks, cards and decisions, and django-q2's finished task rows (successes;
+the dispatcher's housekeeping removes failures after a week).
 
 An operation that is not finished, or that still has an open card, is never removed; neither is
 anything of the audit log (operations/audit/archive.py archives and prunes that, verifiably).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django_q.models import Task
+from django_q.models import Success
 
 from operations.models import Escalation, Operation
 from operations.vocabulary import TERMINAL_STATUSES
@@ -50,11 +50,11 @@ def remove_finished(*, before: datetime) -> Removed:
 
 
 def _remove_tasks(*, before: datetime) -> int:
-    """django-q2's task rows (successes and failures) that stopped before `before`, in batches."""
+    """django-q2's finished task rows that stopped before `before`, in batches."""
     tasks = 0
     while True:
-        batch = list(Task.objects.filter(stopped__lt=before).values_list("pk", flat=True)[:TASK_BATCH])
+        batch = list(Success.objects.filter(stopped__lt=before).values_list("pk", flat=True)[:TASK_BATCH])
         if not batch:
             return tasks
-        deleted, _ = Task.objects.filter(pk__in=batch).delete()
+        deleted, _ = Success.objects.filter(pk__in=batch).delete()
         tasks += deleted
