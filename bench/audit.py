@@ -48,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._setup import ROOT, django_on_scratch_postgres, drop_scratch_database, percentile  # noqa: E402
 
-DB_NAME = "bench_audit"
+# BENCH_AUDIT_DB: another name, so two worktrees' kept logs do not drop each other's.
+DB_NAME = os.environ.get("BENCH_AUDIT_DB", "bench_audit")
 
 
 def decision_data(n: int, at: str) -> dict[str, object]:

@@ -8,8 +8,11 @@ anywhere Python 3.11+ runs, with no Django, no database and no pollerdash instal
 itself imports the note, key, chain and tree primitives from here, so the signer,
 `manage.py audit_verify` and this tool share one definition.
 
-Two export formats are read. Version 2 (`pollerdash-audit-export/2`, written since the audit log
-became a Merkle tree) is described in tree.py and docs/DESIGN.md section 8; version 1 follows.
+Three export formats are read. Version 2 (`pollerdash-audit-export/2`, written since the audit log
+became a Merkle tree: full exports, and operation and range exports with one inclusion proof per
+entry) and version 3 (`pollerdash-audit-export/3`: operation and range exports whose entries are
+proven by batch inclusion proofs) are described in tree.py and docs/DESIGN.md section 8; version 1
+follows.
 
 What a version-1 export holds (one UTF-8 JSON document per LF-terminated line, no BOM, no CR):
 
@@ -73,6 +76,7 @@ from .base import (
     ALGORITHM_ED25519,
     BAD_PROOF,
     BAD_SIGNATURE,
+    BATCH_MAX_ENTRIES,
     CHECKPOINT_MISMATCH,
     COVERAGE_GRACE,
     ENTRY_KEYS,
@@ -83,6 +87,7 @@ from .base import (
     EXIT_USAGE,
     EXPORT_FORMAT,
     EXPORT_FORMAT_V2,
+    EXPORT_FORMAT_V3,
     GENESIS_PREV,
     HASH_MISMATCH,
     HEADER_CONSTANTS,
@@ -145,6 +150,7 @@ __all__ = [
     "ALGORITHM_ED25519",
     "BAD_PROOF",
     "BAD_SIGNATURE",
+    "BATCH_MAX_ENTRIES",
     "CHECKPOINT_MISMATCH",
     "COVERAGE_GRACE",
     "ChainVerifier",
@@ -156,6 +162,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXPORT_FORMAT",
     "EXPORT_FORMAT_V2",
+    "EXPORT_FORMAT_V3",
     "GENESIS_PREV",
     "HASH_MISMATCH",
     "HEADER_CONSTANTS",

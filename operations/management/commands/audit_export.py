@@ -1,6 +1,8 @@
-"""`manage.py audit_export [--operation ID] [--since T] [--until T] [--consistency-from SIZE] [-o FILE]`.
+"""`manage.py audit_export [--operation ID] [--since T] [--until T] [--consistency-from SIZE] [--format 2|3] [-o FILE]`.
 
-An audit export (JSONL, format 2). Signs a checkpoint first (this process needs the signing key,
+An audit export (JSONL: a full one in format 2; an operation or time-window one in format 3, with
+batch inclusion proofs, or with `--format 2` one inclusion proof per entry for a reader whose
+verifier predates format 3). Signs a checkpoint first (this process needs the signing key,
 else the export closes at the signer's newest checkpoint), then streams the header, the entries
 with their proofs and the checkpoints in
 bounded memory, to stdout or to FILE (a regular file is written beside it and renamed when
@@ -22,7 +24,7 @@ from django.db import DatabaseError
 
 from operations.audit import checkpoints
 from operations.audit import verify as av
-from operations.audit.export import ExportError, stream_export
+from operations.audit.export import VERSIONS, ExportError, stream_export
 
 
 def _time(text: str) -> object:
@@ -47,6 +49,14 @@ class Command(BaseCommand):
             default=[],
             help="add a consistency proof from the tree of SIZE entries (for a reader who pinned that checkpoint)",
         )
+        parser.add_argument(
+            "--format",
+            type=int,
+            choices=VERSIONS,
+            default=3,
+            help="3 (default): batch inclusion proofs; 2: one inclusion proof per entry, for older verifiers"
+            " (a full export is format 2 either way)",
+        )
         parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
 
     def handle(self, *args: object, **options: object) -> None:
@@ -61,6 +71,7 @@ class Command(BaseCommand):
                 since=since,  # type: ignore[arg-type]
                 until=until,  # type: ignore[arg-type]
                 consistency_from=options["consistency_from"],  # type: ignore[arg-type]
+                version=options["format"],  # type: ignore[arg-type]
             )
             count = self._write(lines, target)
         except (ExportError, checkpoints.CheckpointError, DatabaseError) as exc:
