@@ -15,7 +15,6 @@ from django.db.models import Max, Q
 from operations.audit.verify import merkle
 from operations.models import AuditArchive, AuditTreeNode
 
-
 _SQLITE_NODES_PER_QUERY = 300
 
 

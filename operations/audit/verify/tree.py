@@ -80,7 +80,8 @@ def parse_batch(line: bytes) -> tuple[int, list[int], list[bytes]]:
         raise ValueError("batch fields are size (an integer), seqs and hashes")
     if compact_json(obj) != line:
         raise ValueError("batch line is not in canonical form")
-    runs, seqs = body["seqs"], []
+    runs = body["seqs"]
+    seqs: list[int] = []
     if type(runs) is not list or not runs:
         raise ValueError("seqs is a list of [first, last] runs")
     last = 0
