@@ -567,11 +567,12 @@ def _print_proofs(big: object, label: str) -> None:
         f" load average {_load()}"
     )
     print(
-        f"  of which: the node query round trip median {times.query_median_ms:.2f} ms p99 {times.query_p99_ms:.2f} ms"
-        f" (server execution, EXPLAIN ANALYZE of 100: median {times.server_median_ms:.2f} ms"
-        f" p99 {times.server_p99_ms:.2f} ms, {times.buffers_read} of {times.buffers} pages read from outside"
-        f" shared buffers); the same query prepared once (psycopg prepare=True): median"
-        f" {times.prepared_median_ms:.2f} ms p99 {times.prepared_p99_ms:.2f} ms"
+        f"  of which: the node query (tree.nodes, prepared) median {times.query_median_ms:.2f} ms"
+        f" p99 {times.query_p99_ms:.2f} ms; through a Django cursor as before (planned every call): median"
+        f" {times.django_median_ms:.2f} ms p99 {times.django_p99_ms:.2f} ms; on the server (EXPLAIN ANALYZE of"
+        f" 100): execution median {times.server_median_ms:.2f} ms p99 {times.server_p99_ms:.2f} ms, planning"
+        f" median {times.planning_median_ms:.2f} ms; {times.buffers_read} of {times.buffers} pages read from"
+        " outside shared buffers"
     )
 
 
@@ -627,12 +628,14 @@ def _print_http_export(operation: str, *, env: dict[str, str]) -> None:
         timings, size, status = [], 0, 0
         for _ in range(3):
             started = time.perf_counter()
-            response = httpx.get(f"{url}/operations/{operation}/audit.jsonl", cookies={"sessionid": cookie}, timeout=60)
+            response = httpx.get(
+                f"{url}/history/audit.jsonl", params={"operation": operation}, cookies={"sessionid": cookie}, timeout=60
+            )
             timings.append(time.perf_counter() - started)
             size, status = len(response.content), response.status_code
         timings.sort()
         print(
-            f"the same spread export over HTTP (GET /operations/<id>/audit.jsonl, uvicorn, signed in):"
+            f"the same spread export over HTTP (GET /history/audit.jsonl?operation=<id>, uvicorn, signed in):"
             f" {timings[1]:.3f} s median of 3 ({', '.join(f'{t:.3f}' for t in timings)}), status {status},"
             f" {size / 1000:.1f} KB"
         )
