@@ -508,7 +508,7 @@ def bench_big_section(size: int, *, url: str, workdir: Path, key_file: Path) -> 
             cwd=ROOT,
             env=env,
         )
-        spread = audit_big.spread_operation(12_345)
+        spread = audit_big.spread_operation(12_345 % min(size, audit_big.OPERATIONS))
         print(f"Django start-up references (load average {_load()}):")
         setup_script = workdir / "django_setup.py"
         setup_script.write_text(_DJANGO_SETUP + "\n")
