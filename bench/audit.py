@@ -32,6 +32,7 @@ for a `--reuse` run that skips rebuilding the large log).
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import os
 import shutil
@@ -588,10 +589,11 @@ def _print_operation_export(label: str, operation: str, *, env: dict[str, str], 
             timings.append(time.perf_counter() - started)
         timings.sort()
         entries = data.count(b'{"actor":')
+        packed = len(gzip.compress(data, compresslevel=6, mtime=0))
         print(
             f"  format {version} in this process (signs a checkpoint first): {timings[1]:.3f} s median of 3,"
             f" {len(data) / 1000:.1f} KB ({entries} entries, {len(data) - _entry_bytes(data):,} B of proofs,"
-            f" checkpoints and header)"
+            f" checkpoints and header); as `-o FILE.gz` writes it: {packed / 1000:.1f} KB"
         )
     path = workdir / "operation.jsonl"
     runs = [

@@ -12,6 +12,7 @@ name the reason.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from datetime import timedelta
 
@@ -202,3 +203,20 @@ def test_the_export_command_does_not_wait_on_the_sites_start_up_checks(sample_ex
     path = tmp_path / "op.jsonl"
     execute_from_command_line(["manage.py", "audit_export", "--operation", OP_A, "-o", str(path)])
     assert verify(path.read_bytes())[0] == 0
+
+
+def test_an_export_written_compressed_verifies_as_it_is(sample_export, tmp_path, verify):
+    """`-o FILE.gz` writes gzip; the verifier reads it without a separate step, and a damaged or
+    edited compressed file fails like a plain one."""
+    path = tmp_path / "op.jsonl.gz"
+    call_command("audit_export", "--operation", OP_A, "-o", str(path))
+    packed = path.read_bytes()
+    assert packed[:2] == b"\x1f\x8b"
+    status, result = verify(packed)
+    assert (status, result["format"], result["entries"]) == (0, av.EXPORT_FORMAT_V3, 6)
+    plain = gzip.decompress(packed)
+    assert len(packed) < len(plain)
+    expect(verify, packed[:-20], av.PARSE)  # truncated
+    lines = plain.split(b"\n")[:-1]
+    edited = join([*lines[:A2], edit(lines[A2], decision="succeeded"), *lines[A3:]])
+    expect(verify, gzip.compress(edited), av.BAD_PROOF)

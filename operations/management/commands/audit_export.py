@@ -7,17 +7,20 @@ else the export closes at the signer's newest checkpoint), then streams the head
 with their proofs and the checkpoints in
 bounded memory, to stdout or to FILE (a regular file is written beside it and renamed when
 complete, so a failed export never leaves a plausible-looking partial file; a symlink's target is
-replaced, the link kept; a pipe or device is written through). Check it with
+replaced, the link kept; a pipe or device is written through; a FILE named *.gz is written
+compressed with gzip). Check it with
 `pollerdash-audit-verify FILE --keys KEYS` (`manage.py audit_keys --all` prints the key lines).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
@@ -95,19 +98,21 @@ class Command(BaseCommand):
     def _write(self, lines: object, target: _Target | None) -> int:
         count = 0
         if target is None or not target.atomic:
-            with open(target.path, "wb") if target else contextlib.nullcontext(sys.stdout.buffer) as out:
-                # `lines` was set above whenever this branch runs.
-                for line in lines:  # type: ignore[attr-defined]  # set above on this path
-                    out.write(line)
-                    count += 1
-                out.flush()
+            with open(target.path, "wb") if target else contextlib.nullcontext(sys.stdout.buffer) as raw:
+                with _maybe_gzip(raw, target) as out:
+                    # `lines` was set above whenever this branch runs.
+                    for line in lines:  # type: ignore[attr-defined]  # set above on this path
+                        out.write(line)
+                        count += 1
+                raw.flush()
             return count
         partial = target.path.with_name(f".{target.path.name}.partial")
         try:
             with open(partial, "wb") as handle:
-                for line in lines:  # type: ignore[attr-defined]  # set above on this path
-                    handle.write(line)
-                    count += 1
+                with _maybe_gzip(handle, target) as out:
+                    for line in lines:  # type: ignore[attr-defined]  # set above on this path
+                        out.write(line)
+                        count += 1
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(partial, target.path)
@@ -116,11 +121,21 @@ class Command(BaseCommand):
         return count
 
 
+def _maybe_gzip(raw: BinaryIO, target: _Target | None) -> contextlib.AbstractContextManager[BinaryIO]:
+    """-o FILE.gz writes the export compressed (the verifier reads it as it is): an operation's
+    entries are repetitive JSON and shrink several times; proof hashes do not."""
+    if target is not None and target.compressed:
+        # mtime 0: the same export compresses to the same bytes.
+        return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)  # type: ignore[return-value]
+    return contextlib.nullcontext(raw)
+
+
 @dataclass(frozen=True)
 class _Target:
     path: Path
     # A regular file is written beside and renamed into place; a pipe or a device is written through.
     atomic: bool
+    compressed: bool = False  # the name given ends in .gz
 
 
 def _target(path: Path) -> _Target:
@@ -131,7 +146,7 @@ def _target(path: Path) -> _Target:
     if not resolved.parent.is_dir():
         raise CommandError(f"directory {resolved.parent} does not exist")
     if resolved.exists() and not resolved.is_file():
-        return _Target(path=resolved, atomic=False)
+        return _Target(path=resolved, atomic=False, compressed=path.name.endswith(".gz"))
     if not os.access(resolved.parent, os.W_OK) or (resolved.exists() and not os.access(resolved, os.W_OK)):
         raise CommandError(f"cannot write {path}: permission denied")
-    return _Target(path=resolved, atomic=True)
+    return _Target(path=resolved, atomic=True, compressed=path.name.endswith(".gz"))
