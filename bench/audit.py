@@ -568,9 +568,9 @@ def _print_proofs(big: object, label: str) -> None:
         f" load average {_load()}"
     )
     print(
-        f"  of which: the node query (tree.nodes, prepared) median {times.query_median_ms:.2f} ms"
-        f" p99 {times.query_p99_ms:.2f} ms; through a Django cursor as before (planned every call): median"
-        f" {times.django_median_ms:.2f} ms p99 {times.django_p99_ms:.2f} ms; on the server (EXPLAIN ANALYZE of"
+        f"  of which: the node query (tree.nodes, warm) median {times.query_median_ms:.2f} ms"
+        f" p99 {times.query_p99_ms:.2f} ms; prepared on the server instead (planned once): median"
+        f" {times.prepared_median_ms:.2f} ms p99 {times.prepared_p99_ms:.2f} ms; on the server (EXPLAIN ANALYZE of"
         f" 100): execution median {times.server_median_ms:.2f} ms p99 {times.server_p99_ms:.2f} ms, planning"
         f" median {times.planning_median_ms:.2f} ms; {times.buffers_read} of {times.buffers} pages read from"
         " outside shared buffers"
