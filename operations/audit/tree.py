@@ -34,8 +34,6 @@ def nodes(*, log: str, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int
         return {}
     if connection.vendor == "postgresql":
         levels, indexes = zip(*sorted(wanted), strict=True)
-        # A server-side prepared statement measured no faster at 10,000,000 leaves (bench/audit.py:
-        # planning is ~0.1 ms of a ~0.6 ms round trip, and preparing moves binding to the server).
         with connection.cursor() as cursor:
             cursor.execute(NODES_SQL, [log, list(levels), list(indexes)])
             rows = cursor.fetchall()
