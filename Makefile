@@ -71,6 +71,7 @@ bench: $(STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/audit.py
 	SECRET_KEY=bench $(BIN)/python bench/api.py
 	SECRET_KEY=bench $(BIN)/python bench/dashboard.py
+	SECRET_KEY=bench $(BIN)/python bench/retention.py
 
 # The soak with faults: 10 minutes on a private PostgreSQL cluster it starts (initdb as postgres).
 soak: $(STAMP)

@@ -32,6 +32,7 @@ for a `--reuse` run that skips rebuilding the large log).
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import multiprocessing
 import os
@@ -50,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._setup import ROOT, django_on_scratch_postgres, drop_scratch_database, percentile  # noqa: E402
 
-DB_NAME = "bench_audit"
+# BENCH_AUDIT_DB: another name, so two worktrees' kept logs do not drop each other's.
+DB_NAME = os.environ.get("BENCH_AUDIT_DB", "bench_audit")
 
 
 def decision_data(n: int, at: str) -> dict[str, object]:
@@ -484,13 +486,14 @@ BIG_LOG = "pollerdash/bench-big"
 
 def bench_big_section(size: int, *, url: str, workdir: Path, key_file: Path) -> None:
     """A log of `size` entries built in SQL (its own log name, so the other sections' entries
-    stay apart): inclusion proofs, then an operation export of 100 entries appended at its end."""
+    stay apart): inclusion proofs with their breakdown, before and after VACUUM; then operation
+    exports of 100 entries appended at its end (contiguous) and of one round-robin synthetic
+    operation whose entries are spread over the whole log (the worst case for proof size)."""
     from django.conf import settings
     from django.db import connection
 
     from bench import audit_big
     from operations.audit import checkpoints
-    from operations.audit.export import stream_export
 
     print(f"\n== a stored log of {size:,} entries (built in SQL: entries, leaves, every complete subtree)")
     default_log = settings.AUDIT_LOG_NAME
@@ -503,39 +506,183 @@ def bench_big_section(size: int, *, url: str, workdir: Path, key_file: Path) -> 
             cursor.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")
             (db_size,) = cursor.fetchone()
         print(f"built in {big.build_s:.0f} s (database {db_size}); load average {_load()}")
-        median, p99, length = audit_big.time_proofs(big)
-        print(
-            f"inclusion proof (tree.inclusion_proof, {length} hashes) at {size:,} leaves: median {median:.2f} ms"
-            f" p99 {p99:.2f} ms (500 random entries, each verified against the signed root)"
-        )
+        _print_proofs(big, "as built (ANALYZE only)")
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM (ANALYZE) operations_audittreenode")
+        print(f"VACUUM (ANALYZE) of the tree nodes: {time.perf_counter() - started:.1f} s")
+        _print_proofs(big, "after VACUUM")
         # A new operation each run: a --reuse run appends its own 100 entries after the last run's.
-        operation = f"op_01JBENCHEXPORT{int(time.time()) % 10**13:013d}"
-        audit_big.append_operation(operation_id=operation, entries=100, decision_data=decision_data)
+        contiguous = f"op_01JBENCHEXPORT{int(time.time()) % 10**13:013d}"
+        audit_big.append_operation(operation_id=contiguous, entries=100, decision_data=decision_data)
         env = {**os.environ, "DATABASE_URL": url, "AUDIT_SIGNING_KEY_FILE": str(key_file), "AUDIT_LOG_NAME": BIG_LOG}
         keys = workdir / "big.keys"
         keys.write_text(checkpoints.verifier_key(checkpoints.load_signing_key(key_file)).line + "\n")
-        for attempt in ("first (signs and integrates the 100 entries)", "second (a fresh checkpoint, nothing pending)"):
-            path = workdir / "operation.jsonl"
-            exported = run_measured(
-                ["manage.py", "audit_export", "--operation", operation, "-o", str(path)], cwd=ROOT, env=env
-            )
-            bare = run_measured(["manage.py", "check"], cwd=ROOT, env=env)
-            checked = run_measured(verify_command(path, keys))
-            proofs = audit_big.count_lines(path, b'{"inclusion":')
-            print(
-                f"operation export, {attempt}: {exported.wall_s:.2f} s wall, {exported.cpu_s:.2f} s CPU"
-                f" (exit {exported.status}; `manage.py check` alone: {bare.wall_s:.2f} s wall),"
-                f" {path.stat().st_size / 1000:.1f} KB, {proofs} entries with inclusion proofs;"
-                f" offline verify exit {checked.status} {checked.stdout.decode()[:60]}"
-            )
-        started = time.perf_counter()
-        in_process = b"".join(stream_export(operation_id=operation))
-        print(
-            f"the same export in this process (no Django start-up; signs a checkpoint first):"
-            f" {time.perf_counter() - started:.3f} s, {len(in_process) / 1000:.1f} KB"
+        # The first export signs and integrates the 100 new entries; the figures below are later runs.
+        run_measured(
+            ["manage.py", "audit_export", "--operation", contiguous, "-o", str(workdir / "first.jsonl")],
+            cwd=ROOT,
+            env=env,
         )
+        spread = audit_big.spread_operation(12_345 % min(size, audit_big.OPERATIONS))
+        print(f"Django start-up references (load average {_load()}):")
+        setup_script = workdir / "django_setup.py"
+        setup_script.write_text(_DJANGO_SETUP + "\n")
+        for label, command in (
+            ("`django.setup()` alone", [str(setup_script)]),
+            ("`manage.py check`", ["manage.py", "check"]),
+            ("`manage.py audit_export --help`", ["manage.py", "audit_export", "--help"]),
+        ):
+            runs = [run_measured(command, cwd=ROOT, env=env) for _ in range(3)]
+            print(f"  {label}: {_walls(runs)}")
+        print(f"  imports of `manage.py audit_export --help` (-X importtime): {_import_ms(env):.0f} ms")
+        for label, operation in (
+            ("contiguous (100 entries appended at the end)", contiguous),
+            (f"spread (round-robin {spread}: one entry every {audit_big.OPERATIONS:,})", spread),
+        ):
+            _print_operation_export(label, operation, env=env, workdir=workdir, keys=keys)
+        _print_http_export(spread, env=env)
     finally:
         settings.AUDIT_LOG_NAME = default_log
+
+
+_DJANGO_SETUP = (
+    "import os, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'pollerdash.settings'); django.setup()"
+)
+
+
+def _walls(runs: list[Measured]) -> str:
+    walls = sorted(run.wall_s for run in runs)
+    return f"{walls[len(walls) // 2]:.2f} s wall median of {len(runs)} ({', '.join(f'{w:.2f}' for w in walls)})"
+
+
+def _import_ms(env: dict[str, str]) -> float:
+    """The cumulative time of top-level imports that -X importtime reports for the command."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "manage.py", "audit_export", "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        check=True,
+    )
+    total = 0
+    for line in done.stderr.decode().splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit() and not parts[2].startswith("  "):
+            total += int(parts[1])
+    return total / 1000
+
+
+def _print_proofs(big: object, label: str) -> None:
+    from bench import audit_big
+
+    times = audit_big.time_proofs(big)  # type: ignore[arg-type]
+    print(
+        f"inclusion proof ({label}; tree.inclusion_proof, {times.hashes} hashes, 500 random entries, each verified"
+        f" against the signed root): median {times.median_ms:.2f} ms p99 {times.p99_ms:.2f} ms;"
+        f" load average {_load()}"
+    )
+    print(
+        f"  of which: the node query (tree.nodes, warm) median {times.query_median_ms:.2f} ms"
+        f" p99 {times.query_p99_ms:.2f} ms; prepared on the server instead (planned once): median"
+        f" {times.prepared_median_ms:.2f} ms p99 {times.prepared_p99_ms:.2f} ms; on the server (EXPLAIN ANALYZE of"
+        f" 100): execution median {times.server_median_ms:.2f} ms p99 {times.server_p99_ms:.2f} ms, planning"
+        f" median {times.planning_median_ms:.2f} ms; {times.buffers_read} of {times.buffers} pages read from"
+        " outside shared buffers"
+    )
+
+
+def _print_operation_export(label: str, operation: str, *, env: dict[str, str], workdir: Path, keys: Path) -> None:
+    from operations.audit.export import stream_export
+
+    print(f"operation export, {label}:")
+    for version in (3, 2):
+        timings, data = [], b""
+        for _ in range(3):
+            started = time.perf_counter()
+            data = b"".join(stream_export(operation_id=operation, version=version))
+            timings.append(time.perf_counter() - started)
+        timings.sort()
+        entries = data.count(b'{"actor":')
+        packed = len(gzip.compress(data, compresslevel=6, mtime=0))
+        print(
+            f"  format {version} in this process (signs a checkpoint first): {timings[1]:.3f} s median of 3,"
+            f" {len(data) / 1000:.1f} KB ({entries} entries, {len(data) - _entry_bytes(data):,} B of proofs,"
+            f" checkpoints and header); as `-o FILE.gz` writes it: {packed / 1000:.1f} KB"
+        )
+    path = workdir / "operation.jsonl"
+    runs = [
+        run_measured(["manage.py", "audit_export", "--operation", operation, "-o", str(path)], cwd=ROOT, env=env)
+        for _ in range(3)
+    ]
+    checked = run_measured(verify_command(path, keys))
+    cpu = sorted(run.cpu_s for run in runs)[1]
+    print(
+        f"  format 3 `manage.py audit_export --operation` in a subprocess: {_walls(runs)},"
+        f" {cpu:.2f} s CPU (exit {runs[-1].status}), {path.stat().st_size / 1000:.1f} KB;"
+        f" offline verify {checked.wall_s:.2f} s exit {checked.status} {checked.stdout.decode()[:70]}"
+    )
+
+
+def _entry_bytes(data: bytes) -> int:
+    return sum(len(line) + 1 for line in data.split(b"\n") if line.startswith(b'{"actor":'))
+
+
+def _print_http_export(operation: str, *, env: dict[str, str]) -> None:
+    """The dashboard's operation export against a uvicorn process, signed in as an admin."""
+    import httpx
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user, _ = get_user_model().objects.get_or_create(
+        username="bench-viewer", defaults={"is_staff": True, "is_superuser": True}
+    )
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies["sessionid"].value
+    proc, url = _start_web(env)
+    try:
+        timings, size, status = [], 0, 0
+        for _ in range(3):
+            started = time.perf_counter()
+            response = httpx.get(
+                f"{url}/history/audit.jsonl", params={"operation": operation}, cookies={"sessionid": cookie}, timeout=60
+            )
+            timings.append(time.perf_counter() - started)
+            size, status = len(response.content), response.status_code
+        timings.sort()
+        print(
+            f"the same spread export over HTTP (GET /history/audit.jsonl?operation=<id>, uvicorn, signed in):"
+            f" {timings[1]:.3f} s median of 3 ({', '.join(f'{t:.3f}' for t in timings)}), status {status},"
+            f" {size / 1000:.1f} KB"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _start_web(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    from bench._setup import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--no-access-log", "--log-level", "warning", "--lifespan", "off"],
+        cwd=ROOT,
+        env={**env, "DATABASE_POOL": "1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/api/v1/openapi.json", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.terminate()
+    raise RuntimeError("uvicorn did not start")
 
 
 def bench_verify_section(offline_entries: int, *, workdir: Path) -> None:

@@ -183,24 +183,96 @@ def _sign_setup_checkpoints(*, log: str, size: int, root: bytes) -> None:
     AuditTree.objects.update_or_create(log=log, defaults={"size": size, "root": root.hex(), "integrated_at": now})
 
 
-def time_proofs(big: BigLog, samples: int = 500) -> tuple[float, float, int]:
-    """tree.inclusion_proof for random entries of the big log: (median ms, p99 ms, hashes);
-    every proof is checked against the signed root with the entry's stored leaf hash."""
+@dataclass(frozen=True)
+class ProofTimes:
+    median_ms: float
+    p99_ms: float
+    hashes: int
+    query_median_ms: float  # tree.nodes: the one query, round trip and fetch (warm)
+    query_p99_ms: float
+    server_median_ms: float  # EXPLAIN ANALYZE's execution time of that query (planning excluded)
+    server_p99_ms: float
+    planning_median_ms: float  # and its planning time, which a prepared statement pays once
+    buffers: int  # pages the EXPLAIN ANALYZE samples touched, and of them read from outside shared buffers
+    buffers_read: int
+    prepared_median_ms: float  # the same query as a server-side prepared statement (planned once)
+    prepared_p99_ms: float
+
+
+def time_proofs(big: BigLog, samples: int = 500) -> ProofTimes:
+    """tree.inclusion_proof for random entries of the big log, every proof checked against the
+    signed root with the entry's stored leaf hash; then where the time goes: the node query alone
+    (as tree.nodes sends it), its server-side execution, and the same query prepared once."""
+    from django.db import connection
+
     from operations.audit import tree
     from operations.audit.verify import merkle
     from operations.models import AuditEntry
 
     rng = random.Random(14)
-    timings, length = [], 0
-    for _ in range(samples):
-        seq = rng.randrange(1, big.size + 1)
+    seqs = [rng.randrange(1, big.size + 1) for _ in range(samples)]
+    timings, query, length = [], [], 0
+    for seq in seqs:
         began = time.perf_counter()
         proof = tree.inclusion_proof(log=big.log, seq=seq, size=big.size)
         timings.append(time.perf_counter() - began)
         leaf = bytes.fromhex(AuditEntry.objects.get(log=big.log, seq=seq).entry_hash)
         assert merkle.verify_inclusion(index=seq - 1, size=big.size, leaf=leaf, proof=proof, root=big.root)
         length = max(length, len(proof))
-    return percentile(timings, 50) * 1000, percentile(timings, 99) * 1000, length
+    other = random.Random(15)
+    wanted_sets = []
+    for _ in range(samples):
+        seq = other.randrange(1, big.size + 1)
+        wanted = sorted({n for a, b in merkle.inclusion_ranges(seq - 1, big.size) for n in merkle.aligned_nodes(a, b)})
+        wanted_sets.append(wanted)
+    for wanted in wanted_sets:  # a first touch of each set's pages, so both passes below read them warm
+        tree.nodes(log=big.log, wanted=wanted)
+    query, prepared = [], []
+    for wanted in wanted_sets:
+        began = time.perf_counter()
+        tree.nodes(log=big.log, wanted=wanted)
+        query.append(time.perf_counter() - began)
+    # The same query as a server-side prepared statement on the same connection (planned once).
+    connection.ensure_connection()
+    with connection.connection.cursor() as raw:
+        for wanted in wanted_sets:
+            levels, indexes = zip(*wanted, strict=True)
+            began = time.perf_counter()
+            raw.execute(tree.NODES_SQL, [big.log, list(levels), list(indexes)], prepare=True)
+            raw.fetchall()
+            prepared.append(time.perf_counter() - began)
+    server, planning, buffers, read = [], [], 0, 0
+    with connection.cursor() as cursor:
+        for wanted in wanted_sets[:100]:
+            levels, indexes = zip(*wanted, strict=True)
+            explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + tree.NODES_SQL
+            cursor.execute(explain, [big.log, list(levels), list(indexes)])
+            (plan,) = cursor.fetchone()
+            plan = plan[0] if isinstance(plan, list) else plan
+            server.append(plan["Execution Time"] / 1000)
+            planning.append(plan["Planning Time"] / 1000)
+            buffers += plan["Plan"].get("Shared Hit Blocks", 0) + plan["Plan"].get("Shared Read Blocks", 0)
+            read += plan["Plan"].get("Shared Read Blocks", 0)
+    return ProofTimes(
+        median_ms=percentile(timings, 50) * 1000,
+        p99_ms=percentile(timings, 99) * 1000,
+        hashes=length,
+        query_median_ms=percentile(query, 50) * 1000,
+        query_p99_ms=percentile(query, 99) * 1000,
+        server_median_ms=percentile(server, 50) * 1000,
+        server_p99_ms=percentile(server, 99) * 1000,
+        planning_median_ms=percentile(planning, 50) * 1000,
+        buffers=buffers,
+        buffers_read=read,
+        prepared_median_ms=percentile(prepared, 50) * 1000,
+        prepared_p99_ms=percentile(prepared, 99) * 1000,
+    )
+
+
+def spread_operation(residue: int) -> str:
+    """The id of the synthetic operation of entries n with n % OPERATIONS == residue: one entry
+    every OPERATIONS across the whole log, the worst case for an operation export's proof."""
+    return f"op_01JBENCH{residue % OPERATIONS:017d}"
 
 
 def append_operation(*, operation_id: str, entries: int, decision_data: DecisionData) -> None:

@@ -417,9 +417,15 @@ def history_report(request: DashboardRequest, filters: history_selectors.History
 def audit_jsonl(
     request: HttpRequest, *, operation_id: str | None, since: datetime | None, until: datetime | None, filename: str
 ) -> HttpResponseBase:
-    """The verifiable audit export (operations.audit.export), streamed; errors become a page."""
+    """The verifiable audit export (operations.audit.export), streamed; errors become a page.
+    `?format=2` writes an operation or date export in format 2, for a reader whose verifier
+    predates format 3 (a full export is format 2 either way)."""
+    wanted = request.GET.get("format", "3")
+    if wanted not in {str(version) for version in audit_export.VERSIONS}:
+        message = f"format={wanted[:20]}: the audit export is written in format 3 (the default) or 2"
+        return render(request, "export_error.html", {"message": message}, status=400)
     try:
-        lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until)
+        lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until, version=int(wanted))
     except (audit_export.ExportError, checkpoints.CheckpointError) as exc:
         return render(request, "export_error.html", {"message": str(exc)}, status=409)
     return exports.jsonl_response(request, filename=filename, lines=lines)

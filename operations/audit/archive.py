@@ -6,11 +6,16 @@ proofs, opening with the tree's right edge where the previous archive ended. It 
 temporary file, verified there (signatures, every root, the seal's root against the stored tree),
 saved through a Django storage backend (a local directory by default, `STORAGES["audit_archive"]`
 when configured: django-storages for S3-compatible stores), read back and compared byte for byte by
-SHA-256, recorded in the log itself (an `audit.archived` entry and an AuditArchive row), and only
-then are its entries removed, through the guarded database function pollerdash_audit_prune. The
-tree's nodes and the checkpoints stay, so every proof for an entry still in the database stays
-valid, and `pollerdash-audit-verify ARCHIVES... EXPORT` checks the archives and a newer full export
-together.
+SHA-256, recorded in the log itself (an `audit.archived` entry and an AuditArchive row, committed
+together), and only then are its entries removed (`prune_archived`), through the guarded database
+function pollerdash_audit_prune, PRUNE_CHUNK entries per short transaction: a million-row DELETE in
+one transaction would hold its row locks, WAL and the per-row trigger's work in one piece while the
+dispatcher polls. Every state between two chunks is a valid log: the entries archived but not yet
+removed are simply still there (full exports, the signer and `audit_verify` start at the archived
+size; an operation export proves them like any other entry), and the next `prune_archived` (every
+`manage.py archive` runs it) removes what an interrupted one left. The tree's nodes and the
+checkpoints stay, so every proof for an entry still in the database stays valid, and
+`pollerdash-audit-verify ARCHIVES... EXPORT` checks the archives and a newer full export together.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ from operations.audit import verify as av
 from operations.models import AuditArchive, AuditCheckpoint, AuditEntry
 
 ARCHIVER = {"kind": "system", "id": "archiver"}
+# Entries removed per transaction: about 0.1 s of work each, so no lock, snapshot or WAL burst of
+# the prune is long enough to show in dispatch lag (bench/retention.py).
+PRUNE_CHUNK = 10_000
 
 
 class ArchiveError(Exception):
@@ -48,7 +56,6 @@ class Archived:
     last_seq: int
     sha256: str
     size_bytes: int
-    removed: int
 
 
 def archive_storage(directory: str | None = None) -> Storage:
@@ -97,17 +104,38 @@ def _digest(handle: object) -> tuple[str, int]:
     return sha.hexdigest(), count
 
 
-def _prune(*, log: str, upto: int) -> int:
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT pollerdash_audit_prune(%s, %s)", [log, upto])
-            return int(cursor.fetchone()[0])
-    removed, _ = AuditEntry.objects.filter(log=log, seq__isnull=False, seq__lte=upto).delete()
+def _prune(*, log: str, after: int, upto: int) -> int:
+    if connection.vendor != "postgresql":
+        removed, _ = AuditEntry.objects.filter(log=log, seq__gt=after, seq__lte=upto).delete()
+        return removed
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pollerdash_audit_prune(%s, %s, %s)", [log, upto, after])
+        return int(cursor.fetchone()[0])
+
+
+def prune_archived(*, log: str | None = None, chunk: int = PRUNE_CHUNK) -> int:
+    """Remove the stored entries that archives already hold, `chunk` at a time, oldest first, each
+    chunk its own transaction; how many. Idempotent: it also finishes a prune that was interrupted."""
+    log = log or settings.AUDIT_LOG_NAME
+    upto = tree.archived_upto(log)
+    lowest = (
+        AuditEntry.objects.filter(log=log, seq__isnull=False, seq__lte=upto).aggregate(seq=Min("seq"))["seq"]
+        if upto
+        else None
+    )
+    if lowest is None:
+        return 0
+    removed, after = 0, lowest - 1
+    while after < upto:
+        step = min(upto, after + chunk)
+        removed += _prune(log=log, after=after, upto=step)
+        after = step
     return removed
 
 
 def archive_before(*, before: datetime, storage: Storage | None = None) -> Archived | None:
-    """Archive, verify, record and prune the entries older than `before`; None when there are none."""
+    """Archive, verify and record the entries older than `before`; None when there are none. Removes
+    nothing: `prune_archived` does, once the record is committed."""
     if before.tzinfo is None:
         raise ArchiveError("--before needs a time zone")
     signed = checkpoints.sign_checkpoint()
@@ -157,5 +185,4 @@ def archive_before(*, before: datetime, storage: Storage | None = None) -> Archi
                 "root": seal.head_hash,
             },
         )
-        removed = _prune(log=log, upto=seal.size)
-    return Archived(saved, start + 1, seal.size, sha, size_bytes, removed)
+    return Archived(saved, start + 1, seal.size, sha, size_bytes)

@@ -121,9 +121,9 @@ class AuditCosignature(models.Model):
 
 class AuditArchive(models.Model):
     """A sealed range of the log (entries first_seq..last_seq, their checkpoints and the tree's edge)
-    written and verified by `manage.py archive`, then pruned from the database by the guarded
-    function pollerdash_audit_prune (operations/migrations/0019). The tree nodes stay: proofs for
-    the entries still here keep working."""
+    written and verified by `manage.py archive`, then pruned from the database in chunks by the
+    guarded function pollerdash_audit_prune (operations/migrations/0019, 0021). The tree nodes
+    stay: proofs for the entries still here keep working."""
 
     log = models.CharField(max_length=200)
     first_seq = models.BigIntegerField()

@@ -1,6 +1,8 @@
 """Retention: `manage.py archive` writes sealed ranges, verifies them, records them in the log, and
-only then prunes through the guarded function; proofs for the entries left stay valid; archives
-and a newer export verify together; finished work past the retention period goes, open work stays."""
+only then prunes through the guarded function, in chunks; a prune interrupted between or inside
+chunks leaves a log that verifies, and the next run finishes it; proofs for the entries left stay
+valid; archives and a newer export verify together; finished work past the retention period goes,
+open work stays."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
+from django.core.files.storage import FileSystemStorage
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
@@ -18,6 +21,7 @@ from django_q.models import Success
 from operations.audit import archive, checkpoints
 from operations.audit import verify as av
 from operations.audit.export import ExportError, stream_export
+from operations.lifecycle import retention
 from operations.models import AuditArchive, AuditEntry, Operation, StatusCheck
 from tests.audit.helpers import OP_A, OP_B
 from tests.support import T0, job_id
@@ -77,9 +81,60 @@ def test_proofs_for_entries_left_stay_valid_and_the_database_still_verifies(samp
     assert "no audit entries old enough" in run_archive("2026-12-01T10:02:00Z", tmp_path / "archive")
 
 
-def test_an_archive_that_does_not_read_back_removes_nothing(sample_export, tmp_path, monkeypatch):
-    from django.core.files.storage import FileSystemStorage
+def test_a_prune_interrupted_midway_leaves_a_valid_log_and_the_next_run_finishes_it(
+    sample_export, keys_file, verify, tmp_path, monkeypatch
+):
+    store = tmp_path / "archive"
+    done = archive.archive_before(before=T0 + timedelta(minutes=2), storage=FileSystemStorage(location=store))
+    assert (done.first_seq, done.last_seq) == (1, 8)
+    real_prune = archive._prune
+    chunks: list[int] = []
 
+    def killed_in_second_chunk(*, log: str, after: int, upto: int) -> int:
+        chunks.append(upto)
+        if len(chunks) == 1:
+            return real_prune(log=log, after=after, upto=upto)
+        with transaction.atomic():
+            real_prune(log=log, after=after, upto=upto)  # deleted inside the chunk's transaction...
+            raise DatabaseError("server closed the connection unexpectedly")  # ...which never commits
+
+    monkeypatch.setattr(archive, "_prune", killed_in_second_chunk)
+    with pytest.raises(DatabaseError):
+        archive.prune_archived(chunk=3)
+    monkeypatch.undo()
+    assert chunks == [3, 6]
+
+    def stored() -> list[int]:
+        return list(AuditEntry.objects.exclude(seq=None).order_by("seq").values_list("seq", flat=True))
+
+    assert stored() == [4, 5, 6, 7, 8, 9, 10, 11]  # 1-3 went; 4-6 rolled back whole
+
+    # Midway, the database verifies, a full export continues the archive, and the entries archived
+    # but still stored are proven like any other.
+    out = StringIO()
+    call_command("audit_verify", stdout=out)
+    assert json.loads(out.getvalue())["ok"] is True
+    (archived,) = store.iterdir()
+    newer = tmp_path / "newer.jsonl"
+    newer.write_bytes(b"".join(stream_export()))
+    status, result = av.run([str(archived), str(newer), "--keys", str(keys_file)])
+    assert status == 0 and result["entries"] == 11 + 1, result  # +1 audit.archived
+    status, result = verify(b"".join(stream_export(operation_id=OP_A)), "--strict")
+    assert status == 0 and result["entries"] == 3, result  # 4, 7 and 8: not removed yet
+
+    # The next run has nothing new to archive and removes what the interrupted prune left.
+    output = run_archive("2026-12-01T10:02:00Z", store)
+    assert "no audit entries old enough" in output and "removed 5 archived audit entries" in output
+    assert stored() == [9, 10, 11, 12]  # 12: the audit.archived entry, integrated by the run's checkpoint
+    with pytest.raises(ExportError):
+        stream_export(operation_id=OP_A)
+    newer.write_bytes(b"".join(stream_export()))
+    status, result = av.run([str(archived), str(newer), "--keys", str(keys_file)])
+    assert status == 0 and result["entries"] == 12, result
+    assert archive.prune_archived() == 0
+
+
+def test_an_archive_that_does_not_read_back_removes_nothing(sample_export, tmp_path, monkeypatch):
     class Lossy(FileSystemStorage):
         def _save(self, name, content):  # noqa: ANN001, ANN202 - Storage's own signature
             return super()._save(name, type(content)(open(tmp_path / "junk", "w+b")))
@@ -109,16 +164,23 @@ def test_the_application_role_cannot_prune(sample_export, tmp_path):
 
     assert "append-only" in as_app("DELETE FROM operations_auditentry WHERE seq <= 4")
     assert "permission denied" in as_app("SELECT pollerdash_audit_prune('pollerdash/audit', 4)")
-    # The owner may call it, but not for entries no archive holds.
+    assert "permission denied" in as_app("SELECT pollerdash_audit_prune('pollerdash/audit', 4, 2)")
+    # The owner may call it, but not for entries no archive holds, whole or one chunk of them.
+    for call in ("pollerdash_audit_prune('pollerdash/audit', 4)", "pollerdash_audit_prune('pollerdash/audit', 4, 2)"):
+        with pytest.raises(DatabaseError, match="not archived"), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT {call}")
+    archive.archive_before(before=T0 + timedelta(minutes=1), storage=FileSystemStorage(location=tmp_path))  # 1-4
     with pytest.raises(DatabaseError, match="not archived"), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pollerdash_audit_prune('pollerdash/audit', 4)")
+        cursor.execute("SELECT pollerdash_audit_prune('pollerdash/audit', 5, 4)")  # a chunk past the archive
+    assert "append-only" in as_app("DELETE FROM operations_auditentry WHERE seq <= 4")
     assert AuditEntry.objects.exclude(seq=None).count() == 11
 
 
 def test_finished_work_past_retention_goes_and_open_work_stays(
-    make_operation, drive, clock, settings, tmp_path, signing_key
+    make_operation, drive, clock, settings, tmp_path, signing_key, monkeypatch
 ):
     settings.RETENTION_DAYS = 90
+    monkeypatch.setattr(retention, "TASK_BATCH", 1)  # batches end to end
     done = make_operation(job_id("slow_success", polls=1))
     drive(done)
     still_open = make_operation(job_id("slow_success", polls=50))
@@ -126,13 +188,14 @@ def test_finished_work_past_retention_goes_and_open_work_stays(
         Operation.objects.get(pk=done.pk).status == "succeeded" and StatusCheck.objects.filter(operation=done).exists()
     )
     Success.objects.create(id=uuid.uuid4().hex, name="old", func="x", started=T0, stopped=T0, success=True)
+    Success.objects.create(id=uuid.uuid4().hex, name="old-2", func="x", started=T0, stopped=T0, success=True)
     clock.move_to(T0 + timedelta(days=91), tick=False)
     Success.objects.create(
         id=uuid.uuid4().hex, name="new", func="x", started=timezone.now(), stopped=timezone.now(), success=True
     )
     out = StringIO()
     call_command("archive", "--before", "2026-12-01T00:00:00Z", "--to", str(tmp_path), stdout=out)
-    assert "removed 1 finished operations" in out.getvalue() and "1 finished task rows" in out.getvalue()
+    assert "removed 1 finished operations" in out.getvalue() and "2 finished task rows" in out.getvalue()
     assert (
         not Operation.objects.filter(pk=done.pk).exists()
         and not StatusCheck.objects.filter(operation_id=done.pk).exists()

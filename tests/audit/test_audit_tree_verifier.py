@@ -121,8 +121,8 @@ def test_a_forged_consistency_proof(sample_export, verify):
     expect(verify, join(lines), av.INCONSISTENT)
 
 
-def test_an_operation_export_holds_only_its_entries_and_hashes_of_the_others(sample_export, verify):
-    data = b"".join(stream_export(operation_id=OP_A))
+def test_a_format_2_operation_export_holds_only_its_entries_and_hashes_of_the_others(sample_export, verify):
+    data = b"".join(stream_export(operation_id=OP_A, version=2))
     status, result = verify(data, "--strict")
     assert status == 0, result
     assert (result["scope"], result["operation_id"], result["entries"]) == ("operation", OP_A, 6)
@@ -135,8 +135,8 @@ def test_an_operation_export_holds_only_its_entries_and_hashes_of_the_others(sam
     assert len(data) < len(sample_export.data)
 
 
-def test_a_forged_inclusion_proof_and_a_relabelled_operation_export(sample_export, verify):
-    lines = b"".join(stream_export(operation_id=OP_A)).split(b"\n")[:-1]
+def test_a_forged_inclusion_proof_and_a_relabelled_format_2_operation_export(sample_export, verify):
+    lines = b"".join(stream_export(operation_id=OP_A, version=2)).split(b"\n")[:-1]
     forged = list(lines)
     proof = json.loads(forged[3])
     proof["inclusion"]["hashes"][-1] = "11" * 32

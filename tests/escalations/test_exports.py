@@ -50,6 +50,24 @@ def test_the_operation_jsonl_export_verifies_offline(client: Client, alice, deci
     assert b'"type":"human.decision"' in data and b'"type":"human.refused"' in data
 
 
+def test_the_jsonl_export_in_format_2_for_an_older_verifier(client: Client, alice, decided, signing_key) -> None:
+    client.force_login(alice)
+    url = reverse("operation_audit_jsonl", args=[decided.operation_id])
+    formats = {}
+    for wanted in ("", "2", "3"):
+        data = body(client.get(url, {"format": wanted} if wanted else {}))
+        formats[wanted] = audit_verify.verify_export(io.BytesIO(data), keys=[signing_key])["format"]
+    assert formats == {
+        "": audit_verify.EXPORT_FORMAT_V3,
+        "2": audit_verify.EXPORT_FORMAT_V2,
+        "3": audit_verify.EXPORT_FORMAT_V3,
+    }
+    history = body(client.get(reverse("decision_history_jsonl"), {"since": "2026-12-01", "format": "2"}))
+    assert audit_verify.verify_export(io.BytesIO(history), keys=[signing_key])["format"] == "pollerdash-audit-export/2"
+    refused = client.get(url, {"format": "4"})
+    assert refused.status_code == 400 and b"format 3 (the default) or 2" in refused.content
+
+
 def test_the_history_jsonl_export_covers_the_chosen_days_and_verifies(
     client: Client, alice, decided, signing_key
 ) -> None:

@@ -8,8 +8,11 @@ anywhere Python 3.11+ runs, with no Django, no database and no pollerdash instal
 itself imports the note, key, chain and tree primitives from here, so the signer,
 `manage.py audit_verify` and this tool share one definition.
 
-Two export formats are read. Version 2 (`pollerdash-audit-export/2`, written since the audit log
-became a Merkle tree) is described in tree.py and docs/DESIGN.md section 8; version 1 follows.
+Three export formats are read. Version 2 (`pollerdash-audit-export/2`, written since the audit log
+became a Merkle tree: full exports, and operation and range exports with one inclusion proof per
+entry) and version 3 (`pollerdash-audit-export/3`: operation and range exports whose entries are
+proven by batch inclusion proofs) are described in tree.py and docs/DESIGN.md section 8; version 1
+follows.
 
 What a version-1 export holds (one UTF-8 JSON document per LF-terminated line, no BOM, no CR):
 
@@ -44,7 +47,8 @@ Reason codes (the first failure is reported, with its ``seq`` and line number):
 
 - PARSE: not a well-formed export (BOM, CR, blank line, no final LF, bad JSON, duplicate keys,
   trailing bytes, over-long line, unknown field, a header that does not match the content)
-- SEQ_GAP: an entry is missing, duplicated or out of order
+- SEQ_GAP: an entry is missing, duplicated or out of order (version 3: a batch proof names more or
+  fewer entries than precede it, or proves entries before ones already proven)
 - HASH_MISMATCH: entry ``seq`` does not hash to the value committed for it (the ``prev`` of the
   entry after it, or the head of the checkpoint of that size): its bytes were altered
 - LINK_BREAK: the first entry of a segment does not link to its anchor (genesis or a checkpoint)
@@ -57,7 +61,8 @@ Reason codes (the first failure is reported, with its ``seq`` and line number):
 - PIN_MISMATCH: a ``--pin`` checkpoint does not verify, or the export does not contain its size
   with the same head (the export was truncated or rewritten), or (version 2) no consistency proof
   links it to the export's checkpoints
-- BAD_PROOF: (version 2) an inclusion proof does not lead from the entry to the signed root
+- BAD_PROOF: (versions 2 and 3) an inclusion or batch proof does not lead from the entries to the
+  signed root (an entry or hash altered, entries reordered or replaced), or entries lack their proof
 - INCONSISTENT: (version 2) a consistency proof between two checkpoints does not verify
 - UNWITNESSED: (version 2) ``--witnesses-required K`` and no checkpoint carries K valid
   cosignatures of the ``--witness-key`` keys (a cosignature by any other key counts for nothing)
@@ -73,6 +78,7 @@ from .base import (
     ALGORITHM_ED25519,
     BAD_PROOF,
     BAD_SIGNATURE,
+    BATCH_MAX_ENTRIES,
     CHECKPOINT_MISMATCH,
     COVERAGE_GRACE,
     ENTRY_KEYS,
@@ -83,6 +89,7 @@ from .base import (
     EXIT_USAGE,
     EXPORT_FORMAT,
     EXPORT_FORMAT_V2,
+    EXPORT_FORMAT_V3,
     GENESIS_PREV,
     HASH_MISMATCH,
     HEADER_CONSTANTS,
@@ -145,6 +152,7 @@ __all__ = [
     "ALGORITHM_ED25519",
     "BAD_PROOF",
     "BAD_SIGNATURE",
+    "BATCH_MAX_ENTRIES",
     "CHECKPOINT_MISMATCH",
     "COVERAGE_GRACE",
     "ChainVerifier",
@@ -156,6 +164,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXPORT_FORMAT",
     "EXPORT_FORMAT_V2",
+    "EXPORT_FORMAT_V3",
     "GENESIS_PREV",
     "HASH_MISMATCH",
     "HEADER_CONSTANTS",

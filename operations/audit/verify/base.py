@@ -31,6 +31,12 @@ HEADER_V2_CONSTANTS = {"canon": "rfc8785", "hash": "sha256", "tree": "rfc9162"}
 HEADER_V2_KEYS = frozenset(
     {"format", "log", "scope", "operation_id", "exported_at", "size", "from"} | set(HEADER_V2_CONSTANTS)
 )
+# Version 3 (operation and range exports only; full exports stay version 2): the selected entries
+# verbatim, each group of them followed by one batch inclusion proof (`{"batch": {"size", "seqs",
+# "hashes"}}`) that shares nodes between the entries; hashes in base64. Same header fields as 2.
+EXPORT_FORMAT_V3 = "pollerdash-audit-export/3"
+# A batch proves at most this many entries: what the verifier holds in memory at once.
+BATCH_MAX_ENTRIES = 4096
 ENTRY_V2_KEYS = frozenset({"v", "log", "at", "type", "actor", "operation_id", "data"})
 ENTRY_KEYS = frozenset({"v", "log", "seq", "prev", "at", "type", "actor", "operation_id", "data"})
 ACTOR_KEYS = frozenset({"kind", "id"})

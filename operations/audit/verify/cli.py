@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
+import zlib
 from collections.abc import Sequence
 from typing import BinaryIO
 
@@ -25,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "file",
         nargs="+",
-        help="the export (JSONL; - reads standard input), or archives oldest first and then a newer full export",
+        help="the export (JSONL, or JSONL compressed with gzip; - reads standard input), or archives oldest first"
+        " and then a newer full export",
     )
     parser.add_argument("--keys", required=True, help="file of trusted verifier keys, one per line")
     parser.add_argument(
@@ -79,10 +82,10 @@ def run(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None) -> 
         results = []
         for path in args.file:
             if path == "-":
-                results.append(verify_export(stdin or sys.stdin.buffer, **options))
+                results.append(_verify_stream(stdin or sys.stdin.buffer, options))
             else:
                 with open(path, "rb", buffering=1 << 16) as handle:
-                    results.append(verify_export(handle, **options))
+                    results.append(_verify_stream(handle, options))
         result = _together(args.file, results)
     except UsageError as exc:
         return EXIT_USAGE, {"ok": False, "reason": "USAGE", "detail": str(exc)}
@@ -91,6 +94,19 @@ def run(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None) -> 
     except VerifyFailure as exc:
         return EXIT_TAMPERED, exc.as_dict()
     return EXIT_OK, result
+
+
+def _verify_stream(stream: BinaryIO, options: dict[str, object]) -> dict[str, object]:
+    """An export compressed with gzip (`audit_export -o FILE.gz`) is read through gzip, streaming."""
+    peek = getattr(stream, "peek", None)
+    if peek is None or peek(2)[:2] != b"\x1f\x8b":
+        return verify_export(stream, **options)  # type: ignore[arg-type]
+    try:
+        with gzip.GzipFile(fileobj=stream, mode="rb") as unpacked:
+            return verify_export(unpacked, **options)  # type: ignore[arg-type]
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        # BadGzipFile is an OSError: without this it would read as an I/O error, not a damaged file.
+        raise VerifyFailure(PARSE, f"the compressed export is truncated or damaged ({exc})") from None
 
 
 def _together(paths: Sequence[str], results: list[dict[str, object]]) -> dict[str, object]:

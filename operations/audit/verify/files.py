@@ -11,6 +11,7 @@ from .base import (
     CHECKPOINT_MISMATCH,
     EXPORT_FORMAT,
     EXPORT_FORMAT_V2,
+    EXPORT_FORMAT_V3,
     HEADER_CONSTANTS,
     HEADER_KEYS,
     HEADER_V2_CONSTANTS,
@@ -100,10 +101,11 @@ def _parse_header(line: bytes) -> dict[str, object]:
     if type(obj) is not dict or list(obj) != ["header"] or type(obj["header"]) is not dict:
         raise VerifyFailure(PARSE, 'the first line is not {"header": {...}}', line=1)
     header = obj["header"]
-    if header.get("format") == EXPORT_FORMAT_V2:
+    if header.get("format") in (EXPORT_FORMAT_V2, EXPORT_FORMAT_V3):
         return _parse_header_v2(header, obj, line)
     if header.get("format") != EXPORT_FORMAT:
-        raise VerifyFailure(PARSE, f"unknown export format (expected {EXPORT_FORMAT} or {EXPORT_FORMAT_V2})", line=1)
+        known = f"{EXPORT_FORMAT}, {EXPORT_FORMAT_V2} or {EXPORT_FORMAT_V3}"
+        raise VerifyFailure(PARSE, f"unknown export format (expected {known})", line=1)
     _check_header(header, obj, line, keys=HEADER_KEYS, constants=HEADER_CONSTANTS, name=EXPORT_FORMAT)
     for key in ("first_seq", "last_seq"):
         value = header[key]
@@ -139,7 +141,11 @@ def _check_header(
 
 
 def _parse_header_v2(header: dict[str, object], obj: object, line: bytes) -> dict[str, object]:
-    _check_header(header, obj, line, keys=HEADER_V2_KEYS, constants=HEADER_V2_CONSTANTS, name=EXPORT_FORMAT_V2)
+    """Formats 2 and 3 share their header fields; format 3 is for operation and range exports."""
+    name = str(header["format"])
+    _check_header(header, obj, line, keys=HEADER_V2_KEYS, constants=HEADER_V2_CONSTANTS, name=name)
+    if name == EXPORT_FORMAT_V3 and header["scope"] == "full":
+        raise VerifyFailure(PARSE, f"a full export is written in {EXPORT_FORMAT_V2}, not {name}", line=1)
     if type(header["size"]) is not int or type(header["from"]) is not int or not 0 <= header["from"] <= header["size"]:
         raise VerifyFailure(PARSE, "header size and from are integers, from at most size", line=1)
     if header["from"] and header["scope"] != "full":
@@ -187,7 +193,7 @@ def verify_export(
             check_note_signature(pin, keys)
         except VerifyFailure as exc:
             raise VerifyFailure(PIN_MISMATCH, f"the pinned checkpoint does not verify: {exc.detail}") from None
-    if header["format"] == EXPORT_FORMAT_V2:
+    if header["format"] in (EXPORT_FORMAT_V2, EXPORT_FORMAT_V3):
         return _verify_v2(
             header,
             batches,
@@ -243,6 +249,7 @@ def _verify_v2(
         pins=pins,
         witness_keys=witness_keys,
         witnesses_required=witnesses_required,
+        batch=header["format"] == EXPORT_FORMAT_V3,
     )
     number = 1
     replay = verifier.replay
@@ -254,6 +261,8 @@ def _verify_v2(
                 verifier.checkpoint(checkpoint_note(line, number, verifier.tree.size), number=number)
             elif line.startswith(b'{"inclusion":'):
                 verifier.inclusion(line, number=number)
+            elif line.startswith(b'{"batch":'):
+                verifier.batch_line(line, number=number)
             elif line.startswith(b'{"consistency":'):
                 verifier.consistency_line(line, number=number)
             elif line.startswith(b'{"frontier":'):
@@ -277,7 +286,7 @@ def _verify_v2(
         )
     result["scope"] = header["scope"]
     result["operation_id"] = header["operation_id"]
-    result["format"] = EXPORT_FORMAT_V2
+    result["format"] = header["format"]
     result["from"] = header["from"]
     return result
 

@@ -219,3 +219,70 @@ def verify_consistency(*, old: int, new: int, old_root: bytes, new_root: bytes, 
         fn >>= 1
         sn >>= 1
     return sn == 0 and first == old_root and second == new_root
+
+
+# --- batch inclusion proofs (export format 3) ----------------------------------------------------------
+#
+# One proof for many leaves against one root: the hashes of the subtrees that hold no selected leaf
+# but whose sibling does - each shared node appears once - in the order a left-to-right walk of the
+# RFC 9162 tree meets them. That walk is fixed by the tree size and the selected indexes alone, so
+# the proof needs no positions, and it is the least set of hashes that recomputes the root.
+
+
+def batch_ranges(indexes: Sequence[int], size: int) -> list[tuple[int, int]]:
+    """The (start, end) leaf ranges whose hashes prove the sorted, distinct `indexes` in the tree
+    of `size` leaves, in proof order."""
+    _check_batch(indexes, size)
+    ranges: list[tuple[int, int]] = []
+    position = 0
+
+    def walk(start: int, end: int) -> None:
+        nonlocal position
+        if position == len(indexes) or indexes[position] >= end:
+            ranges.append((start, end))
+        elif end - start == 1:
+            position += 1
+        else:
+            middle = start + _split(end - start)
+            walk(start, middle)
+            walk(middle, end)
+
+    walk(0, size)
+    return ranges
+
+
+def batch_root(indexes: Sequence[int], leaves: Sequence[bytes], proof: Sequence[bytes], size: int) -> bytes:
+    """The root the selected leaves (leaf hashes, in index order) and a `batch_ranges` proof lead
+    to; ValueError when the proof has too few or too many hashes."""
+    _check_batch(indexes, size)
+    if len(leaves) != len(indexes):
+        raise ValueError("one leaf per index")
+    position = used = 0
+
+    def walk(start: int, end: int) -> bytes:
+        nonlocal position, used
+        if position == len(indexes) or indexes[position] >= end:
+            if used == len(proof):
+                raise ValueError("the proof has too few hashes")
+            used += 1
+            return proof[used - 1]
+        if end - start == 1:
+            position += 1
+            return leaves[position - 1]
+        middle = start + _split(end - start)
+        left = walk(start, middle)
+        return node_hash(left, walk(middle, end))
+
+    root = walk(0, size)
+    if used != len(proof):
+        raise ValueError("the proof has more hashes than the tree needs")
+    return root
+
+
+def _check_batch(indexes: Sequence[int], size: int) -> None:
+    if not indexes:
+        raise ValueError("a batch proof proves at least one leaf")
+    if indexes[0] < 0 or indexes[-1] >= size:
+        raise ValueError("leaf index outside the tree")
+    if any(later <= earlier for earlier, later in zip(indexes, indexes[1:], strict=False)):
+        raise ValueError("leaf indexes are sorted and distinct")

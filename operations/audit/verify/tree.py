@@ -1,13 +1,19 @@
-"""Version-2 exports: entries as RFC 9162 leaves, checked against signed tree roots.
+"""Version-2 and -3 exports: entries as RFC 9162 leaves, checked against signed tree roots.
 
 A full export replays every leaf into a compact range (O(log n) memory) and compares the root at
 each tree checkpoint; version-1 entries before the switch checkpoint are also checked as the hash
-chain they were written as. An operation or range export holds the closing checkpoint and, after
-each entry, an inclusion proof against it: nothing of any other entry but hashes.
+chain they were written as. An operation or range export holds the closing checkpoint and proofs
+against it - nothing of any other entry but hashes: in format 2 an inclusion proof after each
+entry; in format 3, after each group of entries (at most BATCH_MAX_ENTRIES, held in memory until
+their proof), one batch proof ``{"batch": {"size", "seqs", "hashes"}}``: `seqs` the entries' seqs
+as ``[first, last]`` runs, `hashes` (base64) the subtrees merkle.batch_ranges names, which with the
+entries' leaves recompute the signed root (merkle.batch_root).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,6 +22,7 @@ from . import merkle
 from .base import (
     ACTOR_KEYS,
     BAD_PROOF,
+    BATCH_MAX_ENTRIES,
     CHECKPOINT_MISMATCH,
     COVERAGE_GRACE,
     ENTRY_V2_KEYS,
@@ -63,6 +70,43 @@ def parse_proof(line: bytes, kind: str, keys: tuple[str, ...]) -> dict[str, obje
     return body
 
 
+def parse_batch(line: bytes) -> tuple[int, list[int], list[bytes]]:
+    """A `{"batch": {...}}` line, canonical: (size, the seqs it proves, its hashes)."""
+    obj = parse_json_line(line)
+    if type(obj) is not dict or list(obj) != ["batch"] or type(obj["batch"]) is not dict:
+        raise ValueError('not a {"batch": {...}} line')
+    body = obj["batch"]
+    if sorted(body) != ["hashes", "seqs", "size"] or type(body["size"]) is not int or body["size"] < 1:
+        raise ValueError("batch fields are size (an integer), seqs and hashes")
+    if compact_json(obj) != line:
+        raise ValueError("batch line is not in canonical form")
+    runs = body["seqs"]
+    seqs: list[int] = []
+    if type(runs) is not list or not runs:
+        raise ValueError("seqs is a list of [first, last] runs")
+    last = 0
+    for run in runs:
+        if type(run) is not list or len(run) != 2 or not all(type(n) is int for n in run):
+            raise ValueError("seqs is a list of [first, last] runs")
+        # Canonical: runs in order, at least one seq apart (touching runs are written as one).
+        if not (last + 2 if last else 1) <= run[0] <= run[1]:
+            raise ValueError("seq runs are increasing and separate, from seq 1 on")
+        if len(seqs) + run[1] - run[0] + 1 > BATCH_MAX_ENTRIES:
+            raise ValueError(f"a batch proves at most {BATCH_MAX_ENTRIES} entries")
+        seqs.extend(range(run[0], run[1] + 1))
+        last = run[1]
+    hashes = body["hashes"]
+    if type(hashes) is not list or not all(type(h) is str and len(h) == 44 for h in hashes):
+        raise ValueError("hashes are base64 strings of 32 bytes")
+    try:
+        raw = [base64.b64decode(h, validate=True) for h in hashes]
+    except binascii.Error:
+        raise ValueError("hashes are base64 strings of 32 bytes") from None
+    if any(len(digest) != 32 or base64.b64encode(digest).decode() != h for digest, h in zip(raw, hashes, strict=True)):
+        raise ValueError("hashes are canonical base64 strings of 32 bytes")
+    return body["size"], seqs, raw
+
+
 def leaf_of(line: bytes) -> bytes:
     return merkle.leaf_hash(line)
 
@@ -84,6 +128,8 @@ class TreeVerifier:
     # --witness-key / --witnesses-required: some checkpoint must carry that many cosignatures.
     witness_keys: Sequence[WitnessKey] = ()
     witnesses_required: int = 0
+    # Format 3: an operation or range export proves its entries in batches.
+    batch: bool = False
 
     tree: merkle.CompactRange = field(default_factory=merkle.CompactRange)
     chain: ChainVerifier | None = None
@@ -99,6 +145,9 @@ class TreeVerifier:
     witnessed: Note | None = None
     start_frontier: list[str] | None = None  # a full export after an archive: where it starts
     _pending: bytes | None = None  # an operation export's entry awaiting its inclusion proof
+    # Format 3: the entries awaiting their batch proof: leaf hash, and a version-1 entry's own
+    # (seq, log), which must be the ones the proof places it at.
+    _group: list[tuple[bytes, tuple[object, object] | None]] = field(default_factory=list)
     _last_seq: int = 0
     _line: int = 0
 
@@ -110,7 +159,7 @@ class TreeVerifier:
 
     # entries ---------------------------------------------------------------------------------------
 
-    def check_entry(self, line: bytes, seq: int) -> dict:
+    def check_entry(self, line: bytes, seq: int | None) -> dict:
         """The parsed entry (version 1 entries are returned as parsed, for the chain to check)."""
         try:
             text = line.decode("utf-8")
@@ -150,6 +199,9 @@ class TreeVerifier:
 
     def entry(self, line: bytes, *, number: int) -> None:
         self._line = number
+        if self.batch:
+            self._batched_entry(line)
+            return
         if self.scope != "full":
             if self._pending is not None:
                 raise self._fail(BAD_PROOF, "an entry without its inclusion proof", seq=self._last_seq + 1)
@@ -190,8 +242,57 @@ class TreeVerifier:
             self._line = first + end - 1
         return end
 
+    def _batched_entry(self, line: bytes) -> None:
+        if self.closing is None:
+            raise self._fail(PARSE, "an entry before the closing checkpoint")
+        if len(self._group) >= BATCH_MAX_ENTRIES:
+            raise self._fail(PARSE, f"more than {BATCH_MAX_ENTRIES} entries without a batch proof")
+        obj = self.check_entry(line, None)
+        if self.scope == "operation" and obj.get("operation_id") != self.operation_id:
+            raise self._fail(PARSE, "an entry of another operation than the header's")
+        v1 = (obj.get("seq"), obj.get("log")) if obj.get("v") == 1 else None
+        self._group.append((leaf_of(line), v1))
+
+    def batch_line(self, line: bytes, *, number: int) -> None:
+        """Format 3: the proof of the entries read since the last one."""
+        self._line = number
+        try:
+            size, seqs, hashes = parse_batch(line)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise self._fail(PARSE, f"batch line: {exc}", seq=self._last_seq + 1) from None
+        closing = self.closing
+        if not self.batch or closing is None:
+            raise self._fail(PARSE, "a batch proof belongs after entries of a format-3 operation or range export")
+        group, self._group = self._group, []
+        named = f"entries {seqs[0]}-{seqs[-1]}" if len(seqs) > 1 else f"entry {seqs[0]}"
+        if len(seqs) != len(group):
+            detail = f"the batch proof proves {len(seqs)} entries ({named}) but {len(group)} come before it"
+            raise self._fail(SEQ_GAP, detail, seq=seqs[0])
+        if seqs[0] <= self._last_seq:
+            raise self._fail(SEQ_GAP, f"entry {seqs[0]} comes after entry {self._last_seq}", seq=seqs[0])
+        for seq, (_, v1) in zip(seqs, group, strict=True):
+            if v1 is not None and v1 != (seq, self.log):
+                raise self._fail(BAD_PROOF, f"the version-1 entry is not entry {seq} of this log", seq=seq)
+        if size != closing.size or seqs[-1] > size:
+            detail = f"the batch proof is for a tree of size {size}, the closing checkpoint's is {closing.size}"
+            raise self._fail(BAD_PROOF, detail, seq=seqs[0])
+        try:
+            root = merkle.batch_root([seq - 1 for seq in seqs], [leaf for leaf, _ in group], hashes, size)
+        except ValueError as exc:
+            raise self._fail(BAD_PROOF, f"{named}: {exc}", seq=seqs[0]) from None
+        if root.hex() != closing.head:
+            detail = (
+                f"{named} are not proven in the tree of size {size}: an entry or a hash was altered, "
+                "or the entries were reordered or replaced"
+            )
+            raise self._fail(BAD_PROOF, detail, seq=seqs[0])
+        self._last_seq = seqs[-1]
+        self.entries += len(group)
+
     def inclusion(self, line: bytes, *, number: int) -> None:
         self._line = number
+        if self.batch:
+            raise self._fail(PARSE, "a format-3 export proves its entries in batches, not one by one")
         seq = self._last_seq + 1
         try:
             proof = parse_proof(line, "inclusion", ("seq", "size"))
@@ -270,7 +371,7 @@ class TreeVerifier:
             raise self._fail(CHECKPOINT_MISMATCH, f"checkpoint of another log ({note.origin[:80]!r})", seq=note.size)
         self._witness(note)
         if self.scope != "full":
-            if self.entries or self._pending is not None:
+            if self.entries or self._pending is not None or self._group:
                 raise self._fail(CHECKPOINT_MISMATCH, "checkpoints come before the entries and their proofs")
             if self.closing is not None:
                 self.earlier.append(self.closing)
@@ -351,6 +452,9 @@ class TreeVerifier:
     def finish(self, *, covered_until: datetime | None = None) -> dict[str, object]:
         if self._pending is not None:
             raise self._fail(BAD_PROOF, "the last entry has no inclusion proof", seq=self._last_seq + 1)
+        if self._group:
+            detail = f"the last {len(self._group)} entries have no batch proof"
+            raise self._fail(BAD_PROOF, detail, seq=self._last_seq + 1)
         if self.first_unsigned is not None and not self.allow_unsigned_tail:
             detail = f"entries {self.first_unsigned}-{self.tree.size} come after the last checkpoint"
             raise self._fail(UNSIGNED_TAIL, detail, seq=self.first_unsigned)

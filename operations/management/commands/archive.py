@@ -1,9 +1,11 @@
 """`manage.py archive --before DATE [--to DIR]`: retention, verifiably (docs/DESIGN.md section 8).
 
-Archives the audit entries older than DATE as a sealed, verified range (operations.audit.archive)
-and removes them through the guarded database function; then removes finished operations (with
+Archives the audit entries older than DATE as a sealed, verified range (operations.audit.archive),
+records it, and only then removes the archived entries through the guarded database function in
+short chunks (also what an interrupted earlier run left); then removes finished operations (with
 their status checks, cards and decisions) and django-q2's finished task rows older than
-RETENTION_DAYS. Open operations and their cards are never removed.
+RETENTION_DAYS, in batches. Open operations and their cards are never removed. Every step commits
+as it goes: running the command again after a crash carries on where it stopped.
 """
 
 from __future__ import annotations
@@ -42,8 +44,14 @@ class Command(BaseCommand):
         else:
             self.stdout.write(
                 f"archived audit entries {done.first_seq}-{done.last_seq} to {done.name} "
-                f"({done.size_bytes} bytes, sha256 {done.sha256}); removed {done.removed} from the database"
+                f"({done.size_bytes} bytes, sha256 {done.sha256})"
             )
+        try:
+            pruned = archive.prune_archived()
+        except DatabaseError as exc:
+            raise CommandError(f"PRUNE STOPPED (run the command again to finish it): {exc}", returncode=1) from None
+        if pruned or done is not None:
+            self.stdout.write(f"removed {pruned} archived audit entries from the database")
         cutoff = timezone.now() - timedelta(days=settings.RETENTION_DAYS)
         removed = retention.remove_finished(before=cutoff)
         self.stdout.write(
