@@ -29,7 +29,7 @@ def backwards(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operations", "0020_profile_backoff_multiplier"),
+        ("operations", "0021_audit_prune_range"),
     ]
 
     operations = [
