@@ -391,9 +391,12 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="use a kept scratch database and its large log as they are"
     )
+    parser.add_argument(
+        "--append-seconds", type=float, help="length of each appends step (default 5; longer averages out a busy VM)"
+    )
     args = parser.parse_args()
     sections = set(args.only or SECTIONS)
-    seconds = 1.5 if args.quick else 5.0
+    seconds = args.append_seconds or (1.5 if args.quick else 5.0)
     offline_entries = 100_000 if args.quick else 1_000_000
     proof_leaves = args.proof_leaves or (100_000 if args.quick else 1_000_000)
     db_sizes = (2_000, 5_000) if args.quick else (10_000, 50_000)

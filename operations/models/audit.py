@@ -25,8 +25,14 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["id"]  # insertion order: pending entries have no seq yet
         constraints = [
-            models.UniqueConstraint(fields=["log", "seq"], name="audit_unique_seq"),
-            models.UniqueConstraint(fields=["log", "prev_hash"], name="audit_unique_prev"),
+            # Partial: a pending entry (no seq yet) and a version-2 entry (no prev) would otherwise
+            # each add an index entry that can never conflict - two of the append's index writes.
+            models.UniqueConstraint(
+                fields=["log", "seq"], name="audit_unique_seq", condition=models.Q(seq__isnull=False)
+            ),
+            models.UniqueConstraint(
+                fields=["log", "prev_hash"], name="audit_unique_prev", condition=models.Q(prev_hash__isnull=False)
+            ),
         ]
         indexes = [
             models.Index(fields=["operation_id", "seq"], name="audit_operation_idx"),
