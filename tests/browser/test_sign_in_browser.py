@@ -41,6 +41,10 @@ def sso_sign_in(page: object, base_url: str, username: str, *, start: str = "/")
     page.goto(f"{base_url}{start}")  # type: ignore[attr-defined]
     page.get_by_test_id("sso").click()  # type: ignore[attr-defined]
     op_login(page, username)
+    # Back on pollerdash (a redirect is never committed, so this is the page the chain ends on:
+    # the start page, or the callback's refusal), fully loaded: a test that reads the session or
+    # reloads right away would otherwise race the redirect chain still in flight.
+    page.wait_for_url(lambda url: url.startswith(base_url), wait_until="load")  # type: ignore[attr-defined]
 
 
 def session_of(page: object) -> SessionStore:
