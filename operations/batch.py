@@ -35,6 +35,7 @@ from operations.controller import (
     SLOT_ATTEMPTS,
     PollResult,
     _rng,
+    gate_at_charge,
     gate_or_stop,
     interpret,
     load_for_polls,
@@ -124,8 +125,14 @@ def poll_group(*, claims: list[tuple[str, int]], rng: random.Random) -> list[Pol
         return results
     with transaction.atomic():
         chosen = _admit(ready=ready)
+        now = timezone.now()
+        # The gate again at the charge's moment: the admission's lock waits may have carried a
+        # poll past a deadline, and no request may leave after it.
+        for index, op, fence in chosen:
+            results[index] = gate_at_charge(op=op, fence=fence, now=now)
+        chosen = [entry for entry in chosen if results[entry[0]] is None]
         sent = charge_group(
-            claims=[(op, fence) for _, op, fence in chosen], worker=worker, started_at=started_at, now=timezone.now()
+            claims=[(op, fence) for _, op, fence in chosen], worker=worker, started_at=started_at, now=now
         )
     charged = [(index, op) for index, op, _ in chosen if op.pk in sent]
     for index, op, _ in chosen:

@@ -256,6 +256,9 @@ def _charge(
                 return PollResult.DEFERRED
             free_at = pacing.next_free_send(account=op.account, rate_per_s=rate, now=now)
             if free_at <= now:
+                stopped = gate_at_charge(op=op, fence=fence, now=now)
+                if stopped is not None:
+                    return stopped
                 taken = charge(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=False)
                 return PollResult.STALE if taken is None else taken
             wait_s = (free_at - now).total_seconds()
@@ -292,7 +295,27 @@ def _charge_admitted(
             return PollResult.DEFERRED
         if not pacing.has_room(account=op.account, rate_per_s=rate, now=now):
             return None
+        stopped = gate_at_charge(op=op, fence=fence, now=now)
+        if stopped is not None:
+            return stopped
         return charge(op=op, fence=fence, worker=worker, started_at=started_at, now=now, reserved=True)
+
+
+def gate_at_charge(*, op: Operation, fence: int, now: datetime) -> PollResult | None:
+    """The gate again at the moment of the charge: a lock wait or a wait for the account's send
+    slot can carry a poll past a deadline the gate at its start did not see, and no request may
+    leave after it (the poll stops or escalates as it would have)."""
+    if now <= _earliest_stop(op):
+        return None
+    return gate_or_stop(op=op, fence=fence, now=now)
+
+
+def _earliest_stop(op: Operation) -> datetime:
+    """The first moment a time-based gate could stop this poll (its deadlines)."""
+    moments = [op.deadline_at]
+    if op.business_deadline_at is not None:
+        moments.append(op.business_deadline_at)
+    return min(moments)
 
 
 def _defer_for_rate_limit(*, op: Operation, fence: int, until: datetime) -> None:

@@ -764,3 +764,38 @@ def test_a_batch_releases_the_polls_that_no_longer_fit_its_time_limit(make_opera
         assert status_requests(fake_provider, op) == []
     # The next pass hands them out again at once.
     assert {c.operation_id for c in claim(now=T0)} == {op.pk for op in released}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_poll_held_at_its_charge_past_the_business_deadline_sends_nothing_and_opens_the_card(
+    make_operation, fake_provider, clock
+):
+    """The gate runs when the poll starts; a lock wait at the charge can outlast the business
+    deadline. No request may leave after it: the poll escalates at the charge instead."""
+    business = T0 + timedelta(seconds=10)
+    op = make_operation(
+        job_id("never_finishes"), business_deadline_at=business, deadline_at=T0 + timedelta(minutes=10)
+    )
+    claim(now=T0)
+    locked, results = threading.Event(), {}
+
+    def hold_the_account_past_the_deadline() -> None:
+        from django.db import transaction
+
+        with transaction.atomic():
+            pacing.lock_account(name=op.account)  # as a pause being recorded does
+            locked.set()
+            results["waited"] = _wait_for_a_lock_waiter()
+            clock.move_to(business + timedelta(seconds=2), tick=False)
+
+    holder = _in_thread(hold_the_account_past_the_deadline)
+    assert locked.wait(10)
+    try:
+        results.update(work())
+    finally:
+        holder.join(10)
+    assert results == {"waited": True, op.pk: PollResult.ESCALATED}
+    assert status_requests(fake_provider, op) == []
+    card = Escalation.objects.get(operation_id=op.pk)
+    assert card.reason == Reason.BUSINESS_DEADLINE_PASSED and reload(op).status_requests_used == 0
