@@ -774,9 +774,7 @@ def test_a_poll_held_at_its_charge_past_the_business_deadline_sends_nothing_and_
     """The gate runs when the poll starts; a lock wait at the charge can outlast the business
     deadline. No request may leave after it: the poll escalates at the charge instead."""
     business = T0 + timedelta(seconds=10)
-    op = make_operation(
-        job_id("never_finishes"), business_deadline_at=business, deadline_at=T0 + timedelta(minutes=10)
-    )
+    op = make_operation(job_id("never_finishes"), business_deadline_at=business, deadline_at=T0 + timedelta(minutes=10))
     claim(now=T0)
     locked, results = threading.Event(), {}
 
