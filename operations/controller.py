@@ -6,6 +6,7 @@
     if used >= max_status_requests:   escalate request_budget_exhausted; stop
     if now < next_poll_at:            not due - never "catch up" missed polls; stop
     claim: compare-and-set fence (only one worker wins); reload the operation
+    the deadline checks again at the charge's moment (after any lock or send-slot wait)
     increment status_requests_used, persist                 <- before sending
     send ONE status GET
     in one short transaction, fenced: record StatusCheck, decision, audit entry, next_poll_at
