@@ -111,16 +111,13 @@ def start_op(
         sys.executable,
         "-m",
         "tests.oidc_provider.serve",
-        "--client-id",
-        client_id,
-        "--client-secret",
-        client_secret,
+        # OPTION=VALUE: a random secret can start with "-", which argparse would take for an option.
+        f"--client-id={client_id}",
+        f"--client-secret={client_secret}",
+        f"--group-claim={group_claim}",
     ]
-    command += ["--group-claim", group_claim]
-    for uri in redirect_uris:
-        command += ["--redirect-uri", uri]
-    for uri in post_logout_redirect_uris:
-        command += ["--post-logout-redirect-uri", uri]
+    command += [f"--redirect-uri={uri}" for uri in redirect_uris]
+    command += [f"--post-logout-redirect-uri={uri}" for uri in post_logout_redirect_uris]
     env = {**os.environ, "TESTOP_CONTROL_TOKEN": secrets.token_urlsafe(16), "PYTHONPATH": str(ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)  # the OP has its own settings, not the RP's
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
