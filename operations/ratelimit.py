@@ -40,17 +40,19 @@ def take(*, key: str, limit: int | None, window_s: int, now: datetime) -> int | 
     with transaction.atomic():
         if room.update(count=F("count") + 1):
             return None
-        if window.exists():
-            return left
-        try:
-            with transaction.atomic():
-                RateWindow.objects.create(key=key, window_start=start, count=1)
-        except IntegrityError:
-            # Another process opened the window first: count against it like any later unit.
-            return None if room.update(count=F("count") + 1) else left
-        # This key's earlier windows are spent; dropping them keeps about one row per key.
-        RateWindow.objects.filter(key=key, window_start__lt=start).delete()
-    return None
+        if not window.exists():
+            try:
+                with transaction.atomic():
+                    RateWindow.objects.create(key=key, window_start=start, count=1)
+            except IntegrityError:
+                pass  # another process opened the window first: count against it below
+            else:
+                # This key's earlier windows are spent; dropping them keeps about one row per key.
+                RateWindow.objects.filter(key=key, window_start__lt=start).delete()
+                return None
+        # Either the window is full, or another process opened it after the first UPDATE looked:
+        # a window that exists is not yet a full one, so ask again.
+        return None if room.update(count=F("count") + 1) else left
 
 
 def used(*, key: str, window_s: int, now: datetime) -> tuple[int, int]:
