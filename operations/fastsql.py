@@ -14,7 +14,9 @@ from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar, cast
 
+import psycopg
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 from django.db.models import BooleanField, CharField, DateTimeField, Field, FloatField, IntegerField, Model
 
 _M = TypeVar("_M", bound=Model)
@@ -98,6 +100,23 @@ def instance(model: type[_M], names: tuple[str, ...], row: Sequence[Any]) -> _M:
         for function in functions:
             values[index] = function(values[index], col, connection)
     return model.from_db(connection.alias, names, values)
+
+
+def server_bound_cursor() -> CursorWrapper:
+    """A PostgreSQL cursor that sends the parameters apart from the SQL (psycopg's Cursor), in the
+    wrapper Django puts around its own: Django's exception classes, execute wrappers and query
+    logging (`CaptureQueriesContext`) behave as with `connection.cursor()`.
+
+    Django's own cursor is psycopg's ClientCursor: it writes every parameter into the SQL as a
+    literal (bytes escaped to hex, lists spelled out as array text) for the server to parse back.
+    The audit log's two hot statements are mostly parameters - an entry's INSERT carries its
+    body, a proof's node query two arrays - and take the server-bound path (bench/audit.py)."""
+    connection.ensure_connection()
+    cursor = psycopg.Cursor(connection.connection)
+    # Typing: the stubs declare these for Django's CursorWrapper, but they wrap a DB-API cursor.
+    if connection.queries_logged:
+        return connection.make_debug_cursor(cursor)  # type: ignore[arg-type]
+    return connection.make_cursor(cursor)  # type: ignore[arg-type]
 
 
 def execute(sql: str, params: Sequence[Any]) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from django.db import connection
 from django.db.models import Max, Q
 
+from operations import fastsql
 from operations.audit.verify import merkle
 from operations.models import AuditArchive, AuditTreeNode
 
@@ -34,7 +35,8 @@ def nodes(*, log: str, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int
         return {}
     if connection.vendor == "postgresql":
         levels, indexes = zip(*sorted(wanted), strict=True)
-        with connection.cursor() as cursor:
+        # Server-bound: the two arrays travel as parameters, not spelled out in the SQL text.
+        with fastsql.server_bound_cursor() as cursor:
             cursor.execute(NODES_SQL, [log, list(levels), list(indexes)])
             rows = cursor.fetchall()
     else:
