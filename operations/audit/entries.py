@@ -187,18 +187,15 @@ _COLUMNS = ("log", "entry_hash", "body", "at", "type", "operation_id")
 
 def _insert(rows: list[AuditEntry]) -> None:
     """One INSERT ... RETURNING id of the rows. Plain SQL rather than bulk_create: every decision
-    pays for this statement, and the ORM's compilation cost as much as the insert itself. On
-    PostgreSQL the parameters travel bound rather than as literals in the SQL: the body, most of
-    the statement, goes as bytes instead of being escaped to hex and parsed back."""
+    pays for this statement, and the ORM's compilation cost as much as the insert itself; on
+    PostgreSQL it goes through psycopg's own cursor (fastsql.fetchall_bound)."""
     adapt_time = connection.ops.adapt_datetimefield_value
     values = []
     for row in rows:
         values += [row.log, row.entry_hash, row.body, adapt_time(row.at), row.type, row.operation_id]
     placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"] * len(rows))
     sql = f"INSERT INTO {AuditEntry._meta.db_table} ({', '.join(_COLUMNS)}) VALUES {placeholders} RETURNING id"
-    with fastsql.server_bound_cursor() if connection.vendor == "postgresql" else connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        ids = [row_id for (row_id,) in cursor.fetchall()]
+    ids = [row_id for (row_id,) in fastsql.fetchall_bound(sql, values)]
     # Both backends return the ids of a multi-row INSERT in VALUES order (what bulk_create relies on).
     for row, row_id in zip(rows, ids, strict=True):
         row.id = row_id

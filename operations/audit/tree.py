@@ -35,10 +35,7 @@ def nodes(*, log: str, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int
         return {}
     if connection.vendor == "postgresql":
         levels, indexes = zip(*sorted(wanted), strict=True)
-        # Server-bound: the two arrays travel as parameters, not spelled out in the SQL text.
-        with fastsql.server_bound_cursor() as cursor:
-            cursor.execute(NODES_SQL, [log, list(levels), list(indexes)])
-            rows = cursor.fetchall()
+        rows = fastsql.fetchall_bound(NODES_SQL, [log, list(levels), list(indexes)])
     else:
         # A batch proof names thousands of nodes; SQLite parses a chain of ORs as a tree at most
         # 1000 deep, so they are asked for a few hundred at a time.
