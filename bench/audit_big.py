@@ -203,6 +203,7 @@ def time_proofs(big: BigLog, samples: int = 500) -> ProofTimes:
     """tree.inclusion_proof for random entries of the big log, every proof checked against the
     signed root with the entry's stored leaf hash; then where the time goes: the node query alone
     (as tree.nodes sends it), its server-side execution, and the same query prepared once."""
+    import psycopg
     from django.db import connection
 
     from operations.audit import tree
@@ -233,14 +234,23 @@ def time_proofs(big: BigLog, samples: int = 500) -> ProofTimes:
         tree.nodes(log=big.log, wanted=wanted)
         query.append(time.perf_counter() - began)
     # The same query as a server-side prepared statement on the same connection (planned once).
+    # Django opens its connections with preparing off (prepare_threshold None), under which
+    # psycopg ignores prepare=True, and its cursor binds on the client, which cannot prepare: so
+    # psycopg's own Cursor, with preparing allowed for this measurement only.
     connection.ensure_connection()
-    with connection.connection.cursor() as raw:
-        for wanted in wanted_sets:
-            levels, indexes = zip(*wanted, strict=True)
-            began = time.perf_counter()
-            raw.execute(tree.NODES_SQL, [big.log, list(levels), list(indexes)], prepare=True)
-            raw.fetchall()
-            prepared.append(time.perf_counter() - began)
+    raw_connection = connection.connection
+    threshold = raw_connection.prepare_threshold
+    raw_connection.prepare_threshold = 0
+    try:
+        with psycopg.Cursor(raw_connection) as raw:
+            for wanted in wanted_sets:
+                levels, indexes = zip(*wanted, strict=True)
+                began = time.perf_counter()
+                raw.execute(tree.NODES_SQL, [big.log, list(levels), list(indexes)], prepare=True)
+                raw.fetchall()
+                prepared.append(time.perf_counter() - began)
+    finally:
+        raw_connection.prepare_threshold = threshold
     server, planning, buffers, read = [], [], 0, 0
     with connection.cursor() as cursor:
         for wanted in wanted_sets[:100]:
