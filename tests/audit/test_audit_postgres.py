@@ -7,10 +7,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, DataError, connection, transaction
 
 from operations.audit import checkpoints
+from operations.audit import entries as audit
 from operations.audit.health import audit_protection_checks
+from operations.models import AuditEntry
 from tests.audit.helpers import append_entries
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -112,3 +114,12 @@ def test_health_notices_a_disabled_trigger(audit_rows):
         cursor.execute("ALTER TABLE operations_auditentry DISABLE TRIGGER operations_auditentry_no_change")
     ok, message = names(audit_protection_checks())["append-only triggers"]
     assert ok is False and "operations_auditentry_no_change" in message
+
+
+def test_an_insert_the_database_refuses_is_djangos_error_and_the_decision_rolls_back(settings):
+    # The entry's INSERT goes through psycopg's own cursor (fastsql.fetchall_bound): a refusal by
+    # the database itself still arrives as Django's exception class, and nothing commits.
+    settings.AUDIT_LOG_NAME = "x" * 201  # longer than the column: Python lets it through
+    with pytest.raises(DataError), transaction.atomic():
+        audit.append(entry_type="controller.decision", actor=audit.SYSTEM_CONTROLLER, operation_id=None, data={})
+    assert not AuditEntry.objects.exists()
