@@ -1,8 +1,10 @@
-"""The domain's card events, turned into policy steps (connected in escalations.apps).
+"""The domain's events, turned into policy steps and queued messages (connected in escalations.apps).
 
 Each receiver runs inside the transaction of the change it announces, under its row locks, and
-only writes rows (the run, outbox rows): what it decides commits with the change or not at all,
-and workers send it afterwards.
+only writes rows (the run, outbox rows, a queued task): what it decides commits with the change or
+not at all, and workers send it afterwards. Every process imports this module at start-up, so it
+imports no sending code (escalations.notifications and its HTTP client): a command such as
+`manage.py audit_export` starts without them.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from escalations.oncall import outbox, runs
-from operations.models import Decision, Escalation, NotificationDelivery
+from operations.models import CallbackDelivery, Decision, Escalation, NotificationDelivery, Operation
 from operations.responders import responders
 
 if TYPE_CHECKING:
@@ -81,3 +84,31 @@ def on_card_awaiting_second(*, escalation: Escalation, first: Decision, **_: obj
 def on_dispatcher_pass(*, now: datetime, limit: int, **_: object) -> int:
     """operations.events.dispatcher_pass: step due policy runs, then hand due notifications to workers."""
     return runs.advance_due(now=now, limit=limit) + outbox.claim_due(now=now, limit=limit)
+
+
+def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:
+    """operations.events.callback_undeliverable: queue a message to on-call with the transaction
+    (escalations.notifications.deliver_callback_failure sends it)."""
+    if not _notifications_configured():
+        return
+    async_task(
+        "escalations.tasks.notify_callback_failed",
+        delivery.operation_id,
+        delivery.pk,
+        delivery.event_type,
+        reason[:300],
+        task_name=f"notify-callback-{delivery.pk}",
+    )
+
+
+def on_business_deadline_near(*, operation: Operation, **_: object) -> None:
+    """operations.events.business_deadline_near: queue the early warning with the transaction that
+    recorded it (once per operation: the lifecycle claims `business_deadline_warned_at` first;
+    escalations.notifications.deliver_business_deadline_warning sends it)."""
+    if not _notifications_configured():
+        return
+    async_task("escalations.tasks.notify_business_deadline", operation.pk, task_name=f"notify-business-{operation.pk}")
+
+
+def _notifications_configured() -> bool:
+    return bool(settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL)
