@@ -13,7 +13,7 @@ class EscalationsConfig(AppConfig):
         from django.conf import settings
         from django.db.models.signals import post_migrate
 
-        from escalations.oncall import receivers, runs
+        from escalations.oncall import receivers
         from operations import events
         from operations.redaction import register_secret
 
@@ -32,7 +32,7 @@ class EscalationsConfig(AppConfig):
             (events.business_deadline_near, receivers.on_business_deadline_near, "notify-business-deadline-near"),
         ):
             signal.connect(receiver, dispatch_uid=uid)
-        post_migrate.connect(runs.adopt_open_cards, sender=self, dispatch_uid="oncall-adopt-open-cards")
+        post_migrate.connect(receivers.adopt_open_cards, sender=self, dispatch_uid="oncall-adopt-open-cards")
         # Secrets of the notification settings: scrubbed from every log line of every process.
         for secret in (settings.NOTIFY_WEBHOOK_URL, settings.SLACK_SIGNING_SECRET, settings.SLACK_BOT_TOKEN):
             register_secret(secret)

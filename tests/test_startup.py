@@ -1,9 +1,9 @@
 """What a process's start-up imports (pollerdash/apps.py, escalations/oncall/receivers.py).
 
 `django.setup()` wires every signal handler but imports no admin module, no API schema library
-(django-ninja, pydantic) and no HTTP client: a command that serves no page, such as `manage.py
-audit_export --operation`, starts in about half the time it did. The admins are registered where
-they are used: by the root URLconf, and by the admin's system checks.
+(django-ninja, pydantic), no HTTP client and no policy code: a command that serves no page, such as
+`manage.py audit_export --operation`, starts in about half the time it did. The admins are
+registered where they are used: by the root URLconf, and by the admin's system checks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Imported by the site (URLconf), the API or a worker's sending code, never by start-up alone.
+# Imported by the site (URLconf), the API, a worker's sending code or the first card event, never by
+# start-up alone.
 NOT_AT_START_UP = (
     "httpx",
     "ninja",
@@ -26,6 +27,8 @@ NOT_AT_START_UP = (
     "django_q.admin",
     "axes.admin",
     "escalations.notifications",
+    "escalations.oncall.runs",
+    "escalations.oncall.outbox",
 )
 
 SETUP = """
