@@ -14,8 +14,8 @@ class AdminConfig(SimpleAdminConfig):
     """django.contrib.admin without autodiscovery in ready(): every app's admin module (forms,
     profile and policy validation, django-q2's admin) is imported by the root URLconf
     (pollerdash/urls.py), which a web process loads, or by the admin's system checks, which
-    `manage.py check` runs. A command or a worker that serves no page no longer imports them:
-    `manage.py audit_export` started in about 1 s, most of it imports (README, Benchmarks)."""
+    `manage.py check` runs. A command or a worker that serves no page does not import them
+    (tests/test_startup.py)."""
 
     def ready(self) -> None:
         checks.register(check_dependencies, checks.Tags.admin)
