@@ -13,13 +13,13 @@ class EscalationsConfig(AppConfig):
         from django.conf import settings
         from django.db.models.signals import post_migrate
 
-        from escalations import notifications
-        from escalations.oncall import receivers, runs
+        from escalations.oncall import receivers
         from operations import events
         from operations.redaction import register_secret
 
         # Escalation policies (escalations.oncall): started, stopped, restarted and ended by the
-        # card's own events, inside the transactions that change the card.
+        # card's own events, inside the transactions that change the card; the messages that are
+        # not cards (escalations.notifications) queued in the transaction that records their event.
         for signal, receiver, uid in (
             (events.card_opened, receivers.on_card_opened, "oncall-card-opened"),
             (events.card_acknowledged, receivers.on_card_acknowledged, "oncall-card-acknowledged"),
@@ -28,15 +28,11 @@ class EscalationsConfig(AppConfig):
             (events.card_reassigned, receivers.on_card_reassigned, "oncall-card-reassigned"),
             (events.card_awaiting_second, receivers.on_card_awaiting_second, "oncall-card-awaiting-second"),
             (events.dispatcher_pass, receivers.on_dispatcher_pass, "oncall-dispatcher-pass"),
+            (events.callback_undeliverable, receivers.on_callback_undeliverable, "notify-callback-undeliverable"),
+            (events.business_deadline_near, receivers.on_business_deadline_near, "notify-business-deadline-near"),
         ):
             signal.connect(receiver, dispatch_uid=uid)
-        events.callback_undeliverable.connect(
-            notifications.on_callback_undeliverable, dispatch_uid="notify-callback-undeliverable"
-        )
-        events.business_deadline_near.connect(
-            notifications.on_business_deadline_near, dispatch_uid="notify-business-deadline-near"
-        )
-        post_migrate.connect(runs.adopt_open_cards, sender=self, dispatch_uid="oncall-adopt-open-cards")
+        post_migrate.connect(receivers.adopt_open_cards, sender=self, dispatch_uid="oncall-adopt-open-cards")
         # Secrets of the notification settings: scrubbed from every log line of every process.
         for secret in (settings.NOTIFY_WEBHOOK_URL, settings.SLACK_SIGNING_SECRET, settings.SLACK_BOT_TOKEN):
             register_secret(secret)

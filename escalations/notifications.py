@@ -3,7 +3,8 @@
 Cards reach people through their escalation policy (escalations.oncall). A callback that could not
 be delivered is not a card (the operation may be done), nor is the early warning that a business
 deadline is near while the job still runs; each is one message to NOTIFY_EMAILS and
-NOTIFY_WEBHOOK_URL, queued in the transaction that recorded it and sent by a worker. It carries
+NOTIFY_WEBHOOK_URL, queued in the transaction that recorded it (escalations.oncall.receivers) and
+sent by a worker (escalations.tasks, with the functions here). It carries
 pollerdash's link first and quotes the agent's callback address as defanged data after it;
 every message to people counts against NOTIFY_MAX_PER_HOUR (`hourly_slot`). The webhook URL is a
 secret: it is registered with the log redactor and never logged.
@@ -19,37 +20,18 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import reverse
 from django.utils import timezone
-from django_q.tasks import async_task
 
 from escalations.agent_text import quoted, slack_escaped
 from escalations.oncall.email import ascii_subject
 from operations import ratelimit
 from operations.decisions.options import human_duration
-from operations.models import CallbackDelivery, Operation
+from operations.models import Operation
 from operations.redaction import register_secret
 from operations.vocabulary import POLLABLE_STATUSES
 
 logger = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
-
-
-def configured() -> bool:
-    return bool(settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL)
-
-
-def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:
-    """operations.events.callback_undeliverable: queue a message to on-call with the transaction."""
-    if not configured():
-        return
-    async_task(
-        "escalations.tasks.notify_callback_failed",
-        delivery.operation_id,
-        delivery.pk,
-        delivery.event_type,
-        reason[:300],
-        task_name=f"notify-callback-{delivery.pk}",
-    )
 
 
 def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
@@ -76,14 +58,6 @@ def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type:
         event="callback_failed",
         what=f"callback {delivery_id}",
     )
-
-
-def on_business_deadline_near(*, operation: Operation, **_: object) -> None:
-    """operations.events.business_deadline_near: queue the early warning with the transaction that
-    recorded it (once per operation: the lifecycle claims `business_deadline_warned_at` first)."""
-    if not configured():
-        return
-    async_task("escalations.tasks.notify_business_deadline", operation.pk, task_name=f"notify-business-{operation.pk}")
 
 
 def deliver_business_deadline_warning(*, operation_id: str) -> str:

@@ -8,6 +8,10 @@ from accounts import views as accounts
 from escalations.views.slack import interactions as slack_interactions
 from operations.metrics_endpoint import prometheus_metrics
 
+# Every app's admin module registers its admins here, where the site is served, rather than at
+# every process's start-up (pollerdash/apps.py).
+admin.autodiscover()
+
 urlpatterns = [
     path("accounts/login/", accounts.LoginView.as_view(), name="login"),
     path("accounts/logout/", accounts.LogoutView.as_view(), name="logout"),

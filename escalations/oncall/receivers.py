@@ -1,8 +1,13 @@
-"""The domain's card events, turned into policy steps (connected in escalations.apps).
+"""The domain's events, turned into policy steps and queued messages (connected in escalations.apps).
 
 Each receiver runs inside the transaction of the change it announces, under its row locks, and
-only writes rows (the run, outbox rows): what it decides commits with the change or not at all,
-and workers send it afterwards.
+only writes rows (the run, outbox rows, a queued task): what it decides commits with the change or
+not at all, and workers send it afterwards.
+
+Every process imports this module at start-up (escalations.apps), so it imports no sending code
+(escalations.notifications and its HTTP client), and the policy code (runs and outbox, with the
+policy rules, the stored policies and the roles) only when an event first comes in: a command
+that handles none, such as `manage.py audit_export`, starts without them.
 """
 
 from __future__ import annotations
@@ -12,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
+from django_q.tasks import async_task
 
-from escalations.oncall import outbox, runs
-from operations.models import Decision, Escalation, NotificationDelivery
+from operations.models import CallbackDelivery, Decision, Escalation, NotificationDelivery, Operation
 from operations.responders import responders
 
 if TYPE_CHECKING:
@@ -22,11 +27,15 @@ if TYPE_CHECKING:
 
 
 def on_card_opened(*, escalation: Escalation, **_: object) -> None:
+    from escalations.oncall import runs
+
     runs.start(escalation=escalation, now=timezone.now())
 
 
 def on_card_acknowledged(*, escalation: Escalation, user: User, previous: User | None = None, **_: object) -> None:
     """The policy stops; a take-over tells the person who held the card."""
+    from escalations.oncall import runs
+
     now = timezone.now()
     runs.acknowledge(escalation=escalation, now=now)
     if previous is not None:
@@ -42,15 +51,21 @@ def on_card_acknowledged(*, escalation: Escalation, user: User, previous: User |
 
 
 def on_card_unacknowledged(*, escalation: Escalation, **_: object) -> None:
+    from escalations.oncall import runs
+
     runs.unacknowledge(escalation=escalation, now=timezone.now())
 
 
 def on_card_closed(*, escalation: Escalation, **_: object) -> None:
+    from escalations.oncall import runs
+
     runs.end(escalation=escalation, now=timezone.now())
 
 
 def on_card_reassigned(*, escalation: Escalation, by: User, to: User, **_: object) -> None:
     """The responder a card was handed to is told; the policy goes on until they acknowledge."""
+    from escalations.oncall import runs
+
     giver = by.get_username()
     runs.tell(
         escalation=escalation,
@@ -65,6 +80,8 @@ def on_card_reassigned(*, escalation: Escalation, by: User, to: User, **_: objec
 def on_card_awaiting_second(*, escalation: Escalation, first: Decision, **_: object) -> None:
     """An acceptance waits for a second, different responder: the other responders (and NOTIFY_EMAILS)
     are told by email."""
+    from escalations.oncall import runs
+
     others = list(responders().exclude(pk=first.user_id))
     mine = {first.user.email.lower()} - {""}
     runs.tell(
@@ -80,4 +97,41 @@ def on_card_awaiting_second(*, escalation: Escalation, first: Decision, **_: obj
 
 def on_dispatcher_pass(*, now: datetime, limit: int, **_: object) -> int:
     """operations.events.dispatcher_pass: step due policy runs, then hand due notifications to workers."""
+    from escalations.oncall import outbox, runs
+
     return runs.advance_due(now=now, limit=limit) + outbox.claim_due(now=now, limit=limit)
+
+
+def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:
+    """operations.events.callback_undeliverable: queue a message to on-call with the transaction
+    (escalations.notifications.deliver_callback_failure sends it)."""
+    if not _notifications_configured():
+        return
+    async_task(
+        "escalations.tasks.notify_callback_failed",
+        delivery.operation_id,
+        delivery.pk,
+        delivery.event_type,
+        reason[:300],
+        task_name=f"notify-callback-{delivery.pk}",
+    )
+
+
+def on_business_deadline_near(*, operation: Operation, **_: object) -> None:
+    """operations.events.business_deadline_near: queue the early warning with the transaction that
+    recorded it (once per operation: the lifecycle claims `business_deadline_warned_at` first;
+    escalations.notifications.deliver_business_deadline_warning sends it)."""
+    if not _notifications_configured():
+        return
+    async_task("escalations.tasks.notify_business_deadline", operation.pk, task_name=f"notify-business-{operation.pk}")
+
+
+def _notifications_configured() -> bool:
+    return bool(settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL)
+
+
+def adopt_open_cards(**kwargs: object) -> int:
+    """post_migrate: open cards without a run start the policy they follow (runs.adopt_open_cards)."""
+    from escalations.oncall import runs
+
+    return runs.adopt_open_cards(**kwargs)

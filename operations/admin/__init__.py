@@ -9,7 +9,8 @@ django-q2's own models (schedules, tasks, the queue) are view-only too: a schedu
 importable callable run on a worker, so a writable Schedule form is code execution on the hosts
 that hold the credentials. pollerdash writes the schedules it needs itself (task_registry.py).
 
-Django imports this package at start-up; importing the modules registers their admins:
+The root URLconf imports this package (admin.autodiscover: pollerdash/apps.py), not every process's
+start-up; importing the modules registers their admins:
 `configuration` (what an operator edits: profiles, escalation policies, account pauses), `records`
 (what happened, view-only), `queue` (django-q2's models, view-only), all on `base.ViewOnlyAdmin`.
 """

@@ -3,6 +3,10 @@ writable Schedule form would be code execution on the hosts that hold the creden
 
 from __future__ import annotations
 
+# django-q2's own admins are registered first, whoever imports this module first (the URLconf's
+# autodiscovery follows INSTALLED_APPS, a test may import it directly): replaced below, they must
+# never be registered after ours.
+import django_q.admin  # noqa: F401
 from django.contrib import admin
 from django_q.models import Failure, OrmQ, Schedule, Success
 
