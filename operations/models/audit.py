@@ -23,6 +23,7 @@ class AuditEntry(models.Model):
     operation_id = models.CharField(max_length=32, blank=True)
 
     class Meta:
+        verbose_name_plural = "audit entries"
         ordering = ["id"]  # insertion order: pending entries have no seq yet
         constraints = [
             # Partial: a pending entry (no seq yet) and a version-2 entry (no prev) would otherwise

@@ -33,6 +33,7 @@ class CallbackDelivery(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "callback deliveries"
         ordering = ["created_at"]
         constraints = [
             # A completion is announced once, however many pollers or redeliveries saw it.

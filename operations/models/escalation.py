@@ -250,6 +250,7 @@ class CardActivity(models.Model):
     audit_entry_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "card activities"
         ordering = ["at", "pk"]
         indexes = [
             models.Index(fields=["escalation", "at"], name="card_activity_card_idx"),

@@ -202,6 +202,7 @@ class NotificationDelivery(models.Model):
     note = models.CharField(max_length=500, blank=True)
 
     class Meta:
+        verbose_name_plural = "notification deliveries"
         ordering = ["created_at", "pk"]
         constraints = [
             # A level goes to each recipient once, whatever process stepped it.

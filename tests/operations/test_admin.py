@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -229,6 +230,13 @@ def test_every_operations_model_is_registered():
         ProviderProfile,
         StatusCheck,
     }
+
+
+def test_the_admin_index_names_every_list_in_plain_english(admin_client):
+    # Django's default plural appends "s": "Audit entrys", "Notification deliverys" in the demo.
+    page = admin_client.get(reverse("admin:index")).content.decode()
+    assert re.findall(r"\b\w*[^aeiou\W]ys\b", page) == []
+    assert "Audit entries" in page and "Notification deliveries" in page
 
 
 def test_changelists_and_change_pages_render_without_secrets(admin_client, planted):
