@@ -190,6 +190,45 @@ class DatabaseBackendsCpu:
         return sum(self._last[pid] - self._first[pid] for pid in self._last)
 
 
+class CpuPerPoll:
+    """CPU seconds per status request sent while the block ran: pollerdash's processes, the whole
+    PostgreSQL server, and the backends serving this benchmark's database."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self._backends = DatabaseBackendsCpu(os.environ["DATABASE_URL"])
+
+    def __enter__(self) -> CpuPerPoll:
+        from django.utils import timezone
+
+        self._fleet_cpu, self._pg_cpu, self._from = self._fleet.cpu_s(), postgres_cpu_s(), timezone.now()
+        self._backends.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from django.utils import timezone
+
+        self._fleet_cpu = self._fleet.cpu_s() - self._fleet_cpu
+        self._pg_cpu = postgres_cpu_s() - self._pg_cpu
+        self._to = timezone.now()
+        self._backends.__exit__(*exc)
+
+    def report(self) -> None:
+        from operations.models import StatusCheck
+
+        polls = StatusCheck.objects.filter(sent_at__gte=self._from, sent_at__lt=self._to).count()
+        if not polls:
+            return
+        # CPU per poll is the figure that travels between machines (and survives a busy one).
+        per = 1000 / polls
+        print(
+            f"    CPU per poll: {self._fleet_cpu * per:.1f} ms in pollerdash processes (workers, pusher,"
+            f" monitor, dispatcher) + {self._pg_cpu * per:.1f} ms in the PostgreSQL server"
+            f" ({self._backends.seconds * per:.1f} ms in the backends serving this database; the rest is the"
+            " server's own processes and, on a shared machine, other databases)"
+        )
+
+
 def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):  # noqa: ANN201
     from operations.models import ProviderAccount, ProviderProfile
 
@@ -325,8 +364,6 @@ def report_lags(label: str, window: Window, seconds: float, *, expected: int) ->
 def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
     from django.utils import timezone
 
-    from operations.models import StatusCheck
-
     profile = make_profile(provider_url, slug="steady", period_s=sizes.steady_period_s, rate_limit=100_000)
     spacing = sizes.steady_period_s / sizes.steady_ops
     start = timezone.now() + timedelta(seconds=3)
@@ -337,27 +374,16 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
     end = warm + timedelta(seconds=sizes.steady_s)
     expected = round(sizes.steady_s / spacing)
     time.sleep(max(0.0, (warm - timezone.now()).total_seconds()))
-    fleet_cpu, pg_cpu, cpu_from = fleet.cpu_s(), postgres_cpu_s(), timezone.now()
-    with DatabaseBackendsCpu(os.environ["DATABASE_URL"]) as backends:
+    with CpuPerPoll(fleet) as cpu:
         window = polls_due_between(warm, end, expected=expected)
-        fleet_cpu, pg_cpu, cpu_to = fleet.cpu_s() - fleet_cpu, postgres_cpu_s() - pg_cpu, timezone.now()
-    ours = backends.seconds
     report_lags("    end to end", window, sizes.steady_s, expected=expected)
-    polls = StatusCheck.objects.filter(sent_at__gte=cpu_from, sent_at__lt=cpu_to).count()
-    if polls:
-        # CPU per poll is the figure that travels between machines (and survives a busy one).
-        print(
-            f"    CPU per poll: {fleet_cpu / polls * 1000:.1f} ms in pollerdash processes (workers, pusher,"
-            f" monitor, dispatcher) + {pg_cpu / polls * 1000:.1f} ms in the PostgreSQL server"
-            f" ({ours / polls * 1000:.1f} ms in the backends serving this database; the rest is the server's"
-            " own processes and, on a shared machine, other databases)"
-        )
+    cpu.report()
     print(f"    {load()}")
     quiesce(ids)
     return ids
 
 
-def ceiling(provider_url: str, sizes: Sizes, ids: list[str]) -> tuple[float, float]:
+def ceiling(provider_url: str, sizes: Sizes, ids: list[str], fleet: Fleet) -> tuple[float, float]:
     """(highest rate held with lag p95 <= 1 s, highest throughput seen in any step)."""
     from django.utils import timezone
 
@@ -380,8 +406,10 @@ def ceiling(provider_url: str, sizes: Sizes, ids: list[str]) -> tuple[float, flo
                 row.next_poll_at = whens[row.pk]
             Operation.objects.bulk_update(rows, ["next_poll_at"], batch_size=1000)
         end = start + timedelta(seconds=sizes.step_s)
-        window = polls_due_between(start, end, expected=count, grace_s=5.0)
+        with CpuPerPoll(fleet) as cpu:
+            window = polls_due_between(start, end, expected=count, grace_s=5.0)
         achieved, p95 = report_lags(f"    {rate:4d} polls/s due", window, sizes.step_s, expected=count)
+        cpu.report()
         peak = max(peak, achieved)
         quiesce(ids)
         if p95 > 1.0:
@@ -480,7 +508,7 @@ def main() -> None:
     fleet = Fleet(clusters=args.clusters, workers=args.workers)
     try:
         ids = steady_state(provider_url, sizes, fleet)
-        best, peak = ceiling(provider_url, sizes, ids)
+        best, peak = ceiling(provider_url, sizes, ids, fleet)
         bare = bare_httpx(provider_url, 5.0)
         print(f"    bare httpx GET loop (keep-alive, same provider): {bare:7.0f} requests/s")
         print(f"    highest rate held, lag p95 <= 1 s:   {best:7.1f} polls/s  (ratio to bare loop {best / bare:.3f})")
