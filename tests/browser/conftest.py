@@ -9,8 +9,11 @@ only. Screenshots go to test-artifacts/ (gitignored).
 from __future__ import annotations
 
 import os
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -77,6 +80,7 @@ def watched_page(
     context = browser.new_context(viewport=viewport, **options)  # type: ignore[attr-defined]
     page = context.new_page()
     page.set_default_timeout(20_000)
+    _trace_requests(page)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
     page.expose_binding("__pdCspViolation", lambda source, text: errors.append(f"CSP violation: {text}"))
@@ -85,6 +89,40 @@ def watched_page(
         "`${e.violatedDirective} blocked ${e.blockedURI} at ${e.sourceFile}:${e.lineNumber}`));"
     )
     return context, page
+
+
+def _trace_requests(page: object) -> None:
+    """Keep the page's last requests, to print beside a failure: a live refresh that never came
+    (skipped, stuck in flight, answered 204) looks the same in a screenshot."""
+    trace: deque[str] = deque(maxlen=80)
+    started = time.monotonic()
+
+    def add(kind: str, request: object, status: object = "") -> None:
+        url = urlsplit(request.url)  # type: ignore[attr-defined]
+        path = url.path + (f"?{url.query[:60]}" if url.query else "")
+        trace.append(f"{time.monotonic() - started:7.2f}s {kind:<8} {request.method} {path} {status}")  # type: ignore[attr-defined]
+
+    page.on("request", lambda request: add("request", request))  # type: ignore[attr-defined]
+    page.on("requestfinished", lambda request: add("finished", request, _status(request)))  # type: ignore[attr-defined]
+    page.on("requestfailed", lambda request: add("failed", request, request.failure))  # type: ignore[attr-defined]
+    page._pd_trace = trace  # type: ignore[attr-defined]
+
+
+def _status(request: object) -> object:
+    response = request.response()  # type: ignore[attr-defined]
+    return response.status if response else ""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    opened = getattr(item, "funcargs", {}).get("open_page")
+    if report.when != "call" or not report.failed or opened is None:
+        return
+    for number, page in enumerate(getattr(opened, "pages", []), start=1):
+        lines = "\n".join(getattr(page, "_pd_trace", []))
+        report.sections.append((f"page {number}: its last requests", lines or "(none)"))
 
 
 @pytest.fixture
@@ -109,6 +147,7 @@ def open_page(browser: object, live_server: object) -> Iterator[Callable[..., ob
     def make(user: object, *, viewport: dict[str, int] = DESKTOP, **options: object) -> object:
         context, page = watched_page(browser, viewport=viewport, errors=errors, **options)
         contexts.append(context)
+        make.pages.append(page)  # type: ignore[attr-defined]
         page.goto(f"{live_server.url}/")  # type: ignore[attr-defined]
         page.fill("#id_username", user.get_username())  # type: ignore[attr-defined]
         page.fill("#id_password", "pw-" + user.get_username())  # type: ignore[attr-defined]
@@ -116,6 +155,7 @@ def open_page(browser: object, live_server: object) -> Iterator[Callable[..., ob
         page.wait_for_url(f"{live_server.url}/")  # type: ignore[attr-defined]
         return page
 
+    make.pages = []  # type: ignore[attr-defined]  # read by pytest_runtest_makereport on a failure
     yield make
     for context in contexts:
         context.close()
