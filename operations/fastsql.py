@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField, CharField, DateTimeField, Field, FloatField, IntegerField, Model
 
 _M = TypeVar("_M", bound=Model)
@@ -117,17 +118,29 @@ def fetchall_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with db.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
-    # Imported here: on SQLite (the demo's default) every process would pay ~0.2 s to load it.
-    import psycopg
-
     # What db.cursor() and its wrapper check before a statement.
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
     db.validate_no_broken_transaction()
-    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
+    with db.wrap_database_errors:
+        cursor = _bound_cursor(db)
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def _bound_cursor(db: BaseDatabaseWrapper) -> Any:
+    """psycopg's Cursor on the connection's current psycopg connection, made once per connection:
+    making one (its adapters map, its transformer) costs about as much client CPU as the rest of
+    the call. Each thread has its own connection wrapper, so each its own cursor."""
+    cursor = getattr(db, "_fastsql_cursor", None)
+    if cursor is None or cursor.closed or cursor.connection is not db.connection:
+        # Imported here: on SQLite (the demo's default) every process would pay ~0.2 s to load it.
+        import psycopg
+
+        cursor = psycopg.Cursor(db.connection)
+        db._fastsql_cursor = cursor  # type: ignore[attr-defined]
+    return cursor
 
 
 def execute(sql: str, params: Sequence[Any]) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from django.conf import settings
 from django.db import connection
@@ -138,7 +139,33 @@ class NewEntry:
     at: datetime | None = None
 
 
-def _pending(entry: NewEntry, *, log: str) -> AuditEntry:
+@dataclass(slots=True)
+class Appended:
+    """An entry as `append` wrote it: its primary key (what a decision or card activity records) and
+    the values of its row. A plain object rather than an AuditEntry instance: building a model
+    instance costs more client CPU than anything else in the append but the statement, and every
+    decision pays for it while callers only read these attributes (load an AuditEntry for more)."""
+
+    id: int
+    log: str
+    entry_hash: str
+    body: bytes
+    at: datetime
+    type: str
+    operation_id: str
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+
+# A pending entry's row: the INSERT's columns, in this order. `seq` and `prev_hash` are left out:
+# null, as a pending version-2 entry has them.
+_COLUMNS = ("log", "entry_hash", "body", "at", "type", "operation_id")
+_Row = tuple[str, str, bytes, datetime, str, str]
+
+
+def _pending(entry: NewEntry, *, log: str) -> _Row:
     operation_id = entry.operation_id
     if operation_id is not None and (not isinstance(operation_id, str) or len(operation_id) > OPERATION_ID_CHARS):
         raise AuditError("operation_id must be a string of at most 32 characters")
@@ -156,19 +183,10 @@ def _pending(entry: NewEntry, *, log: str) -> AuditEntry:
     )
     if len(body) > MAX_BODY_BYTES:
         raise AuditError(f"{entry.entry_type} entry of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
-    return AuditEntry(
-        log=log,
-        seq=None,
-        prev_hash=None,
-        entry_hash=merkle.leaf_hash(body).hex(),
-        body=body,
-        at=when,
-        type=entry.entry_type,
-        operation_id=operation_id or "",
-    )
+    return (log, merkle.leaf_hash(body).hex(), body, when, entry.entry_type, operation_id or "")
 
 
-def append_many(*, entries: Sequence[NewEntry]) -> list[AuditEntry]:
+def append_many(*, entries: Sequence[NewEntry]) -> list[Appended]:
     """Append entries pending integration, with one INSERT. Must run inside the business
     transaction: the entries commit with the decision or not at all. Their `seq` is null until the
     integrator adds them to the tree (operations.audit.integrate)."""
@@ -176,31 +194,27 @@ def append_many(*, entries: Sequence[NewEntry]) -> list[AuditEntry]:
         raise AuditError("audit.append must run inside the decision's transaction")
     log = settings.AUDIT_LOG_NAME
     rows = [_pending(entry, log=log) for entry in entries]
-    if rows:
-        _insert(rows)
-    return rows
-
-
-# `seq` and `prev_hash` are left out: null, as a pending version-2 entry has them.
-_COLUMNS = ("log", "entry_hash", "body", "at", "type", "operation_id")
-
-
-def _insert(rows: list[AuditEntry]) -> None:
-    """One INSERT ... RETURNING id of the rows. Plain SQL rather than bulk_create: every decision
-    pays for this statement, and the ORM's compilation cost as much as the insert itself; on
-    PostgreSQL it goes through psycopg's own cursor (fastsql.fetchall_bound)."""
-    adapt_time = connection.ops.adapt_datetimefield_value
-    values = []
-    for row in rows:
-        values += [row.log, row.entry_hash, row.body, adapt_time(row.at), row.type, row.operation_id]
-    placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"] * len(rows))
-    sql = f"INSERT INTO {AuditEntry._meta.db_table} ({', '.join(_COLUMNS)}) VALUES {placeholders} RETURNING id"
-    ids = [row_id for (row_id,) in fastsql.fetchall_bound(sql, values)]
+    if not rows:
+        return []
     # Both backends return the ids of a multi-row INSERT in VALUES order (what bulk_create relies on).
-    for row, row_id in zip(rows, ids, strict=True):
-        row.id = row_id
-        row._state.adding = False
-        row._state.db = connection.alias
+    return [Appended(row_id, *row) for row, row_id in zip(rows, _insert(rows), strict=True)]
+
+
+@lru_cache(maxsize=8)  # one-entry appends, and a few batch sizes
+def _insert_sql(count: int) -> str:
+    placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"] * count)
+    return f"INSERT INTO {AuditEntry._meta.db_table} ({', '.join(_COLUMNS)}) VALUES {placeholders} RETURNING id"
+
+
+def _insert(rows: list[_Row]) -> list[int]:
+    """One INSERT ... RETURNING id of the rows; their ids. Plain SQL rather than bulk_create: every
+    decision pays for this statement, and the ORM's compilation cost as much as the insert itself;
+    on PostgreSQL it goes through psycopg's own cursor (fastsql.fetchall_bound)."""
+    adapt_time = connection.ops.adapt_datetimefield_value
+    values: list[object] = []
+    for log, entry_hash, body, at, entry_type, operation_id in rows:
+        values += [log, entry_hash, body, adapt_time(at), entry_type, operation_id]
+    return [row_id for (row_id,) in fastsql.fetchall_bound(_insert_sql(len(rows)), values)]
 
 
 def append(
@@ -210,7 +224,7 @@ def append(
     operation_id: str | None,
     data: Mapping[str, object],
     at: datetime | None = None,
-) -> AuditEntry:
+) -> Appended:
     """Append one entry, pending integration. Must run inside the business transaction."""
     new = NewEntry(entry_type=entry_type, actor=actor, operation_id=operation_id, data=data, at=at)
     return append_many(entries=[new])[0]

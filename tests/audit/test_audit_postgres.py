@@ -123,3 +123,25 @@ def test_an_insert_the_database_refuses_is_djangos_error_and_the_decision_rolls_
     with pytest.raises(DataError), transaction.atomic():
         audit.append(entry_type="controller.decision", actor=audit.SYSTEM_CONTROLLER, operation_id=None, data={})
     assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_appends_commit_after_a_refused_insert_and_on_a_new_connection(settings):
+    # fastsql keeps one psycopg cursor per connection: a statement the database refused must not
+    # spoil the next append, and after Django reconnects the append must use the new connection.
+    log = settings.AUDIT_LOG_NAME
+
+    def decision() -> audit.Appended:
+        return audit.append(entry_type="controller.decision", actor=audit.SYSTEM_CONTROLLER, operation_id=None, data={})
+
+    settings.AUDIT_LOG_NAME = "x" * 201
+    with pytest.raises(DataError), transaction.atomic():
+        decision()
+    settings.AUDIT_LOG_NAME = log
+    with transaction.atomic():
+        first = decision()
+    connection.close()
+    with transaction.atomic():
+        second = decision()
+    stored = dict(AuditEntry.objects.values_list("pk", "body"))
+    assert stored == {first.pk: first.body, second.pk: second.body}
