@@ -208,9 +208,7 @@ def load_for_polls(operation_ids: list[str]) -> dict[str, Operation]:
     fields' own conversions): the cold columns are left deferred, as `only()` would.
     """
     where = "o.id = %s" if len(operation_ids) == 1 else f"o.id IN ({', '.join(['%s'] * len(operation_ids))})"
-    with fastsql.connection.cursor() as cursor:
-        cursor.execute(f"{_select_sql()} WHERE {where}", operation_ids)
-        rows = cursor.fetchall()
+    rows = fastsql.fetchall(f"{_select_sql()} WHERE {where}", operation_ids)
     names = tuple(field.attname for field in _hot_fields())
     loaded = {}
     for row in rows:

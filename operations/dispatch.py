@@ -212,14 +212,13 @@ def queue_room() -> int:
 def _account_rates(accounts: list[str]) -> dict[str, float]:
     """The binding rate per account: the lowest of the profiles that share it."""
     rates: dict[str, float] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT account, rate_limit_per_s FROM {fastsql.table(ProviderProfile)} "
-            f"WHERE account IN ({', '.join(['%s'] * len(accounts))})",
-            accounts,
-        )
-        for account, rate in cursor.fetchall():
-            rates[account] = min(rate, rates.get(account, rate))
+    rows = fastsql.fetchall(
+        f"SELECT account, rate_limit_per_s FROM {fastsql.table(ProviderProfile)} "
+        f"WHERE account IN ({', '.join(['%s'] * len(accounts))})",
+        accounts,
+    )
+    for account, rate in rows:
+        rates[account] = min(rate, rates.get(account, rate))
     return rates
 
 
@@ -229,13 +228,12 @@ _LOCKED_NAMES = ("id", "name", "paused_until", "pause_reason")
 def _lock_accounts(accounts: list[str]) -> list[ProviderAccount]:
     # Sorted by name: two dispatchers never wait on each other in opposite orders.
     lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(_LOCKED_NAMES)} FROM {fastsql.table(ProviderAccount)} "
-            f"WHERE name IN ({', '.join(['%s'] * len(accounts))}) ORDER BY name{lock}",
-            accounts,
-        )
-        return [fastsql.instance(ProviderAccount, _LOCKED_NAMES, row) for row in cursor.fetchall()]
+    rows = fastsql.fetchall(
+        f"SELECT {', '.join(_LOCKED_NAMES)} FROM {fastsql.table(ProviderAccount)} "
+        f"WHERE name IN ({', '.join(['%s'] * len(accounts))}) ORDER BY name{lock}",
+        accounts,
+    )
+    return [fastsql.instance(ProviderAccount, _LOCKED_NAMES, row) for row in rows]
 
 
 def claim_due(

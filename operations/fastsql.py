@@ -9,7 +9,8 @@ on PostgreSQL and SQLite. Everything off the hot path uses the ORM.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar, cast
@@ -17,6 +18,8 @@ from typing import Any, TypeVar, cast
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField, CharField, DateTimeField, Field, FloatField, IntegerField, Model
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 _M = TypeVar("_M", bound=Model)
 
@@ -98,33 +101,50 @@ def instance(model: type[_M], names: tuple[str, ...], row: Sequence[Any]) -> _M:
     for index, col, functions in _converters(model, names):
         for function in functions:
             values[index] = function(values[index], col, connection)
-    return model.from_db(connection.alias, names, values)
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model.from_db(connection.alias, names, values)
+    # What Model.from_db builds, without Model.__init__'s walk over every field (a poll loads
+    # several operations): the values are set as __init__ sets them, straight into the instance's
+    # dict (the model's columns have no data descriptors besides a foreign key's id, whose only
+    # work on assignment is to drop a cached related object a new instance cannot have yet).
+    obj = model.__new__(model)
+    state = obj._state = ModelState()
+    state.adding, state.db = False, connection.alias
+    obj.__dict__.update(zip(names, values, strict=True))
+    return obj
 
 
-def fetchall_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Run one statement and fetch its rows. On PostgreSQL, unless something watches the queries
-    (DEBUG, CaptureQueriesContext, an execute wrapper), the statement goes through psycopg's own
-    Cursor: its parameters travel apart from the SQL, and Django's cursor wrapper is skipped.
+@contextmanager
+def bound_cursor(alias: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
+    """A cursor for one plain statement. On PostgreSQL, unless something watches the queries
+    (DEBUG, CaptureQueriesContext, an execute wrapper), it is psycopg's own Cursor: parameters
+    travel apart from the SQL, and Django's cursor wrapper is skipped.
 
     Django's cursor is psycopg's ClientCursor, which writes every parameter into the SQL as a
-    literal (bytes escaped to hex, lists spelled out as array text) for the server to parse back;
-    with Django's wrapper around it, a one-row SELECT costs about 65 us more client CPU than with
-    psycopg's Cursor (226 against 131 us, this machine). The audit log's two hot statements - an
-    entry's INSERT, mostly its body, and a proof's node query, mostly two arrays - come here.
-    Errors still come as Django's exception classes, and a statement in a transaction that must
-    roll back is refused as Django refuses it."""
-    db = connections[DEFAULT_DB_ALIAS]
+    literal (bytes escaped to hex, lists spelled out as array text, each quoted) for the server
+    to parse back; with Django's wrapper around it, a one-row SELECT costs about 65 us more client
+    CPU than with psycopg's Cursor (226 against 131 us, this machine), and a group's statements,
+    each with a dozen arrays of eight values, several times that. Every statement of the poll
+    path, the dispatcher's claim and the task queue comes here. Errors still come as Django's
+    exception classes, and a statement in a transaction that must roll back is refused as Django
+    refuses it."""
+    db = connections[alias]
     if db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers:
         with db.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
+            yield cursor
+        return
     # What db.cursor() and its wrapper check before a statement.
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
     db.validate_no_broken_transaction()
     with db.wrap_database_errors:
-        cursor = _bound_cursor(db)
+        yield _bound_cursor(db)
+
+
+def fetchall_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run one statement and fetch its rows (`bound_cursor`)."""
+    with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
@@ -145,19 +165,19 @@ def _bound_cursor(db: BaseDatabaseWrapper) -> Any:
 
 def execute(sql: str, params: Sequence[Any]) -> int:
     """Run one statement; the number of rows it changed."""
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 
 
 def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
 
 def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 
@@ -212,9 +232,7 @@ def update_rows(
         f"UPDATE {table(model)} AS o SET {sets} FROM unnest({arrays}) AS v({', '.join(aliases)}) "
         f"WHERE {match}{where}{locked} RETURNING o.{pk}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*arrays_params, *params, *lock_params])
-        return [row[0] for row in cursor.fetchall()]
+    return [row[0] for row in fetchall(sql, [*arrays_params, *params, *lock_params])]
 
 
 def locking_subquery(model: type[Model]) -> str:
@@ -239,8 +257,7 @@ def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:
     if connection.vendor != "postgresql" or len(pks) < 2:
         return
     pk = connection.ops.quote_name(model._meta.pk.column)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT 1 FROM {table(model)} WHERE {pk} IN ({', '.join(['%s'] * len(pks))}) ORDER BY {pk} FOR UPDATE",
-            list(pks),
-        )
+    fetchall(
+        f"SELECT 1 FROM {table(model)} WHERE {pk} IN ({', '.join(['%s'] * len(pks))}) ORDER BY {pk} FOR UPDATE",
+        list(pks),
+    )

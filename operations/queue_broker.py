@@ -23,6 +23,8 @@ from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 
+from operations import fastsql
+
 logger = logging.getLogger(__name__)
 
 _TAKE = (
@@ -79,6 +81,6 @@ class Broker(ORM):
             connection.close_if_unusable_or_obsolete()
             # Typing: Django's own attribute (since 4.1), missing from the stubs.
             connection.health_check_done = True  # type: ignore[attr-defined]
-        with connection.cursor() as cursor:
+        with fastsql.bound_cursor(Conf.ORM) as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []

@@ -72,9 +72,7 @@ def claim_due_rows(*, account: str, now: datetime, take: int, owner: str) -> lis
             f"AND {status} IN ({live}) AND {due} <= %s AND ({lease} IS NULL OR {lease} <= %s) "
             f"ORDER BY {due} LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, {fenced}, {claim_due}"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [owner, lease_until, now, account, *_POLLABLE, now, now, take])
-            rows = cursor.fetchall()
+        rows = fastsql.fetchall(sql, [owner, lease_until, now, account, *_POLLABLE, now, now, take])
         return [Claim(*row) for row in sorted(rows, key=lambda row: row[2])]
     query = due_unclaimed(now=now).filter(account=account).order_by("next_poll_at")
     claims: list[Claim] = []
@@ -271,10 +269,7 @@ def charge_group(
         )
         for op, claim_fence in claims:
             params += [op.pk, claim_fence]
-    with connection.cursor() as cursor:
-        # Typing: the parameters are ints, strings, datetimes and lists of them the driver adapts.
-        cursor.execute(sql, params)  # type: ignore[arg-type]
-        won = {row[0] for row in cursor.fetchall()}
+    won = {row[0] for row in fastsql.fetchall(sql, params)}
     charged = [(op, claim_fence) for op, claim_fence in claims if op.pk in won]
     if not charged:
         return {}
@@ -326,10 +321,7 @@ def _insert_checks(*, rows: list[list[object]]) -> dict[str, int]:
         one = f"({', '.join(['%s'] * (len(_SENT_NAMES) + len(defaults)))})"
         sql = f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES {', '.join([one] * len(rows))} {returning}"
         params = [value for row in prepared for value in (*row, *defaults)]
-    with connection.cursor() as cursor:
-        # Typing: the parameters are ints, strings, datetimes and lists of them the driver adapts.
-        cursor.execute(sql, params)  # type: ignore[arg-type]
-        return {operation_id: pk for pk, operation_id in cursor.fetchall()}
+    return {operation_id: pk for pk, operation_id in fastsql.fetchall(sql, params)}
 
 
 _CHECK_SENT_FIELDS = (

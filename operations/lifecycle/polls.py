@@ -86,7 +86,7 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
             return True
         for name, value in fields.items():
             setattr(op, name, value)
-        controller_decision(op, **_decision_facts(op, check, decision, answer))
+        controller_decision(op, **_decision_facts(op, check.reason, decision, answer))
         if paused:
             _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
         if decision.action is Action.ESCALATE:
@@ -112,22 +112,30 @@ def _reason(decision: Decision) -> str:
 
 
 def _fill_check(check: StatusCheck, *, decision: Decision, answer: Answer) -> None:
-    check.received_at = answer.received_at
-    check.http_status = answer.http_status
-    check.provider_request_id = answer.request_id
-    check.retry_after = answer.retry_after
-    check.body_digest = answer.body_digest
-    check.body_bytes = answer.body_bytes or None
-    check.transport_error = answer.transport_error
-    check.provider_state = decision.provider_state or ""
-    check.interpreted_state = decision.interpreted_state
-    check.decision = decision.code
-    check.reason = _reason(decision)
-    check.delay_source = decision.delay_source or ""
-    check.delay_ms = decision.delay_ms
-    check.next_poll_at = decision.next_poll_at
-    check.charged_transport = decision.charge_transport
-    check.warnings = list(decision.warnings)
+    for name, value in _check_answer(decision=decision, answer=answer).items():
+        setattr(check, name, value)
+
+
+def _check_answer(*, decision: Decision, answer: Answer) -> dict[str, object]:
+    """A status check's answer columns (_CHECK_RESPONSE_FIELDS), as plain values."""
+    return {
+        "received_at": answer.received_at,
+        "http_status": answer.http_status,
+        "provider_request_id": answer.request_id,
+        "retry_after": answer.retry_after,
+        "body_digest": answer.body_digest,
+        "body_bytes": answer.body_bytes or None,
+        "transport_error": answer.transport_error,
+        "provider_state": decision.provider_state or "",
+        "interpreted_state": decision.interpreted_state,
+        "decision": decision.code,
+        "reason": _reason(decision),
+        "delay_source": decision.delay_source or "",
+        "delay_ms": decision.delay_ms,
+        "next_poll_at": decision.next_poll_at,
+        "charged_transport": decision.charge_transport,
+        "warnings": list(decision.warnings),
+    }
 
 
 _CHECK_RESPONSE_FIELDS = [
@@ -307,14 +315,14 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
             op, decision, answer = outcome.op, outcome.decision, outcome.answer
             for name, value in changes[op.pk].items():
                 setattr(op, name, value)
-            check = StatusCheck(pk=outcome.check.pk)
-            _fill_check(check, decision=decision, answer=answer)
+            # Plain values, no StatusCheck instance: the group's checks are written by one UPDATE.
+            answered = _check_answer(decision=decision, answer=answer)
             checks.append(
-                [check.pk, *[fastsql.prep(StatusCheck, n, getattr(check, n)) for n in _CHECK_RESPONSE_FIELDS]]
+                [outcome.check.pk, *[fastsql.prep(StatusCheck, n, answered[n]) for n in _CHECK_RESPONSE_FIELDS]]
             )
             if decision.action is Action.COMPLETE:
                 record_event(operation=op, event_type=EVENT_COMPLETED)
-            entries.append(_decision_entry(op, check, decision, answer))
+            entries.append(decision_entry(op, **_decision_facts(op, str(answered["reason"]), decision, answer)))
             written[op.pk] = True
         _update_checks(checks)
         audit.append_many(entries=entries)
@@ -327,12 +335,12 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
     return written
 
 
-def _decision_facts(op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> dict[str, Any]:
+def _decision_facts(op: Operation, reason: str, decision: Decision, answer: Answer) -> dict[str, Any]:
     """What a poll's controller-decision audit entry says, alone or as part of a group's append."""
     return {
         "state": op.status,
         "decision": decision.code,
-        "reason": check.reason,
+        "reason": reason,
         "at": answer.received_at,
         "next_poll_at": op.next_poll_at,
         "delay_source": decision.delay_source,
@@ -343,10 +351,6 @@ def _decision_facts(op: Operation, check: StatusCheck, decision: Decision, answe
         "provider_request_id": answer.request_id or None,
         "retry_after": answer.retry_after or None,
     }
-
-
-def _decision_entry(op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> audit.NewEntry:
-    return decision_entry(op, **_decision_facts(op, check, decision, answer))
 
 
 def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, object]]], *, lock: bool) -> set[str]:
