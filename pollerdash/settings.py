@@ -20,6 +20,7 @@ from pollerdash.env import (
     env_secret,
     env_str,
 )
+from pollerdash.storage import s3_audit_archive
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("POLLERDASH_VAR_DIR", str(BASE_DIR / "var")))
@@ -383,6 +384,16 @@ AUDIT_WITNESS_MAX_LAG_S = env_int("AUDIT_WITNESS_MAX_LAG_S", 600)
 # finished task rows are kept.
 AUDIT_ARCHIVE_DIR = env_str("AUDIT_ARCHIVE_DIR", "var/audit-archive")
 RETENTION_DAYS = env_int("RETENTION_DAYS", 90)
+# Or an S3-compatible bucket (`pip install 'pollerdash[s3]'`), so archives outlive the host that
+# wrote them; credentials from boto3's own chain, never from settings (pollerdash/storage.py).
+AUDIT_ARCHIVE_S3_BUCKET = env_str("AUDIT_ARCHIVE_S3_BUCKET", "")
+if AUDIT_ARCHIVE_S3_BUCKET:
+    STORAGES["audit_archive"] = s3_audit_archive(
+        bucket=AUDIT_ARCHIVE_S3_BUCKET,
+        prefix=env_str("AUDIT_ARCHIVE_S3_PREFIX", "audit-archive"),
+        endpoint_url=env_str("AUDIT_ARCHIVE_S3_ENDPOINT_URL", ""),
+        region=env_str("AUDIT_ARCHIVE_S3_REGION", ""),
+    )
 
 # --- Agent API and callbacks ------------------------------------------------------------------------
 API_WAIT_DEFAULT_S = 25

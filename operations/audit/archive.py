@@ -86,9 +86,15 @@ def _seal(*, log: str, start: int, before: datetime, signed: AuditCheckpoint) ->
 
 
 def _verify_file(path: Path, *, seal: AuditCheckpoint, start: int) -> dict[str, object]:
+    keys = checkpoints.trusted_keys()
+    if not keys:
+        raise ArchiveError(
+            "no key to verify the archive with: set AUDIT_VERIFIER_KEYS_FILE to the verifier key lines "
+            "(manage.py audit_keys on the signer's host prints them)"
+        )
     try:
         with open(path, "rb") as handle:
-            result = av.verify_export(handle, keys=checkpoints.trusted_keys(), strict=True)
+            result = av.verify_export(handle, keys=keys, strict=True)
     except av.VerifyFailure as exc:
         raise ArchiveError(f"the archive does not verify: {exc.reason}: {exc.detail}") from None
     if (result["size"], result["root"], result["from"]) != (seal.size, seal.head_hash, start):
@@ -138,7 +144,9 @@ def archive_before(*, before: datetime, storage: Storage | None = None) -> Archi
     nothing: `prune_archived` does, once the record is committed."""
     if before.tzinfo is None:
         raise ArchiveError("--before needs a time zone")
-    signed = checkpoints.sign_checkpoint()
+    # Signed here only where this host holds the key; elsewhere (the owner's host, which must not
+    # hold it: README, "Production") the signer's newest checkpoint is the latest possible seal.
+    signed = checkpoints.checkpoint_for_export()
     log = signed.log
     start = tree.archived_upto(log)
     seal = _seal(log=log, start=start, before=before, signed=signed)

@@ -13,7 +13,7 @@ from io import StringIO
 
 import pytest
 from django.core.files.storage import FileSystemStorage
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django_q.models import Success
@@ -22,7 +22,7 @@ from operations.audit import archive, checkpoints
 from operations.audit import verify as av
 from operations.audit.export import ExportError, stream_export
 from operations.lifecycle import retention
-from operations.models import AuditArchive, AuditEntry, Operation, StatusCheck
+from operations.models import AuditArchive, AuditCheckpoint, AuditEntry, Operation, StatusCheck
 from tests.audit.helpers import OP_A, OP_B
 from tests.support import T0, job_id
 
@@ -203,3 +203,37 @@ def test_finished_work_past_retention_goes_and_open_work_stays(
     assert Operation.objects.filter(pk=still_open.pk).exists()
     assert list(Success.objects.values_list("name", flat=True)) == ["new"]
     assert AuditEntry.objects.filter(operation_id=done.pk).exists()
+
+
+def test_an_archive_needs_no_signing_key_it_seals_at_the_signers_checkpoint(
+    sample_export, keys_file, tmp_path, settings
+):
+    # The host that may prune (the owner's) must not hold the signing key (README, "Production").
+    settings.AUDIT_SIGNING_KEY_FILE = ""
+    signed = AuditCheckpoint.objects.count()
+    with pytest.raises(CommandError, match="AUDIT_VERIFIER_KEYS_FILE"):
+        run_archive("2026-12-01T10:02:00Z", tmp_path / "store")  # nothing to verify the archive with
+    assert not AuditArchive.objects.exists() and AuditEntry.objects.exclude(seq=None).count() == 11
+    settings.AUDIT_VERIFIER_KEYS_FILE = str(keys_file)  # the public key line only
+    assert "archived audit entries 1-8" in run_archive("2026-12-01T10:02:00Z", tmp_path / "store")
+    assert AuditCheckpoint.objects.count() == signed  # sealed at a checkpoint the signer had signed
+    assert list(AuditEntry.objects.exclude(seq=None).values_list("seq", flat=True).order_by("seq")) == [9, 10, 11]
+
+
+@pytest.mark.postgres
+def test_archive_as_the_application_role_writes_the_archive_and_says_which_role_prunes(sample_export, tmp_path):
+    role = f"pd_app_{uuid.uuid4().hex[:10]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
+        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        cursor.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        cursor.execute(f"SET ROLE {role}")
+    try:
+        with pytest.raises(CommandError, match="DATABASE_URL naming the database owner"):
+            run_archive("2026-12-01T10:01:00Z", tmp_path / "store")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
+    assert list(AuditArchive.objects.values_list("first_seq", "last_seq")) == [(1, 4)]  # written and recorded
+    assert AuditEntry.objects.filter(seq__lte=4).count() == 4  # nothing removed
+    assert "removed 4 archived audit entries" in run_archive("2026-12-01T10:01:00Z", tmp_path / "store")  # the owner

@@ -49,6 +49,14 @@ class Command(BaseCommand):
         try:
             pruned = archive.prune_archived()
         except DatabaseError as exc:
+            if "permission denied" in str(exc):
+                # The guarded function is the owner's alone (README, "Production"): say which role to use.
+                raise CommandError(
+                    "PRUNE STOPPED: this database role may not remove audit entries. The archive is written and "
+                    "recorded; run the same command with DATABASE_URL naming the database owner (the role "
+                    "`manage.py migrate` runs as) to remove them.",
+                    returncode=1,
+                ) from None
             raise CommandError(f"PRUNE STOPPED (run the command again to finish it): {exc}", returncode=1) from None
         if pruned or done is not None:
             self.stdout.write(f"removed {pruned} archived audit entries from the database")

@@ -1,0 +1,66 @@
+"""`manage.py archive` to an S3-compatible bucket (settings `AUDIT_ARCHIVE_S3_*`, django-storages),
+against a real S3 API served on 127.0.0.1 (moto's server): the archive lands in the bucket, is
+read back from it before anything is removed, verifies offline with a newer export, and never
+replaces an object already there."""
+
+from __future__ import annotations
+
+import socket
+from io import StringIO
+
+import boto3
+import pytest
+from django.core.management import call_command
+from moto.server import ThreadedMotoServer
+
+from operations.audit import verify as av
+from operations.audit.export import stream_export
+from operations.models import AuditArchive, AuditEntry
+from pollerdash.storage import s3_audit_archive
+
+pytestmark = pytest.mark.django_db
+
+BUCKET = "pollerdash-archives"
+
+
+@pytest.fixture
+def bucket(monkeypatch: pytest.MonkeyPatch, settings: object):  # noqa: ANN201
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    # boto3's own credential chain, as in production: nothing in settings.
+    for name, value in {"AWS_ACCESS_KEY_ID": "archiver", "AWS_SECRET_ACCESS_KEY": "not-a-real-secret"}.items():
+        monkeypatch.setenv(name, value)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=BUCKET)
+    settings.STORAGES = {  # type: ignore[attr-defined]
+        **settings.STORAGES,  # type: ignore[attr-defined]
+        "audit_archive": s3_audit_archive(bucket=BUCKET, prefix="audit", endpoint_url=endpoint, region="us-east-1"),
+    }
+    try:
+        yield client
+    finally:
+        server.stop()
+
+
+def test_an_archive_goes_to_the_bucket_verifies_from_it_and_never_replaces_an_object(
+    sample_export, keys_file, bucket, tmp_path
+):
+    name = "pollerdash_audit-000000000001-000000000004.jsonl"
+    bucket.put_object(Bucket=BUCKET, Key=f"audit/{name}", Body=b"someone else's object\n")
+    out = StringIO()
+    call_command("archive", "--before", "2026-12-01T10:01:00Z", stdout=out)  # no --to: the configured storage
+    assert "archived audit entries 1-4" in out.getvalue() and "removed 4 archived audit entries" in out.getvalue()
+    saved = AuditArchive.objects.get().name
+    assert saved != name and saved.startswith(name.removesuffix(".jsonl"))  # the taken name was not reused
+    assert bucket.get_object(Bucket=BUCKET, Key=f"audit/{name}")["Body"].read() == b"someone else's object\n"
+    archived = tmp_path / "archived.jsonl"
+    archived.write_bytes(bucket.get_object(Bucket=BUCKET, Key=f"audit/{saved}")["Body"].read())
+    newer = tmp_path / "newer.jsonl"
+    newer.write_bytes(b"".join(stream_export()))
+    status, result = av.run([str(archived), str(newer), "--keys", str(keys_file)])
+    assert status == 0 and result["files"] == 2, result
+    assert not AuditEntry.objects.filter(seq__lte=4).exists()
