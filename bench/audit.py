@@ -166,9 +166,10 @@ def bench_bare_insert(seconds: float, writers: int = 1) -> float:
 
 
 def bench_integration_lag(writers: int, seconds: float) -> tuple[float, list[float], float]:
-    """Appends at `writers` with one integrator running beside them, as a dispatcher pass would:
-    (appends/s, the lag samples - age of the oldest pending entry every 50 ms - and the rate the
-    integrator drained at)."""
+    """Appends at `writers` with one integrator running beside them at a dispatcher's cadence (a full
+    pass every DISPATCH_SWEEP_EVERY_S, the next one at once after a full batch): (appends/s, the lag
+    samples - age of the oldest pending entry before each pass - and the rate the integrator drained at)."""
+    from django.conf import settings
     from django.db import connection
     from django.utils import timezone
 
@@ -182,8 +183,9 @@ def bench_integration_lag(writers: int, seconds: float) -> tuple[float, list[flo
         try:
             while not done.is_set():
                 samples.append(integrate.lag().seconds(timezone.now()))  # before the pass: the worst case
-                drained[0] += integrate.integrate_once(limit=integrate.BATCH) or 0
-                done.wait(0.05)
+                added = integrate.integrate_once(limit=integrate.BATCH) or 0
+                drained[0] += added
+                done.wait(0 if added >= integrate.BATCH else settings.DISPATCH_SWEEP_EVERY_S)
         finally:
             connection.close()
 

@@ -360,7 +360,8 @@ def run_pass(
     result.requeued = requeue_expired_leases(now=now, limit=REQUEUE_LIMIT)
     result.claimed = len(claim_due(owner=owner, now=now, broker=broker))
     result.callbacks = dispatch_callbacks(limit=settings.DISPATCH_BATCH)
-    # Every pass, so the integration lag stays about one pass (docs/DESIGN.md section 8).
+    # Every full pass (DISPATCH_SWEEP_EVERY_S; at once again after a full batch), so the integration
+    # lag stays about one such interval (docs/DESIGN.md section 8).
     result.integrated = integrate.integrate_once(limit=integrate.BATCH) or 0
     above = [done for _, done in events.dispatcher_pass.send(sender=PassResult, now=now, limit=settings.DISPATCH_BATCH)]
     # Typing: receivers return counts; isinstance keeps only ints.

@@ -22,7 +22,7 @@ from operations.audit import archive, checkpoints
 from operations.audit import verify as av
 from operations.audit.export import ExportError, stream_export
 from operations.lifecycle import retention
-from operations.models import AuditArchive, AuditCheckpoint, AuditEntry, Operation, StatusCheck
+from operations.models import AuditArchive, AuditCheckpoint, AuditEntry, Escalation, Operation, StatusCheck
 from tests.audit.helpers import OP_A, OP_B
 from tests.support import T0, job_id
 
@@ -184,6 +184,10 @@ def test_finished_work_past_retention_goes_and_open_work_stays(
     done = make_operation(job_id("slow_success", polls=1))
     drive(done)
     still_open = make_operation(job_id("slow_success", polls=50))
+    # Finished, but a person still has its card (a card can outlive the job, e.g. a failed callback).
+    carded = make_operation(job_id("slow_success", polls=1))
+    drive(carded)
+    Escalation.objects.create(operation=carded, reason="integration_failure", detail="callback failed", opened_at=T0)
     assert (
         Operation.objects.get(pk=done.pk).status == "succeeded" and StatusCheck.objects.filter(operation=done).exists()
     )
@@ -201,6 +205,7 @@ def test_finished_work_past_retention_goes_and_open_work_stays(
         and not StatusCheck.objects.filter(operation_id=done.pk).exists()
     )
     assert Operation.objects.filter(pk=still_open.pk).exists()
+    assert Operation.objects.filter(pk=carded.pk).exists() and StatusCheck.objects.filter(operation=carded).exists()
     assert list(Success.objects.values_list("name", flat=True)) == ["new"]
     assert AuditEntry.objects.filter(operation_id=done.pk).exists()
 

@@ -97,6 +97,10 @@ def test_the_verifier_requires_k_witnesses_and_ignores_unknown_ones(signing_key,
     call_command("audit_witness", "--name", "stranger", "--generate-key", str(stranger[0]), stdout=out)
     stranger[2].write_text(out.getvalue())
     cosign(stranger, "stranger")
+    idle = tmp_path / "idle.keys"  # a witness the reviewer trusts that never cosigned
+    out = StringIO()
+    call_command("audit_witness", "--name", "idle", "--generate-key", str(tmp_path / "idle.pem"), stdout=out)
+    idle.write_text(out.getvalue())
     append_entries(2, operation_id=OP_A, start=4)
     clock.move_to(T0 + timedelta(minutes=1), tick=False)
     full = b"".join(stream_export())
@@ -104,7 +108,11 @@ def test_the_verifier_requires_k_witnesses_and_ignores_unknown_ones(signing_key,
     for data in (full, scoped):
         status, result = verify(data, "--witness-key", str(witness_a[2]))
         assert status == 0 and result["witnessed_size"] == 3, result
-        # Only the stranger is trusted here... and two are required: the stranger alone is not enough.
+        # Two required of two trusted, and only one of them cosigned: not enough.
+        status, result = verify(
+            data, "--witness-key", str(witness_a[2]), "--witness-key", str(idle), "--witnesses-required", "2"
+        )
+        assert (status, result["reason"]) == (1, av.UNWITNESSED), result
         both = verify(data, "--witness-key", str(witness_a[2]), "--witness-key", str(stranger[2]))
         assert both[0] == 0
         status, result = verify(

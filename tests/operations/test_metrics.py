@@ -224,3 +224,35 @@ def test_with_a_token_metrics_need_it_from_everywhere(client, settings):
 def test_a_signed_in_user_without_a_role_does_not_see_the_panel(client, django_user_model):
     client.force_login(django_user_model.objects.create_user("norole", password="x"))
     assert client.get(reverse("system")).status_code == 403
+
+
+def test_entries_awaiting_integration_show_their_age_on_the_panel_and_in_metrics(
+    clock, client, django_user_model
+):
+    from operations.audit import integrate
+    from tests.audit.helpers import append_entries
+
+    viewer = a_viewer(django_user_model, "viewer1")
+    integrate.integrate_all()  # what creating the viewer appended
+    append_entries(3)  # pending: no dispatcher has integrated them
+    clock.move_to(T0 + timedelta(seconds=12), tick=False)
+
+    def figures() -> dict[str, float]:
+        text = client.get("/metrics").content.decode()
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("pollerdash_audit_")
+            and not line.startswith("pollerdash_audit_protection")
+        }
+
+    assert figures() == {
+        "pollerdash_audit_integration_lag_seconds": 12.0,
+        "pollerdash_audit_pending_entries": 3,
+    }
+    client.force_login(viewer)
+    html = client.get(reverse("system")).content.decode()
+    assert "3 entries awaiting integration, the oldest for 12.0 s - is a dispatcher" in html
+    integrate.integrate_all()
+    assert figures() == {"pollerdash_audit_integration_lag_seconds": 0.0, "pollerdash_audit_pending_entries": 0}
+    assert "0 entries awaiting integration" in client.get(reverse("system")).content.decode()
