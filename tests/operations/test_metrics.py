@@ -226,9 +226,7 @@ def test_a_signed_in_user_without_a_role_does_not_see_the_panel(client, django_u
     assert client.get(reverse("system")).status_code == 403
 
 
-def test_entries_awaiting_integration_show_their_age_on_the_panel_and_in_metrics(
-    clock, client, django_user_model
-):
+def test_entries_awaiting_integration_show_their_age_on_the_panel_and_in_metrics(clock, client, django_user_model):
     from operations.audit import integrate
     from tests.audit.helpers import append_entries
 
@@ -242,8 +240,7 @@ def test_entries_awaiting_integration_show_their_age_on_the_panel_and_in_metrics
         return {
             line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
-            if line.startswith("pollerdash_audit_")
-            and not line.startswith("pollerdash_audit_protection")
+            if line.startswith("pollerdash_audit_") and not line.startswith("pollerdash_audit_protection")
         }
 
     assert figures() == {
