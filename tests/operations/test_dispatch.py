@@ -797,3 +797,43 @@ def test_a_poll_held_at_its_charge_past_the_business_deadline_sends_nothing_and_
     assert status_requests(fake_provider, op) == []
     card = Escalation.objects.get(operation_id=op.pk)
     assert card.reason == Reason.BUSINESS_DEADLINE_PASSED and reload(op).status_requests_used == 0
+
+
+@pytest.mark.django_db
+def test_a_redelivered_group_task_is_a_no_op(make_operation, settings, fake_provider):
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
+    ops = [make_operation(job_id("slow_success", polls=1)) for _ in range(3)]
+    claim(now=T0)
+    (payload,) = OrmQ.objects.values_list("payload", flat=True)
+    assert set(work().values()) == {PollResult.POLLED}
+    # The same group task again (django-q2 is at-least-once): nothing is sent, charged or written.
+    OrmQ.objects.create(key="pollerdash", payload=payload, lock=T0)
+    assert set(work().values()) == {PollResult.STALE}
+    for op in ops:
+        assert len(status_requests(fake_provider, op)) == 1 == reload(op).status_requests_used
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("size", [2, 8])
+def test_a_group_takes_the_same_statements_whatever_its_size(make_operation, settings, fake_provider, size):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from operations.controller import load_for_polls
+
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
+    ops = [make_operation(job_id("slow_success", polls=3)) for _ in range(size)]
+    load_for_polls([ops[0].pk])  # the per-process profile cache, warm as in a running worker
+    with CaptureQueriesContext(connection) as captured:
+        claim(now=T0)
+        (row,) = OrmQ.objects.all()
+        task = SignedPackage.loads(row.payload)
+        outcome = str(pydoc.locate(task["func"])(*task["args"], **task["kwargs"]))
+    assert outcome.split(",") == [PollResult.POLLED] * size
+    statements = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "django_q_ormq" not in q["sql"] and q["sql"] not in ("BEGIN", "COMMIT")
+    ]
+    assert len(statements) == 14, "\n".join(statements)  # docs/DESIGN.md section 4
