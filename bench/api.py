@@ -187,7 +187,7 @@ def main() -> None:
     )
     parser.add_argument("--settle", type=float, default=None, help="seconds to let every wait park (3 + waits/50)")
     args = parser.parse_args()
-    waits = args.waits or (100 if args.quick else 500)
+    waits = args.waits or (100 if args.quick else 1000)  # the target: 1,000 concurrent waits
     seconds = args.seconds or (3.0 if args.quick else 10.0)
     clients = 8
 
