@@ -23,9 +23,11 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 from django.conf import settings
 from django.core.files import File
@@ -40,6 +42,7 @@ from operations.audit import verify as av
 from operations.models import AuditArchive, AuditCheckpoint, AuditEntry
 
 ARCHIVER = {"kind": "system", "id": "archiver"}
+T = TypeVar("T")
 # Entries removed per transaction: about 0.1 s of work each, so no lock, snapshot or WAL burst of
 # the prune is long enough to show in dispatch lag (bench/retention.py).
 PRUNE_CHUNK = 10_000
@@ -100,6 +103,22 @@ def _verify_file(path: Path, *, seal: AuditCheckpoint, start: int) -> dict[str, 
     if (result["size"], result["root"], result["from"]) != (seal.size, seal.head_hash, start):
         raise ArchiveError("the archive does not close at its seal")
     return result
+
+
+def _stored(step: Callable[[], T]) -> T:
+    """A storage step; whatever the backend raises (an S3 refusal, a full disk, a network error)
+    becomes an ArchiveError naming it, so the command stops before removing anything."""
+    try:
+        return step()
+    except ArchiveError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every backend has its own exception classes
+        raise ArchiveError(f"the archive storage failed, nothing removed: {type(exc).__name__}: {exc}") from None
+
+
+def _read_back(storage: Storage, name: str) -> tuple[str, int]:
+    with storage.open(name, "rb") as stored:
+        return _digest(stored)
 
 
 def _digest(handle: object) -> tuple[str, int]:
@@ -163,12 +182,11 @@ def archive_before(*, before: datetime, storage: Storage | None = None) -> Archi
         with open(temp, "rb") as handle:
             sha, size_bytes = _digest(handle)
             handle.seek(0)
-            saved = storage.save(name, File(handle, name=name))
+            saved = _stored(lambda: storage.save(name, File(handle, name=name)))
     finally:
         os.unlink(temp)
-    with storage.open(saved, "rb") as stored:
-        if _digest(stored) != (sha, size_bytes):
-            raise ArchiveError(f"{saved} reads back differently from what was written; nothing removed")
+    if _stored(lambda: _read_back(storage, saved)) != (sha, size_bytes):
+        raise ArchiveError(f"{saved} reads back differently from what was written; nothing removed")
     with transaction.atomic():
         AuditArchive.objects.create(
             log=log,

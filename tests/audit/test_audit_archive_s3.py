@@ -10,7 +10,7 @@ from io import StringIO
 
 import boto3
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from moto.server import ThreadedMotoServer
 
 from operations.audit import verify as av
@@ -64,3 +64,18 @@ def test_an_archive_goes_to_the_bucket_verifies_from_it_and_never_replaces_an_ob
     status, result = av.run([str(archived), str(newer), "--keys", str(keys_file)])
     assert status == 0 and result["files"] == 2, result
     assert not AuditEntry.objects.filter(seq__lte=4).exists()
+
+
+def test_a_bucket_that_refuses_the_archive_stops_the_command_before_anything_is_removed(
+    sample_export, bucket, settings
+):
+    options = settings.STORAGES["audit_archive"]["OPTIONS"]
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "audit_archive": {**settings.STORAGES["audit_archive"], "OPTIONS": {**options, "bucket_name": "no-such"}},
+    }
+    with pytest.raises(
+        CommandError, match="NOTHING ARCHIVED: the archive storage failed, nothing removed: .*NoSuchBucket"
+    ):
+        call_command("archive", "--before", "2026-12-01T10:01:00Z", stdout=StringIO())
+    assert not AuditArchive.objects.exists() and AuditEntry.objects.exclude(seq=None).count() == 11
