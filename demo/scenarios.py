@@ -297,6 +297,22 @@ def _invalid_json(c: Call) -> Reply:
     return Reply(200, body, content_type)
 
 
+# Bodies a hostile provider answers with 200: each breaks something after a naive json.loads (the
+# parser's recursion, the text's encoding, PostgreSQL's jsonb, a column's length).
+_HOSTILE_BODIES: dict[str, bytes] = {
+    "deep": b"[" * 5000,
+    "surrogate": b'{"state":"failed","error":"\\ud800"}',
+    "surrogate_bytes": b'{"state":"failed","error":"\xed\xa0\x80"}',
+    "nul": b'{"state":"failed","error":{"m":"\\u0000"}}',
+    "infinity": b'{"state":"succeeded","result":{"output_url":1e400}}',
+    "long_state": b'{"state":"' + b"x" * 300 + b'"}',
+}
+
+
+def _hostile_body(c: Call) -> Reply:
+    return Reply(200, _HOSTILE_BODIES[c.params.get("kind", "deep")], JSON)
+
+
 def _slowloris(c: Call) -> Reply:
     if c.params.get("mode") == "silent":
         return Reply(None, hold_s=int_param(c.params, "hold_s", 60))
@@ -413,6 +429,7 @@ SCENARIOS: dict[str, Callable[[Call], Reply]] = {
     "poll_time_hint": _poll_time_hint,
     "huge_body": _huge_body,
     "invalid_json": _invalid_json,
+    "hostile_body": _hostile_body,
     "slowloris": _slowloris,
     "held": _held,
     "flaky_5xx": _flaky_5xx,

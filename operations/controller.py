@@ -38,7 +38,7 @@ from operations.lifecycle import polls
 from operations.lifecycle.cards import escalate
 from operations.lifecycle.claims import charge, defer, release
 from operations.models import Operation, ProviderProfile, StatusCheck
-from operations.polling.decide import decide
+from operations.polling.decide import decide, unreadable
 from operations.polling.gate import Gate, before_send
 from operations.polling.model import Bounds, Decision, Observation, Policy
 from operations.polling.states import StateTable
@@ -348,6 +348,39 @@ def interpret(
     *, op: Operation, raw: http.RawResponse, received_at: datetime, rng: random.Random
 ) -> tuple[Decision, polls.Answer]:
     """What a response means for the operation (pure decision) and what its check records.
+
+    The request is already charged: an answer that breaks interpreting (the parser refuses every
+    hostile body known, decide._Body; this is for the ones nobody foresaw) is an invalid body for
+    its own operation, never an exception that would lose a group's other outcomes with it.
+    """
+    try:
+        return _interpret(op=op, raw=raw, received_at=received_at, rng=rng)
+    except Exception:
+        logger.exception("the answer for %s could not be interpreted", op.pk)
+    observation = Observation(received_at=received_at, http_status=raw.http_status)
+    decision = unreadable(
+        policy=policy_for(profile=op.provider),
+        bounds=bounds_for(op=op),
+        observation=observation,
+        rng=rng,
+        what="the answer could not be interpreted",
+    )
+    answer = polls.Answer(
+        received_at=received_at,
+        http_status=raw.http_status,
+        retry_after="",
+        request_id="",
+        body_digest=raw.body_digest,
+        body_bytes=raw.body_bytes,
+        transport_error=raw.transport_error or "",
+    )
+    return decision, answer
+
+
+def _interpret(
+    *, op: Operation, raw: http.RawResponse, received_at: datetime, rng: random.Random
+) -> tuple[Decision, polls.Answer]:
+    """`interpret` for an answer that can be read.
 
     A provider may echo the credential (say, the Authorization header in an error body): every
     registered secret is scrubbed from the body before anything is taken from it, and from every

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 
 from operations import fastsql, pacing
@@ -27,6 +27,10 @@ from operations.polling.model import Action, Decision
 from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Status
 
 logger = logging.getLogger(__name__)
+
+# The provider's state as the columns keep it (StatusCheck.provider_state,
+# Operation.last_provider_state): any longer state a provider sends is cut, never refused.
+STATE_LENGTH = 200
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,14 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
         answer_check = f"UPDATE {fastsql.table(StatusCheck)} SET {answered} WHERE id = %s"
         if connection.vendor == "postgresql":
             # One round trip: the check is answered only if the fenced update changed the operation.
-            updated = fastsql.execute(
-                f"WITH won AS ({update} RETURNING id) {answer_check} AND EXISTS (SELECT 1 FROM won)",
-                [*params, *answer_params, check.pk],
+            # Whether the outcome is written is that update's to say (`won`'s rows), as on SQLite:
+            # the check UPDATE's own count would leave a changed operation without its entry.
+            updated = len(
+                fastsql.fetchall(
+                    f"WITH won AS ({update} RETURNING id), answered AS ({answer_check} "
+                    "AND EXISTS (SELECT 1 FROM won)) SELECT id FROM won",
+                    [*params, *answer_params, check.pk],
+                )
             )
         else:
             updated = fastsql.execute(update, params)
@@ -126,7 +135,7 @@ def _check_answer(*, decision: Decision, answer: Answer) -> dict[str, object]:
         "body_digest": answer.body_digest,
         "body_bytes": answer.body_bytes or None,
         "transport_error": answer.transport_error,
-        "provider_state": decision.provider_state or "",
+        "provider_state": (decision.provider_state or "")[:STATE_LENGTH],
         "interpreted_state": decision.interpreted_state,
         "decision": decision.code,
         "reason": _reason(decision),
@@ -175,7 +184,7 @@ def _decision_fields(op: Operation, decision: Decision, *, answer: Answer) -> di
         "updated_at": answer.received_at,
     }
     if decision.provider_state is not None:
-        fields["last_provider_state"] = decision.provider_state[:200]
+        fields["last_provider_state"] = decision.provider_state[:STATE_LENGTH]
     if decision.progress_percent is not None:
         fields["progress_percent"] = max(op.progress_percent or 0, decision.progress_percent)
     if decision.progress_counts is not None:
@@ -282,23 +291,46 @@ class Outcome:
 
 
 def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
-    """Write a group's outcomes; per operation, whether it was written (False: a newer claim owns it).
+    """Write a group's outcomes; per operation, whether it was written (False: a newer claim owns it,
+    or the database refused that outcome).
 
     The common outcomes (wait, complete) go in one transaction: one multi-row fenced UPDATE per
     set of changed columns (usually one), the checks' answers, the completion events, and their
     audit entries in one append, last. An operation whose fence moved mid-flight is left out of
     that UPDATE, so it writes nothing there; it and the rare outcomes (a card, an account pause,
     an answer after the operation ended) then take `record_outcome`'s path, one by one.
+
+    Every request is already charged: should the database refuse the group's transaction (one
+    value it cannot store), each outcome is written again in its own transaction, so one bad row
+    never loses the others; one refused alone writes nothing and stays leased, like a lost answer.
     """
     common = [
         o for o in outcomes if o.decision.account_pause_until is None and o.decision.action is not Action.ESCALATE
     ]
+    changes = {o.op.pk: _decision_fields(o.op, o.decision, answer=o.answer) for o in common}
+    # The operations as the decisions saw them: the transaction sets the new values on them.
+    before = {o.op.pk: {name: getattr(o.op, name) for name in changes[o.op.pk]} for o in common}
+    try:
+        written = _record_common(common, changes)
+    except (DatabaseError, audit.AuditError):
+        logger.exception("a group's outcomes could not be written together; writing each alone")
+        for outcome in common:
+            for name, value in before[outcome.op.pk].items():
+                setattr(outcome.op, name, value)
+        written = {}
+    for outcome in outcomes:
+        if outcome.op.pk not in written:
+            written[outcome.op.pk] = _record_alone(outcome)
+    return written
+
+
+def _record_common(common: list[Outcome], changes: dict[str, dict[str, object]]) -> dict[str, bool]:
+    """`record_group`'s one transaction: the common outcomes it wrote."""
     written: dict[str, bool] = {}
     with transaction.atomic():
         shapes: dict[tuple[str, ...], list[tuple[Outcome, dict[str, object]]]] = {}
-        changes: dict[str, dict[str, object]] = {}
         for outcome in common:
-            fields = changes[outcome.op.pk] = _decision_fields(outcome.op, outcome.decision, answer=outcome.answer)
+            fields = changes[outcome.op.pk]
             shapes.setdefault(tuple(fields), []).append((outcome, fields))
         # Locked in primary-key order (fastsql.lock_rows says why): by the one UPDATE itself when
         # the outcomes share their changed columns (the usual case), else first, in one statement.
@@ -326,13 +358,16 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
             written[op.pk] = True
         _update_checks(checks)
         audit.append_many(entries=entries)
-    for outcome in outcomes:
-        if outcome.op.pk not in written:
-            check = outcome.check.as_model(op=outcome.op)
-            written[outcome.op.pk] = record_outcome(
-                op=outcome.op, check=check, decision=outcome.decision, answer=outcome.answer
-            )
     return written
+
+
+def _record_alone(outcome: Outcome) -> bool:
+    check = outcome.check.as_model(op=outcome.op)
+    try:
+        return record_outcome(op=outcome.op, check=check, decision=outcome.decision, answer=outcome.answer)
+    except (DatabaseError, audit.AuditError):
+        logger.exception("the outcome for %s (fence %s) could not be written", outcome.op.pk, outcome.check.fence)
+        return False
 
 
 def _decision_facts(op: Operation, reason: str, decision: Decision, answer: Answer) -> dict[str, Any]:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from operations.polling.schedule import MAX_BACKOFF_MULTIPLIER, MIN_BACKOFF_MULTIPLIER
+
 
 class ProviderProfile(models.Model):
     """One integration's state table and polling policy (docs/DESIGN.md section 2).
@@ -70,6 +72,15 @@ class ProviderProfile(models.Model):
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            # The profile checks refuse these too; this holds for rows written around them.
+            models.CheckConstraint(
+                condition=models.Q(
+                    backoff_multiplier__gte=MIN_BACKOFF_MULTIPLIER, backoff_multiplier__lte=MAX_BACKOFF_MULTIPLIER
+                ),
+                name="profile_backoff_multiplier_1_to_4",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug

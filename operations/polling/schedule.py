@@ -21,7 +21,15 @@ class Wait:
     guidance_s: float | None = None
 
 
+# A profile's backoff multiplier (the profile checks and a database constraint hold it here):
+# below 1 each wait would be shorter than the last, far above 4 backoff would jump to its cap.
+MIN_BACKOFF_MULTIPLIER = 1.0
+MAX_BACKOFF_MULTIPLIER = 4.0
+
+
 def backoff_raw(*, base_s: float, max_s: float, attempt: int, multiplier: float = 2.0) -> float:
+    # Held to its bounds here too, whatever a policy was built from.
+    multiplier = min(MAX_BACKOFF_MULTIPLIER, max(MIN_BACKOFF_MULTIPLIER, multiplier))
     # multiplier**attempt overflows float long before it matters (62 doublings already pass any
     # cap): the cap makes large attempts moot.
     return min(max_s, base_s * multiplier ** min(attempt, 62))

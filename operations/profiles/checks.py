@@ -17,6 +17,7 @@ from operations import job_ids
 from operations.credential_names import credential_env_problem
 from operations.models import ProviderProfile
 from operations.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
+from operations.polling.schedule import MAX_BACKOFF_MULTIPLIER, MIN_BACKOFF_MULTIPLIER
 from operations.vocabulary import ONE_LINE_CONTROL_CHARACTERS
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
@@ -377,7 +378,9 @@ def key_checks() -> dict[str, Callable[[object], list[str]]]:
         "base_delay_s": lambda v: _number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
         "max_delay_s": lambda v: _number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
         # 1 polls at base_delay_s every time; above 4 the cap is reached within a few waits anyway.
-        "backoff_multiplier": lambda v: _number(v, minimum=1, inclusive=True, maximum=4),
+        "backoff_multiplier": lambda v: _number(
+            v, minimum=MIN_BACKOFF_MULTIPLIER, inclusive=True, maximum=MAX_BACKOFF_MULTIPLIER
+        ),
         "jitter_floor": lambda v: _number(v, minimum=0, inclusive=False, maximum=1),
         # A default outside the registration limits would make every default registration fail.
         "default_deadline_s": lambda v: _integer(

@@ -388,6 +388,24 @@ def test_invalid_json_is_a_transport_failure_then_an_integration_failure(make_op
     assert last_check(op).interpreted_state == "invalid_body"
 
 
+@pytest.mark.parametrize("kind", ["deep", "surrogate", "surrogate_bytes", "nul", "infinity"])
+def test_a_hostile_body_is_an_invalid_body_like_any_other(make_operation, drive, kind):
+    op = make_operation(job_id("hostile_body", kind=kind))
+    assert drive(op) == [PollResult.POLLED] * 3
+    op = reload(op)
+    assert op.status_requests_used == 3 and op.transport_failures_used == 3
+    assert open_reason(op) == Reason.INTEGRATION_FAILURE
+    checks = StatusCheck.objects.filter(operation=op).order_by("sent_at")
+    assert [check.interpreted_state for check in checks] == ["invalid_body"] * 3
+    assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 3
+
+
+def test_an_unknown_state_longer_than_its_column_is_kept_cut(make_operation, rng):
+    op = poll(make_operation(job_id("hostile_body", kind="long_state")), rng)
+    assert op.status == Status.NEEDS_ATTENTION and open_reason(op) == Reason.UNKNOWN_STATE
+    assert last_check(op).provider_state == "x" * 200 and op.last_provider_state == "x" * 200
+
+
 def test_a_slowloris_body_is_cut_at_the_whole_request_limit(make_operation, rng, settings):
     settings.POLL_HTTP_TOTAL_TIMEOUT_S = 0.6
     started = time.perf_counter()  # the clock is frozen; elapsed real time needs a real timer
@@ -464,3 +482,26 @@ def test_every_change_an_agent_can_see_moves_the_sequence(make_operation, monkey
     seen.append(op.sequence)
     assert seen == sorted(set(seen)), seen
     assert len(seen) == 3
+
+
+def test_an_outcome_whose_status_check_is_gone_is_written_whole_on_either_database(make_operation, rng):
+    # The fenced UPDATE of the operation decides whether the outcome is written; what the
+    # statement reports must be that UPDATE's rows, not the status check's, or the operation would
+    # change without its audit entry.
+    from operations.controller import interpret, load_for_polls
+    from operations.lifecycle.claims import charge
+    from operations.lifecycle.polls import record_outcome
+
+    op = make_operation(job_id("slow_success"))
+    fence = reload(op).fence
+    charged = charge(op=load_for_polls([op.pk])[op.pk], fence=fence, worker="w", started_at=T0, now=T0, reserved=False)
+    assert charged is not None
+    loaded, check = charged
+    StatusCheck.objects.filter(pk=check.pk).delete()
+    raw = http.RawResponse(http_status=200, body=b'{"state":"running"}', body_bytes=19)
+    decision, answer = interpret(op=loaded, raw=raw, received_at=T0, rng=rng)
+    assert record_outcome(op=loaded, check=check, decision=decision, answer=answer) is True
+    written = reload(op)
+    assert written.fence == fence + 2 and written.lease_owner == "" and written.next_poll_at > T0
+    assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 1
+    assert not StatusCheck.objects.filter(pk=check.pk).exists()

@@ -173,6 +173,47 @@ def test_a_body_that_is_not_json_is_a_transport_failure(body: bytes) -> None:
     assert d.action is Action.WAIT and d.charge_transport and d.interpreted_state == "invalid_body"
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"[" * 5000, id="nested past the recursion limit"),
+        pytest.param(b'{"state":"running","pad":' + b"[" * 65 + b"]" * 65 + b"}", id="nested past the depth cap"),
+        pytest.param(b'{"state":"failed","error":"\\ud800"}', id="lone surrogate escape"),
+        pytest.param(b'{"state":"failed","error":"\xed\xa0\x80"}', id="lone surrogate bytes"),
+        pytest.param(b'{"state":"running","\\udc00":1}', id="lone surrogate in a key"),
+        pytest.param(b'{"state":"failed","error":{"m":"\\u0000"}}', id="NUL escape"),
+        pytest.param(b'["\\u0000"]', id="NUL in an array"),
+        pytest.param(b'{"state":"succeeded","result":{"output_url":1e400}}', id="infinite number"),
+        pytest.param(b'{"state":"running","progress_percent":-1e400}', id="minus infinite number"),
+    ],
+)
+def test_a_hostile_body_is_an_invalid_body(body: bytes) -> None:
+    # Each breaks something after a naive parse: the parser's recursion, encoding the text as
+    # UTF-8, or PostgreSQL's jsonb (no NUL, no infinities).
+    d = run(ok(body))
+    assert d.action is Action.WAIT and d.charge_transport and d.interpreted_state == "invalid_body"
+    assert "not valid JSON" in d.explanation
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"state":"failed","error":"\\ud83d\\ude00 \\u00e9"}', id="a surrogate pair"),
+        pytest.param(b'{"state":"failed","error":"\\\\u0000"}', id="an escaped backslash before u0000"),
+        pytest.param(b'{"state":"failed","error":' + b"[" * 60 + b"]" * 60 + b"}", id="nested within the cap"),
+    ],
+)
+def test_bodies_near_the_hostile_ones_are_read(body: bytes) -> None:
+    d = run(ok(body))
+    assert (d.action, d.status) == (Action.COMPLETE, Status.FAILED)
+    json.dumps(d.error).encode()  # storable as UTF-8
+
+
+def test_an_unknown_state_of_any_length_stops_for_a_human() -> None:
+    d = run(ok({"state": "x" * 300}))
+    assert (d.action, d.reason) == (Action.ESCALATE, Reason.UNKNOWN_STATE)
+
+
 def test_bad_bodies_escalate_as_integration_failure_when_the_transport_budget_is_spent() -> None:
     d = run(ok(b"<html>"), transport_failures_used=2)
     assert (d.action, d.reason, d.charge_transport) == (Action.ESCALATE, Reason.INTEGRATION_FAILURE, True)

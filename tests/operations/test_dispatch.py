@@ -473,6 +473,118 @@ def test_a_group_task_polls_together_and_a_claim_taken_over_mid_flight_writes_no
     assert len(status_requests(fake_provider, victim)) == 2
 
 
+HOSTILE_BODIES = ["deep", "surrogate", "surrogate_bytes", "nul", "infinity"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("transport_budget", [1, 3], ids=["escalating", "waiting"])
+def test_hostile_answers_in_a_group_cost_only_their_own_operations(
+    make_operation, settings, fake_provider, transport_budget
+):
+    # PostgreSQL refuses what SQLite stores (NUL, infinities in jsonb; over-long varchar): this
+    # matters most in the PostgreSQL pass. With a transport budget of 1 each hostile answer
+    # escalates (the rare outcomes' path), with 3 it waits (the group's common transaction).
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
+    honest = [make_operation(job_id("slow_success", polls=n)) for n in (0, 1)]
+    hostile = [make_operation(job_id("hostile_body", kind=kind)) for kind in HOSTILE_BODIES]
+    long_state = make_operation(job_id("hostile_body", kind="long_state"))
+    everyone = [*honest, *hostile, long_state]
+    Operation.objects.filter(pk__in=[op.pk for op in hostile]).update(max_transport_failures=transport_budget)
+    claim(now=T0)
+    assert [SignedPackage.loads(p)["func"] for p in OrmQ.objects.values_list("payload", flat=True)] == [
+        dispatch.POLLS_TASK
+    ]
+    assert work() == {op.pk: PollResult.POLLED for op in everyone}
+    for op in everyone:
+        written = reload(op)
+        assert written.status_requests_used == 1 and len(status_requests(fake_provider, op)) == 1
+        assert written.lease_owner == "" and written.last_polled_at == T0
+        assert StatusCheck.objects.get(operation=op).received_at == T0
+        assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 1
+    assert reload(honest[0]).status == Status.SUCCEEDED
+    assert reload(honest[1]).status == Status.RUNNING
+    assert StatusCheck.objects.get(operation=honest[1]).decision == "wait"
+    for op in hostile:
+        written, check = reload(op), StatusCheck.objects.get(operation=op)
+        assert check.interpreted_state == "invalid_body" and written.transport_failures_used == 1
+        if transport_budget == 1:
+            assert written.status == Status.NEEDS_ATTENTION and check.decision == "escalate"
+            assert Escalation.objects.get(operation=op).reason == Reason.INTEGRATION_FAILURE
+        else:
+            assert written.status == Status.RUNNING and check.decision == "wait" and written.next_poll_at > T0
+            assert not Escalation.objects.filter(operation=op).exists()
+    assert reload(long_state).status == Status.NEEDS_ATTENTION
+    assert Escalation.objects.get(operation=long_state).reason == Reason.UNKNOWN_STATE
+    assert StatusCheck.objects.get(operation=long_state).provider_state == "x" * 200
+
+
+@pytest.mark.django_db
+def test_an_answer_that_cannot_be_interpreted_costs_only_its_own_operation(
+    make_operation, settings, monkeypatch, fake_provider
+):
+    from operations import controller
+
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 4
+    ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(4)]
+    victim = ops[2]
+    real_decide = controller.decide
+
+    def fail_on_the_victim(**kwargs):  # noqa: ANN003, ANN202
+        # A fault in interpreting one answer (a bug, an input nobody foresaw).
+        if kwargs["observation"].body and victim.provider_job_id.encode() in kwargs["observation"].body:
+            raise RuntimeError("unforeseen")
+        return real_decide(**kwargs)
+
+    monkeypatch.setattr(controller, "decide", fail_on_the_victim)
+    claim(now=T0)
+    assert work() == {op.pk: PollResult.POLLED for op in ops}
+    for op in ops:
+        assert reload(op).status_requests_used == 1
+        assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 1
+        if op is victim:
+            check = StatusCheck.objects.get(operation=op)
+            assert check.interpreted_state == "invalid_body" and check.decision == "wait"
+            assert reload(op).transport_failures_used == 1 and reload(op).status == Status.RUNNING
+        else:
+            assert reload(op).status == Status.SUCCEEDED
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_an_outcome_the_database_refuses_does_not_lose_the_groups_other_outcomes(
+    make_operation, settings, monkeypatch, fake_provider
+):
+    import dataclasses
+
+    from operations import batch
+
+    settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 4
+    ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(4)]
+    victim = ops[1]
+    real_interpret = batch.interpret
+
+    def unstorable_for_the_victim(**kwargs):  # noqa: ANN003, ANN202
+        # A value jsonb refuses that got past every check before the write.
+        decision, answer = real_interpret(**kwargs)
+        if kwargs["op"].pk == victim.pk:
+            decision = dataclasses.replace(decision, result={"values": {"m": "\x00"}})
+        return decision, answer
+
+    monkeypatch.setattr(batch, "interpret", unstorable_for_the_victim)
+    claim(now=T0)
+    assert work() == {op.pk: PollResult.STALE if op is victim else PollResult.POLLED for op in ops}
+    for op in ops:
+        assert reload(op).status_requests_used == 1 and len(status_requests(fake_provider, op)) == 1
+    for op in ops:
+        if op is not victim:
+            assert reload(op).status == Status.SUCCEEDED
+            assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 1
+    # The victim's write was refused as a whole: charged, nothing else, still leased to this worker.
+    assert StatusCheck.objects.get(operation=victim).received_at is None
+    assert not AuditEntry.objects.filter(operation_id=victim.pk, type="controller.decision").exists()
+    assert reload(victim).last_polled_at is None and reload(victim).lease_owner != ""
+
+
 @pytest.mark.django_db
 def test_a_group_charges_together_only_where_the_account_has_ample_room(
     make_profile, make_operation, settings, monkeypatch, fake_provider

@@ -477,3 +477,23 @@ def test_apply_refuses_the_same_slug_twice():
     with pytest.raises(ValueError, match="once"):
         profiles_apply(specs=[spec_of(valid_raw()), spec_of(valid_raw())], actor=OPERATOR)
     assert not ProviderProfile.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("multiplier", [0.5, 0.999, 4.001, 1e6])
+def test_the_database_refuses_a_backoff_multiplier_out_of_range(make_profile, multiplier):
+    # A row written around the profile checks (a migration, SQL by hand) must not make backoff
+    # shrink each wait or reach its cap at once.
+    from django.db import IntegrityError, transaction
+
+    profile = make_profile()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ProviderProfile.objects.filter(pk=profile.pk).update(backoff_multiplier=multiplier)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("multiplier", [1, 4])
+def test_the_database_accepts_the_backoff_multipliers_bounds(make_profile, multiplier):
+    profile = make_profile()
+    ProviderProfile.objects.filter(pk=profile.pk).update(backoff_multiplier=multiplier)
+    assert ProviderProfile.objects.get(pk=profile.pk).backoff_multiplier == multiplier

@@ -43,6 +43,12 @@ def test_the_profiles_multiplier_sets_how_fast_the_backoff_grows() -> None:
     assert min(delays) >= 5_625 and max(delays) <= 11_250
 
 
+def test_a_multiplier_out_of_range_is_held_to_its_bounds() -> None:
+    # Below 1 a wait would shrink with every attempt; far above 4 backoff would jump to its cap.
+    assert [backoff_raw(base_s=5, max_s=120, attempt=a, multiplier=0.5) for a in range(3)] == [5, 5, 5]
+    assert [backoff_raw(base_s=5, max_s=1000, attempt=a, multiplier=1e6) for a in range(4)] == [5, 20, 80, 320]
+
+
 def test_local_backoff_is_jittered_within_floor_and_raw() -> None:
     delays = [plan(backoff_attempt=3, rng=random.Random(seed)).delay_ms for seed in range(200)]
     assert min(delays) >= 20_000 and max(delays) <= 40_000
