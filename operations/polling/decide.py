@@ -58,7 +58,11 @@ class _Body:
             if _needs_walk(raw, text):
                 _check_tree(value)
             self.value = value
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        except RecursionError:
+            # The parser's own words ("maximum recursion depth exceeded while decoding...") would
+            # be cut mid-word on the card; say what the engineer needs to know.
+            self.problem = f"body is not valid JSON (nested deeper than {MAX_DEPTH} levels)"
+        except (ValueError, UnicodeDecodeError) as exc:
             self.problem = f"body is not valid JSON ({str(exc)[:80]})"
 
 

@@ -195,6 +195,12 @@ def test_a_hostile_body_is_an_invalid_body(body: bytes) -> None:
     assert "not valid JSON" in d.explanation
 
 
+def test_a_body_nested_too_deeply_says_so_in_words_a_card_can_show() -> None:
+    d = run(ok(b"[" * 5000))
+    assert "body is not valid JSON (nested deeper than 64 levels)" in d.explanation
+    assert "recursion" not in d.explanation
+
+
 @pytest.mark.parametrize(
     "body",
     [
