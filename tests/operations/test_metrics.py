@@ -253,3 +253,5 @@ def test_entries_awaiting_integration_show_their_age_on_the_panel_and_in_metrics
     integrate.integrate_all()
     assert figures() == {"pollerdash_audit_integration_lag_seconds": 0.0, "pollerdash_audit_pending_entries": 0}
     assert "0 entries awaiting integration" in client.get(reverse("system")).content.decode()
+    append_entries(1)
+    assert "1 entry awaiting integration" in client.get(reverse("system")).content.decode()
