@@ -60,7 +60,8 @@ def _integration_check() -> HealthCheck:
     lag = integrate.lag()
     seconds = lag.seconds(timezone.now())
     ok = seconds <= INTEGRATION_LAG_WARN_S
-    message = f"{lag.pending} {'entry' if lag.pending == 1 else 'entries'} awaiting integration, the oldest for {seconds:.1f} s"
+    entries = "entry" if lag.pending == 1 else "entries"
+    message = f"{lag.pending} {entries} awaiting integration, the oldest for {seconds:.1f} s"
     if not ok:
         message += " - is a dispatcher (or manage.py audit_integrate) running?"
     return HealthCheck("audit integration", ok, message)
