@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import datetime
 
 from django.core.handlers.asgi import ASGIRequest
@@ -73,8 +73,31 @@ def csv_response(
     return response
 
 
-def jsonl_response(request: HttpRequest, *, filename: str, lines: Iterator[bytes]) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(streamed(request, lines), content_type="application/jsonl; charset=utf-8")
+class _ClosingResponse(StreamingHttpResponse):
+    """Runs ON_CLOSE when the server closes the response: after the last byte, or when the reader
+    went away (uvicorn through Django's ASGI handler, in the request's thread, before the request's
+    database connection is closed or handed back)."""
+
+    def __init__(self, *args: object, on_close: Callable[[], None], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._on_close = on_close
+
+    def close(self) -> None:
+        try:
+            self._on_close()
+        finally:
+            super().close()
+
+
+def jsonl_response(
+    request: HttpRequest, *, filename: str, lines: Iterator[bytes], on_close: Callable[[], None] | None = None
+) -> StreamingHttpResponse:
+    content_type = "application/jsonl; charset=utf-8"
+    response = (
+        StreamingHttpResponse(streamed(request, lines), content_type=content_type)
+        if on_close is None
+        else _ClosingResponse(streamed(request, lines), content_type=content_type, on_close=on_close)
+    )
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

@@ -2,8 +2,10 @@
 
 One keep-alive httpx.Client per process (created after fork, so django-q2 workers never share a
 socket), with the bounds of docs/DESIGN.md section 4: connect 5 s, read 10 s, the whole request 30 s,
-a 1 MiB body cap read as a stream, and no redirects. Credentials are read from the environment at
-request time and never stored; one that is not a legal header value is never sent.
+a 1 MiB body cap read as a stream, no redirects, and no content coding: requests ask for
+`Accept-Encoding: identity` and a compressed answer is a protocol error, never inflated.
+Credentials are read from the environment at request time and never stored; one that is not a
+legal header value is never sent.
 
 A failed request is recorded as one word of TRANSPORT_ERRORS with a fixed description, never as
 the exception's text: httpx's messages can quote the request (an illegal header value quoted in
@@ -160,7 +162,9 @@ def client() -> httpx.Client:
                 follow_redirects=False,
                 # Never route provider traffic through proxies picked up from the environment.
                 trust_env=False,
-                headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+                # No compressed bodies: httpx inflates each network chunk whole before the body cap
+                # sees it, so 64 KiB of gzip became 64 MiB (gzip twice: gigabytes). See send().
+                headers={"User-Agent": USER_AGENT, "Accept": "application/json", "Accept-Encoding": "identity"},
             )
             _client_pid = os.getpid()
         return _client
@@ -245,10 +249,17 @@ def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> Raw
             status = response.status_code
             for name in {key.lower() for key in response.headers.keys()}:
                 response_headers[name] = tuple(response.headers.get_list(name))
+            if _encoded(response_headers.get("content-encoding", ())):
+                # We asked for identity; a provider that compresses anyway is refused unread rather
+                # than inflated under a bound: no decoder runs on what a provider sends.
+                return _failure(
+                    status, response_headers, "protocol_error", f"{TRANSPORT_ERRORS['protocol_error']} ({_ENCODED})"
+                )
             digest = hashlib.sha256()
             chunks: list[bytes] = []
             size = 0
-            for chunk in response.iter_bytes():
+            # Raw: the bytes as they came, so the cap counts what is held in memory.
+            for chunk in response.iter_raw():
                 size += len(chunk)
                 if size > cap:
                     return RawResponse(
@@ -279,6 +290,14 @@ def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> Raw
         return _failure(status, response_headers, kind, f"{TRANSPORT_ERRORS[kind]} ({type(exc).__name__})")
     finally:
         _request_deadline.at = None
+
+
+_ENCODED = "Content-Encoding not requested"
+
+
+def _encoded(values: tuple[str, ...]) -> bool:
+    """Whether a Content-Encoding field names any coding but identity (one field may list several)."""
+    return any(token.strip().lower() not in ("", "identity") for value in values for token in value.split(","))
 
 
 def transport_error_kind(exc: BaseException) -> str:

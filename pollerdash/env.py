@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 
@@ -78,3 +79,10 @@ def database_from_url(url: str, *, base_dir: Path) -> dict:
             "OPTIONS": options,
         }
     raise ValueError(f"DATABASE_URL: unsupported scheme {parts.scheme!r} (use sqlite:/// or postgres://)")
+
+
+def drop_session_locks(conn: Any) -> None:
+    """The psycopg pool's reset: a connection goes back into the pool holding no session advisory
+    lock, so an export slot (escalations/export_slots.py) a request failed to free ends with it."""
+    conn.execute("SELECT pg_advisory_unlock_all()")
+    conn.rollback()  # idle again whatever its autocommit mode; unlocking is not undone by it

@@ -13,6 +13,7 @@ from csp.constants import NONE, SELF
 from operations.addresses import allowed_endpoints
 from pollerdash.env import (
     database_from_url,
+    drop_session_locks,
     env_bool,
     env_float,
     env_int,
@@ -106,7 +107,11 @@ IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 if IS_POSTGRES and env_bool("DATABASE_POOL", False):
     # The web process (uvicorn, one thread per request) shares a psycopg pool. qcluster and the
     # dispatcher must not use it: the pool does not survive django-q2's fork (django-q2 #209).
-    DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 2, "max_size": env_int("DATABASE_POOL_SIZE", 10)}
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": 2,
+        "max_size": env_int("DATABASE_POOL_SIZE", 10),
+        "reset": drop_session_locks,
+    }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
     # Persistent connections: measured here, CONN_MAX_AGE=0 reconnects on every django-q2 queue
@@ -383,6 +388,12 @@ AUDIT_WITNESS_MAX_LAG_S = env_int("AUDIT_WITNESS_MAX_LAG_S", 600)
 # "audit_archive" backend), and how long finished operations, their checks and django-q2's
 # finished task rows are kept.
 AUDIT_ARCHIVE_DIR = env_str("AUDIT_ARCHIVE_DIR", "var/audit-archive")
+# Full and date-range audit exports the dashboard streams at once, in all and per person (each holds
+# a database connection until its last byte; 0 = no cap), and the most entries one may hold: larger
+# ones are for manage.py audit_export on the server (an operation's export is neither capped nor sized).
+AUDIT_EXPORT_WEB_CONCURRENT = env_int("AUDIT_EXPORT_WEB_CONCURRENT", 2)
+AUDIT_EXPORT_WEB_CONCURRENT_PER_USER = env_int("AUDIT_EXPORT_WEB_CONCURRENT_PER_USER", 1)
+AUDIT_EXPORT_WEB_MAX_ENTRIES = env_int("AUDIT_EXPORT_WEB_MAX_ENTRIES", 1_000_000)
 RETENTION_DAYS = env_int("RETENTION_DAYS", 90)
 # Or an S3-compatible bucket (`pip install 'pollerdash[s3]'`), so archives outlive the host that
 # wrote them; credentials from boto3's own chain, never from settings (pollerdash/storage.py).

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts import signins
 from accounts.views import reauthenticate_url
-from escalations import exports
+from escalations import export_slots, exports
 from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import cards as card_selectors
 from escalations.selectors import history as history_selectors
@@ -415,7 +415,12 @@ def history_report(request: DashboardRequest, filters: history_selectors.History
 
 
 def audit_jsonl(
-    request: HttpRequest, *, operation_id: str | None, since: datetime | None, until: datetime | None, filename: str
+    request: DashboardRequest,
+    *,
+    operation_id: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    filename: str,
 ) -> HttpResponseBase:
     """The verifiable audit export (operations.audit.export), streamed; errors become a page.
     `?format=2` writes an operation or date export in format 2, for a reader whose verifier
@@ -424,8 +429,30 @@ def audit_jsonl(
     if wanted not in {str(version) for version in audit_export.VERSIONS}:
         message = f"format={wanted[:20]}: the audit export is written in format 3 (the default) or 2"
         return render(request, "export_error.html", {"message": message}, status=400)
+    slot = None
+    if operation_id is None:
+        # A full or date-range export holds a database connection while it streams: it needs a slot
+        # (escalations/export_slots.py). An operation's export is small: its requests are budgeted.
+        try:
+            slot = export_slots.take(user_id=request.user.pk)
+        except export_slots.ExportsBusy as exc:
+            busy = render(request, "export_error.html", {"message": str(exc)}, status=429)
+            busy["Retry-After"] = str(export_slots.RETRY_AFTER_S)
+            return busy
     try:
-        lines = audit_export.stream_export(operation_id=operation_id, since=since, until=until, version=int(wanted))
-    except (audit_export.ExportError, checkpoints.CheckpointError) as exc:
-        return render(request, "export_error.html", {"message": str(exc)}, status=409)
-    return exports.jsonl_response(request, filename=filename, lines=lines)
+        lines = audit_export.stream_export(
+            operation_id=operation_id,
+            since=since,
+            until=until,
+            version=int(wanted),
+            max_entries=settings.AUDIT_EXPORT_WEB_MAX_ENTRIES,
+        )
+    except BaseException as exc:
+        if slot is not None:
+            slot.release()
+        if isinstance(exc, audit_export.ExportError | checkpoints.CheckpointError):
+            return render(request, "export_error.html", {"message": str(exc)}, status=409)
+        raise
+    return exports.jsonl_response(
+        request, filename=filename, lines=lines, on_close=slot.release if slot is not None else None
+    )

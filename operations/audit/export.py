@@ -88,15 +88,31 @@ def stream_export(
     until: datetime | None = None,
     consistency_from: Sequence[int] = (),
     version: int = 3,
+    max_entries: int | None = None,
 ) -> Iterator[bytes]:
     """Sign the closing checkpoint, check the selection, and return an iterator of complete lines.
 
     Raises ExportError (or checkpoints.CheckpointError when nothing can be signed) before
-    anything is produced."""
+    anything is produced; also when a full or time-window export would hold more than
+    MAX_ENTRIES entries (the dashboard's limit; an operation's export is never refused for size)."""
     plan = plan_export(
         operation_id=operation_id, since=since, until=until, consistency_from=consistency_from, version=version
     )
+    if max_entries is not None and plan.scope != "operation" and _more_than(plan, max_entries):
+        window = " --since T --until T" if plan.scope == "range" else ""
+        raise ExportError(
+            f"This export holds more than {max_entries:,} entries, more than the dashboard streams: "
+            f"run manage.py audit_export{window} -o FILE on the server instead."
+        )
     return _full(plan) if plan.scope == "full" else _proven(plan)
+
+
+def _more_than(plan: ExportPlan, limit: int) -> bool:
+    if plan.scope == "full":
+        # Integrated entries have every seq from 1 up: a full export's count needs no scan.
+        return plan.closing.size - plan.start > limit
+    # At most limit + 1 rows are counted, however wide the window.
+    return plan.selected[: limit + 1].count() > limit
 
 
 def plan_export(

@@ -174,3 +174,35 @@ def test_as_async_lines_streams_in_order_and_in_batches():
     first, pulled_after_first, rest = asyncio.run(first_then_rest())
     assert pulled_after_first == 500  # one batch at a time, never the whole iterator
     assert first + rest == [f"{n}\n".encode() for n in range(1, 1201)]
+
+
+def test_audit_export_keeps_a_private_file_private(sample_export, tmp_path, keys_file):
+    # Exports hold purposes, comments and usernames: a 0600 target must not come back 0644.
+    path = tmp_path / "incident.jsonl"
+    path.write_text("old")
+    path.chmod(0o600)
+    call_command("audit_export", "-o", str(path), stderr=StringIO())
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert av.run([str(path), "--keys", str(keys_file)])[0] == 0
+
+    # A new file is made private too, whatever the umask.
+    fresh = tmp_path / "fresh.jsonl"
+    call_command("audit_export", "-o", str(fresh), stderr=StringIO())
+    assert fresh.stat().st_mode & 0o777 == 0o600
+
+
+def test_audit_export_does_not_follow_a_planted_temporary_name(sample_export, tmp_path, keys_file):
+    # Someone who can write the directory plants the old predictable temporary name as a link to a
+    # file of ours: the export must neither write through it nor remove it.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = shared / "victim.txt"
+    victim.write_text("keep me")
+    path = shared / "incident.jsonl"
+    planted = shared / ".incident.jsonl.partial"
+    planted.symlink_to(victim)
+    call_command("audit_export", "-o", str(path), stderr=StringIO())
+    assert victim.read_text() == "keep me"
+    assert planted.is_symlink() and not path.is_symlink()
+    assert av.run([str(path), "--keys", str(keys_file)])[0] == 0
+    assert {p.name for p in shared.iterdir()} == {"victim.txt", "incident.jsonl", ".incident.jsonl.partial"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -16,6 +16,27 @@ from tests.support import job_id
 def _fast_password_hashing(settings: object) -> None:
     # Real logins, but without 1,000,000 PBKDF2 rounds per test user.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _export_slots_freed_after_each_test(monkeypatch: pytest.MonkeyPatch, django_db_blocker: object) -> Iterator[None]:
+    # A server closes every response; the test client closes a streamed one only once it is read
+    # to the end. Slots of exports a test left unread are freed here, as a server would.
+    from escalations import export_slots
+
+    taken: list[export_slots.Slot] = []
+    take = export_slots.take
+
+    def recording(**kwargs: object) -> export_slots.Slot:
+        slot = take(**kwargs)  # type: ignore[arg-type]
+        taken.append(slot)
+        return slot
+
+    monkeypatch.setattr(export_slots, "take", recording)
+    yield
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        for slot in taken:
+            slot.release()
 
 
 @pytest.fixture

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 
 import pytest
+from django.core.signals import request_finished
+from django.db import close_old_connections
 from django.test import Client
 from django.urls import reverse
 
@@ -197,3 +200,204 @@ def test_ownership_and_notes_appear_in_every_export_and_report(
     assert (
         "handed the card to bob" not in client.get(reverse("decision_history"), {"outcome": "applied"}).content.decode()
     )
+
+
+# --- Streaming exports hold a database connection until their last byte: capped, and sized -------
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_person_streams_one_export_at_a_time_and_is_told_when_to_come_back(
+    alice, bob, decided, settings, signing_key
+) -> None:
+    settings.AUDIT_EXPORT_WEB_CONCURRENT = 5
+    settings.AUDIT_EXPORT_WEB_CONCURRENT_PER_USER = 1
+    alices, bobs = signed_in(alice), signed_in(bob)
+    streaming = alices.get(reverse("decision_history_jsonl"))  # full, and not read yet
+    assert streaming.status_code == 200
+    again = alices.get(reverse("decision_history_jsonl"), {"since": "2026-12-01"})
+    assert again.status_code == 429 and again["Retry-After"] == "60"
+    assert b"You already have 1 audit export streaming" in again.content
+    assert bobs.get(reverse("decision_history_jsonl")).status_code == 200  # someone else's is not held up
+    # An operation's export is small: never held back.
+    assert alices.get(reverse("operation_audit_jsonl", args=[decided.operation_id])).status_code == 200
+    body(streaming)  # read to the end: the slot is free again
+    assert alices.get(reverse("decision_history_jsonl")).status_code == 200
+
+
+def test_streaming_exports_are_capped_for_everyone_and_a_closed_one_frees_its_slot(
+    alice, bob, decided, settings, signing_key
+) -> None:
+    settings.AUDIT_EXPORT_WEB_CONCURRENT = 1
+    alices, bobs = signed_in(alice), signed_in(bob)
+    streaming = alices.get(reverse("decision_history_jsonl"), {"since": "2026-12-01"})
+    assert streaming.status_code == 200
+    waiting = bobs.get(reverse("decision_history_jsonl"))
+    assert waiting.status_code == 429 and waiting["Retry-After"] == "60"
+    assert b"1 audit export is already streaming" in waiting.content
+    assert bobs.get(reverse("operation_audit_jsonl", args=[decided.operation_id])).status_code == 200
+    # The reader went away mid-stream: the server closes the response (keeping the test's
+    # database connection open, as the test client does when it closes one).
+    request_finished.disconnect(close_old_connections)
+    try:
+        streaming.close()
+    finally:
+        request_finished.connect(close_old_connections)
+    served = bobs.get(reverse("decision_history_jsonl"))
+    assert served.status_code == 200
+    assert audit_verify.verify_export(io.BytesIO(body(served)), keys=[signing_key])["ok"] is True
+
+
+def test_an_export_too_large_for_the_web_names_the_command(alice, decided, settings, signing_key) -> None:
+    from operations.models import AuditEntry
+
+    settings.AUDIT_EXPORT_WEB_CONCURRENT = 1
+    entries = AuditEntry.objects.count()
+    settings.AUDIT_EXPORT_WEB_MAX_ENTRIES = entries - 1
+    alices = signed_in(alice)
+    for query in ({}, {"since": "2026-12-01"}):
+        refused = alices.get(reverse("decision_history_jsonl"), query)
+        assert refused.status_code == 409, query
+        assert b"manage.py audit_export" in refused.content and f"{entries - 1:,}".encode() in refused.content
+    # An operation's export has no such limit.
+    assert alices.get(reverse("operation_audit_jsonl", args=[decided.operation_id])).status_code == 200
+    # A refusal frees its slot: within the limit, the same export streams.
+    settings.AUDIT_EXPORT_WEB_MAX_ENTRIES = entries
+    served = alices.get(reverse("decision_history_jsonl"))
+    assert served.status_code == 200
+    assert audit_verify.verify_export(io.BytesIO(body(served)), keys=[signing_key])["entries"] == entries
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_slot_is_held_for_every_web_process(alice, bob, decided, settings, signing_key) -> None:
+    # Another uvicorn process's export is another database session holding the slot's advisory lock.
+    from django.db import connections
+
+    from escalations import export_slots
+
+    settings.AUDIT_EXPORT_WEB_CONCURRENT = 1
+    other = connections.create_connection("default")
+    key = export_slots.shared_key(0)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
+            assert cursor.fetchone()[0] is True
+            assert signed_in(alice).get(reverse("decision_history_jsonl")).status_code == 429
+            cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
+            served = signed_in(bob).get(reverse("decision_history_jsonl"))
+            assert served.status_code == 200
+            # Held in the database while it streams; let go there once it is read.
+            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
+            assert cursor.fetchone()[0] is False
+            body(served)
+            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
+            assert cursor.fetchone()[0] is True
+    finally:
+        other.close()
+
+
+@pytest.mark.postgres
+def test_a_pooled_connection_goes_back_without_the_slot_a_request_failed_to_free() -> None:
+    # The web process's psycopg pool (DATABASE_POOL=1) resets each connection handed back.
+    from django.db import connection, connections
+    from psycopg_pool import ConnectionPool
+
+    from escalations import export_slots
+    from pollerdash.env import drop_session_locks
+
+    key = export_slots.shared_key(0)
+    lock = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
+    other = connections.create_connection("default")
+    pool = ConnectionPool(kwargs={**connection.get_connection_params(), "autocommit": True}, min_size=1, max_size=1,
+                          reset=drop_session_locks, open=True)  # fmt: skip
+    try:
+        with pool.connection() as pooled:
+            assert pooled.execute(lock, [key]).fetchone()[0] is True
+            with other.cursor() as cursor:
+                cursor.execute(lock, [key])
+                assert cursor.fetchone()[0] is False
+        # The pool holds one connection: getting it again waits until its reset has run.
+        with pool.connection(), other.cursor() as cursor:
+            cursor.execute(lock, [key])
+            assert cursor.fetchone()[0] is True
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+    finally:
+        pool.close()
+        other.close()
+
+
+@pytest.fixture
+def uvicorn_url(transactional_db: None) -> Iterator[str]:
+    """The real ASGI application under uvicorn, in a thread of this process (so `settings` reach it)."""
+    import gc
+    import threading
+    import time
+
+    import uvicorn
+
+    from pollerdash.asgi import application
+
+    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, name="uvicorn-exports", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        gc.collect()  # the request threads' database connections, closed before the database goes
+
+
+def test_under_uvicorn_a_reader_who_goes_away_frees_the_slot(uvicorn_url, make_user, settings, signing_key) -> None:
+    import socket
+    import time
+
+    import httpx
+    from django.db import transaction
+
+    from operations.audit import entries as audit
+    from tests.audit.helpers import OP_A, decision_data
+
+    settings.AUDIT_EXPORT_WEB_CONCURRENT = 1
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    # About 23 MB: more than the socket buffers between her and the server hold, so the export is
+    # still streaming (its slot held) while she reads nothing more.
+    with transaction.atomic():
+        long_reason = {"reason": "r" * 4000}
+        audit.append_many(
+            entries=[
+                audit.NewEntry("controller.decision", audit.SYSTEM_CONTROLLER, OP_A, decision_data(n) | long_reason)
+                for n in range(5000)
+            ]
+        )
+    cookies = {name: signed_in(make_user(name)).cookies["sessionid"].value for name in ("alice", "bob")}
+    url = f"{uvicorn_url}{reverse('decision_history_jsonl')}"
+
+    # Her socket's receive buffer is kept small (Linux would let it grow to tens of MB).
+    small = httpx.HTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)])
+    with (
+        httpx.Client(timeout=10, transport=small, cookies={"sessionid": cookies["alice"]}) as her,
+        httpx.Client(timeout=10, cookies={"sessionid": cookies["bob"]}) as his,
+    ):
+        with her.stream("GET", url) as leaving:
+            assert leaving.status_code == 200
+            chunks = leaving.iter_raw()  # kept: dropping the iterator would close the response
+            next(chunks)  # the first bytes; then she reads nothing more
+            busy = his.get(url)
+            assert busy.status_code == 429 and busy.headers["Retry-After"] == "60"
+        # The server notices the closed connection, closes the response, and frees the slot.
+        deadline = time.monotonic() + 10
+        while (after := his.get(url)).status_code == 429:
+            assert time.monotonic() < deadline, "the slot was not freed after the reader left"
+            time.sleep(0.05)
+        assert after.status_code == 200 and after.content.count(b"\n") > 5000
+        # Read to the end: free again at once.
+        assert her.get(url).status_code == 200

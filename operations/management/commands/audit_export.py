@@ -5,8 +5,9 @@ batch inclusion proofs, or with `--format 2` one inclusion proof per entry for a
 verifier predates format 3). Signs a checkpoint first (this process needs the signing key,
 else the export closes at the signer's newest checkpoint), then streams the header, the entries
 with their proofs and the checkpoints in
-bounded memory, to stdout or to FILE (a regular file is written beside it and renamed when
-complete, so a failed export never leaves a plausible-looking partial file; a symlink's target is
+bounded memory, to stdout or to FILE (a regular file is written beside it, under a fresh private
+name, and renamed when complete, so a failed export never leaves a plausible-looking partial file;
+the file keeps the mode of the one it replaces, and a new one is 0600; a symlink's target is
 replaced, the link kept; a pipe or device is written through; a FILE named *.gz is written
 compressed with gzip). Check it with
 `pollerdash-audit-verify FILE --keys KEYS` (`manage.py audit_keys --all` prints the key lines).
@@ -17,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import stat
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -106,14 +109,20 @@ class Command(BaseCommand):
                         count += 1
                 raw.flush()
             return count
-        partial = target.path.with_name(f".{target.path.name}.partial")
+        # mkstemp: a fresh name created with O_EXCL, so nothing planted in the directory is followed,
+        # and mode 0600 from the start, so the export is never readable by others while written.
+        fd, name = tempfile.mkstemp(dir=target.path.parent, prefix=f".{target.path.name}.", suffix=".partial")
+        partial = Path(name)
         try:
-            with open(partial, "wb") as handle:
+            with open(fd, "wb") as handle:
                 with _maybe_gzip(handle, target) as out:
                     for line in lines:  # type: ignore[attr-defined]  # set above on this path
                         out.write(line)
                         count += 1
                 handle.flush()
+                # A file the operator made (e.g. 0600, or 0640 for an auditors' group) keeps its mode.
+                with contextlib.suppress(FileNotFoundError):
+                    os.fchmod(handle.fileno(), stat.S_IMODE(target.path.stat().st_mode))
                 os.fsync(handle.fileno())
             os.replace(partial, target.path)
         finally:
