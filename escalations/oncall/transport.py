@@ -2,7 +2,9 @@
 
 The same rules as the callback sender: no proxies from the environment, no redirects, split
 timeouts so a receiver that never answers frees the worker after READ_TIMEOUT_S (well inside
-django-q2's task timeout), and at most BODY_CAP bytes of the answer read. The URL may itself be a
+django-q2's task timeout), and at most BODY_CAP bytes of the answer read - uncompressed only: it
+asks for `identity`, and an answer compressed anyway keeps its status but no body (inflating it
+before the cap could cost gigabytes for a few kilobytes sent). The URL may itself be a
 secret (a Slack webhook): it is never put in an error text, and `url_problem` says what is wrong
 with one in words that do not quote it.
 """
@@ -55,10 +57,14 @@ def post(url: str, *, body: bytes, headers: Mapping[str, str]) -> Answer:
     )
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-            with client.stream("POST", url, content=body, headers={"User-Agent": USER_AGENT, **headers}) as response:
+            sent = {"User-Agent": USER_AGENT, **headers, "Accept-Encoding": "identity"}
+            with client.stream("POST", url, content=body, headers=sent) as response:
                 chunks: list[bytes] = []
                 size = 0
-                for chunk in response.iter_bytes():
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding != "identity":
+                    return Answer(response.status_code, dict(response.headers), b"", "")
+                for chunk in response.iter_raw():
                     chunks.append(chunk)
                     size += len(chunk)
                     if size >= BODY_CAP:

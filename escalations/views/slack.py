@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 USERS_INFO_TIMEOUT = httpx.Timeout(2.0, connect=1.0)
+USERS_INFO_CAP = 64 * 1024
 
 
 @csrf_exempt
@@ -118,10 +119,21 @@ def _users_info(slack_user_id: str) -> slack.SlackUser | str | None:
     problem = url_problem(url, what="SLACK_API_URL")
     if problem:
         return problem
+    # At most 64 KiB of an uncompressed answer is read (as every other answer pollerdash reads).
+    headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
     try:
-        with httpx.Client(timeout=USERS_INFO_TIMEOUT, follow_redirects=False, trust_env=False) as client:
-            response = client.post(url, data={"user": slack_user_id}, headers={"Authorization": f"Bearer {token}"})
-        answer = json.loads(response.content[:65536].decode("utf-8"))
+        with (
+            httpx.Client(timeout=USERS_INFO_TIMEOUT, follow_redirects=False, trust_env=False) as client,
+            client.stream("POST", url, data={"user": slack_user_id}, headers=headers) as response,
+        ):
+            if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+                raise ValueError("a compressed answer")
+            body = b""
+            for chunk in response.iter_raw():
+                body += chunk
+                if len(body) >= USERS_INFO_CAP:
+                    break
+        answer = json.loads(body[:USERS_INFO_CAP].decode("utf-8"))
     except (httpx.HTTPError, UnicodeDecodeError, ValueError) as exc:
         return f"users.info did not answer ({type(exc).__name__})"
     return slack.parse_users_info(answer)
