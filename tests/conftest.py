@@ -24,6 +24,7 @@ from tests.support import (
     CANARY,
     CANARY_PD_KEY,
     T0,
+    bind_provider_origins,
     canary_emails,
     canary_log_handler,
     canary_rows,
@@ -46,6 +47,7 @@ try:
     settings.SECRET_KEY  # noqa: B018 - Django refuses to read an empty key
 except ImproperlyConfigured:
     settings.SECRET_KEY = os.environ["SECRET_KEY"]
+bind_provider_origins()
 __all__ = ["CANARY", "T0", "job_id"]
 
 
@@ -163,6 +165,8 @@ def fake_provider() -> Iterator[object]:
     from demo.fakeprovider import FakeProvider
 
     provider = FakeProvider().start()
+    # Its origin is where the tests' credentials may go, and allowed to profiles without one.
+    bind_provider_origins(provider.base_url)
     try:
         yield provider
     finally:

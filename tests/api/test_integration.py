@@ -18,7 +18,7 @@ import pytest
 from pollerdash.client import PollerdashClient, WebhookVerifier
 from tests.api.support import Receiver
 from tests.integration.support import FAST_ENV, Proc, Processes, ProviderProcess, subprocess_database_url, wait_until
-from tests.support import CANARY, job_id
+from tests.support import CANARY, job_id, provider_origins_bound
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def fake_provider() -> Iterator[ProviderProcess]:
     provider = ProviderProcess()
     try:
-        yield provider
+        with provider_origins_bound(provider.base_url):
+            yield provider
     finally:
         provider.stop()
 
