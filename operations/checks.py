@@ -1,7 +1,7 @@
 """Start-up checks of what the domain will do with stored configuration (`manage.py check`, and every
 command at start: the dispatcher, the workers, `migrate`): a stored profile whose requests the
 workers would refuse is named with its field and variable, so a deployment that lacks
-PROVIDER_CREDENTIAL_ORIGINS (an upgrade to 2.5) hears it at once, not one card per operation."""
+PROVIDER_CREDENTIAL_ORIGINS (after an upgrade) hears it at once, not one card per operation."""
 
 from __future__ import annotations
 

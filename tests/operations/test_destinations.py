@@ -319,7 +319,7 @@ def test_the_last_check_refuses_a_destination_made_around_the_poll(fake_provider
 
 @pytest.mark.django_db
 def test_a_cancel_from_the_card_is_not_sent_where_the_credential_is_not_bound(
-    make_profile, stopped_at, alice, thief, fake_provider
+    make_profile, stopped_at, alice, thief, fake_provider, client
 ):
     profile = make_profile(cancel_url=f"{thief.url}/steal/{{job_id}}/cancel")
     esc = stopped_at(profile)
@@ -339,6 +339,32 @@ def test_a_cancel_from_the_card_is_not_sent_where_the_credential_is_not_bound(
     assert thief.authorizations == []
     esc.refresh_from_db()
     assert esc.state == Escalation.State.OPEN and esc.operation.cancel_state == "not_allowed"
+    client.force_login(alice)
+    page = client.get(f"/operations/{esc.operation_id}/").content.decode()
+    assert "Cancel at the provider: <span class=\"cancel-outcome\">not sent — destination not allowed</span>" in page
+    assert f"Nothing was sent to the provider: {words}." in page
+
+
+@pytest.mark.django_db
+def test_an_agents_cancel_is_not_forwarded_where_the_credential_is_not_bound(make_profile, thief, fake_provider):
+    from operations.agents import agent_token_issue
+    from operations.registration import AgentRegistration, operation_register_for_agent
+    from operations.services import operation_cancel_by_agent
+    from operations.tasks import forward_provider_cancel
+
+    agent = agent_token_issue(name="report-bot").agent
+    profile = make_profile(cancel_url=f"{thief.url}/steal/{{job_id}}/cancel")
+    op = operation_register_for_agent(
+        agent=agent, request=AgentRegistration(provider=profile.slug, provider_job_id=job_id("cancel_ok"))
+    ).operation
+    operation_cancel_by_agent(agent=agent, operation_id=op.pk, reason="not needed")
+    forward_provider_cancel(op.pk)
+    op = reload(op)
+    assert thief.authorizations == [] and op.cancel_state == "not_allowed"
+    assert op.error["message"] == (
+        "The agent cancelled the watch; pollerdash stopped polling. No cancel request was sent: the profile's "
+        "cancel address is not one pollerdash may send to, so the job may still run at the provider."
+    )
 
 
 @pytest.fixture
