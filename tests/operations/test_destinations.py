@@ -341,7 +341,7 @@ def test_a_cancel_from_the_card_is_not_sent_where_the_credential_is_not_bound(
     assert esc.state == Escalation.State.OPEN and esc.operation.cancel_state == "not_allowed"
     client.force_login(alice)
     page = client.get(f"/operations/{esc.operation_id}/").content.decode()
-    assert "Cancel at the provider: <span class=\"cancel-outcome\">not sent — destination not allowed</span>" in page
+    assert 'Cancel at the provider: <span class="cancel-outcome">not sent — destination not allowed</span>' in page
     assert f"Nothing was sent to the provider: {words}." in page
 
 
