@@ -111,6 +111,18 @@ def _fresh_process_caches() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _provider_origins(request: pytest.FixtureRequest) -> None:
+    """The tests' credentials may go to the fake provider this test talks to, which profiles without a
+    credential may reach too (PROVIDER_CREDENTIAL_ORIGINS, PROVIDER_ALLOWED_ORIGINS). Set before each
+    test, ahead of its own settings overrides: a value set while another test's override was active
+    would not outlive that test."""
+    url = None
+    if "fake_provider" in request.fixturenames:
+        url = request.getfixturevalue("fake_provider").base_url
+    bind_provider_origins(url)
+
+
+@pytest.fixture(autouse=True)
 def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """After every test: no log record, response, email or stored row may hold the canary credential,
     as is or encoded (tests/support.py CANARY_FORMS)."""
@@ -165,8 +177,6 @@ def fake_provider() -> Iterator[object]:
     from demo.fakeprovider import FakeProvider
 
     provider = FakeProvider().start()
-    # Its origin is where the tests' credentials may go, and allowed to profiles without one.
-    bind_provider_origins(provider.base_url)
     try:
         yield provider
     finally:

@@ -6,8 +6,6 @@ import base64
 import logging
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from urllib.parse import quote, quote_plus
 
@@ -76,21 +74,6 @@ def bind_provider_origins(fake_provider_url: str | None = None) -> None:
     settings.PROVIDER_ALLOWED_ORIGINS = allowed
     os.environ["PROVIDER_ALLOWED_ORIGINS"] = ",".join(allowed)
 
-
-@contextmanager
-def provider_origins_bound(fake_provider_url: str) -> Iterator[None]:
-    """bind_provider_origins for a fake provider that lives shorter than the session's; the bindings
-    before it come back afterwards."""
-    from django.conf import settings
-
-    before = (settings.PROVIDER_CREDENTIAL_ORIGINS, list(settings.PROVIDER_ALLOWED_ORIGINS))
-    bind_provider_origins(fake_provider_url)
-    try:
-        yield
-    finally:
-        settings.PROVIDER_CREDENTIAL_ORIGINS, settings.PROVIDER_ALLOWED_ORIGINS = before
-        os.environ["PROVIDER_CREDENTIAL_ORIGINS"] = before[0]
-        os.environ["PROVIDER_ALLOWED_ORIGINS"] = ",".join(before[1])
 
 
 def job_id(scenario: str, **params: object) -> str:

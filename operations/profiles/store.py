@@ -38,10 +38,10 @@ def profiles_apply(*, specs: Sequence[ProfileSpec], actor: Mapping[str, str]) ->
     """Create or update profiles by slug in one transaction, and make sure each one's account exists.
 
     Only changed fields are written, so re-applying the same file reports every profile unchanged
-    and leaves `updated_at` alone. A change of credential variable or status URL carries the live
-    operations' watch keys with it; one that would make two agents watch one provider job is
-    refused whole (ProfilesInvalid), nothing written. Each created or changed profile writes a `profile.changed`
-    audit entry naming `actor` (e.g. operator:loadprofiles) and what changed.
+    and leaves `updated_at` alone. Each created or changed profile writes a `profile.changed`
+    audit entry naming `actor` (e.g. operator:loadprofiles) and what changed. A change of
+    credential variable or status URL carries its live operations' watch keys along; one that
+    would make two agents watch one provider job is refused (ProfilesInvalid), nothing written.
     """
     slugs = [spec.slug for spec in specs]
     if len(set(slugs)) != len(slugs):

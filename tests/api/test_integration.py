@@ -18,7 +18,7 @@ import pytest
 from pollerdash.client import PollerdashClient, WebhookVerifier
 from tests.api.support import Receiver
 from tests.integration.support import FAST_ENV, Proc, Processes, ProviderProcess, subprocess_database_url, wait_until
-from tests.support import CANARY, job_id, provider_origins_bound
+from tests.support import CANARY, job_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def fake_provider() -> Iterator[ProviderProcess]:
     provider = ProviderProcess()
     try:
-        with provider_origins_bound(provider.base_url):
-            yield provider
+        yield provider
     finally:
         provider.stop()
 

@@ -16,15 +16,14 @@ from typing import Any
 import pytest
 
 from tests.integration.support import FAST_ENV, Processes, ProviderProcess, subprocess_database_url
-from tests.support import CANARY, has_canary, provider_origins_bound
+from tests.support import CANARY, has_canary
 
 
 @pytest.fixture(scope="session")
 def fake_provider() -> Iterator[ProviderProcess]:
     provider = ProviderProcess()
     try:
-        with provider_origins_bound(provider.base_url):
-            yield provider
+        yield provider
     finally:
         provider.stop()
 
