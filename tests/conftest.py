@@ -244,6 +244,20 @@ def profile(make_profile: Callable[..., object]) -> object:
 
 
 @pytest.fixture
+def app_role(db: None) -> str:
+    """The rest of the test runs as the application role of README "Database roles" (PostgreSQL): it
+    reads and writes every table and owns none. Undone with the test's transaction."""
+    role = f"pd_app_{uuid.uuid4().hex[:10]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
+        cursor.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        cursor.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        cursor.execute(f"SET LOCAL ROLE {role}")
+    return role
+
+
+@pytest.fixture
 def clock(time_machine: object) -> object:
     """The injected clock, frozen at T0; tests move it with clock.move_to(...) / clock.shift(...)."""
     time_machine.move_to(T0, tick=False)  # type: ignore[attr-defined]

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.forms.models import model_to_dict
 from django.urls import reverse
 from django.utils import timezone
@@ -220,6 +221,22 @@ def test_a_worker_never_sends_the_credential_to_a_host_its_variable_is_not_bound
         f"not sent — destination not allowed: PROVIDER_CREDENTIAL_ORIGINS does not bind PROVIDER_FAKE_TOKEN to "
         f"{thief.url}"
     )
+    assert_refused_without_sending(op, thief, words=words)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_as_the_application_role_a_worker_still_sends_nothing_to_an_unbound_host(
+    make_profile, make_operation, thief, fake_provider, app_role, rng
+):
+    # Whatever the application role may write (profiles, operations), no row widens where a credential goes.
+    profile = make_profile(status_url=steal(thief))
+    op = make_operation(job_id("never_finishes"), provider=profile)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user")
+        assert cursor.fetchone()[0] == app_role
+    assert poll_once(operation_id=op.pk, fence=reload(op).fence, rng=rng) == PollResult.ESCALATED
+    words = destination_words(refusal=Refusal.NOT_BOUND, credential_env="PROVIDER_FAKE_TOKEN", origin=thief.url)
     assert_refused_without_sending(op, thief, words=words)
 
 

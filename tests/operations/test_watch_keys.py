@@ -10,7 +10,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import IntegrityError, ProgrammingError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.forms.models import model_to_dict
 from django.urls import reverse
@@ -136,6 +136,23 @@ def test_a_profile_edited_around_the_service_still_blocks_a_cancel_of_a_job_anot
     for slug in ("watched", "elsewhere"):
         with pytest.raises(OperationConflict):
             register(third, slug, job)
+
+
+@pytest.mark.postgres
+def test_as_the_application_role_the_one_watch_index_holds_and_cannot_be_dropped(
+    make_profile, agents, fake_provider, app_role
+):
+    first = register(agents[0], make_profile().slug, "job-4")
+    other = register(agents[1], make_profile(account="another-label").slug, "job-5")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Operation.objects.filter(pk=other.pk).update(provider_job_id="job-4", watch_key=first.watch_key)
+    for statement in (
+        "DROP INDEX one_live_agent_watch_per_provider_job",
+        "ALTER TABLE operations_operation DROP CONSTRAINT one_live_agent_watch_per_provider_job",
+    ):
+        with pytest.raises(ProgrammingError, match="must be owner"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(statement)
 
 
 def test_an_operator_may_still_watch_a_job_twice_on_purpose(make_profile, fake_provider):
