@@ -39,6 +39,13 @@ class ProviderProfileForm(forms.ModelForm):
     class Meta:
         model = ProviderProfile
         fields = list(KEY_TO_FIELD.values())
+        help_texts = {
+            "credential_env": (
+                "The environment variable holding the credential (PROVIDER_*). It is sent only to the origins "
+                "the operator binds it to in PROVIDER_CREDENTIAL_ORIGINS, which no form can change; without a "
+                "credential, the URLs must be public https addresses (or in PROVIDER_ALLOWED_ORIGINS)."
+            ),
+        }
 
     def clean(self) -> dict[str, Any]:
         # ModelForm.clean returns cleaned_data (the stubs allow None for forms that return nothing).
