@@ -75,7 +75,6 @@ def bind_provider_origins(fake_provider_url: str | None = None) -> None:
     os.environ["PROVIDER_ALLOWED_ORIGINS"] = ",".join(allowed)
 
 
-
 def job_id(scenario: str, **params: object) -> str:
     """A unique scenario job id, e.g. job_id("slow_success", polls=3)."""
     parts = [scenario, *(f"{key}={value}" for key, value in params.items()), f"id={uuid.uuid4().hex[:12]}"]
