@@ -31,6 +31,7 @@ var/demo.env:
 	  'WEB_PORT=$(WEB_PORT)' \
 	  'PROVIDER_PORT=$(PROVIDER_PORT)' \
 	  "PROVIDER_FAKE_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
+	  'PROVIDER_CREDENTIAL_ORIGINS=PROVIDER_FAKE_TOKEN=http://127.0.0.1:$(PROVIDER_PORT)' \
 	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
 	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1:$(CALLBACK_PORT),localhost:$(CALLBACK_PORT)' \
 	  'NOTIFY_EMAILS=oncall@example.invalid' \
@@ -38,11 +39,14 @@ var/demo.env:
 	  'EMAIL_FILE_PATH=var/mail' \
 	  'Q_WORKERS=2' > $@
 
-# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place. Mail
+# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place, and
+# gains the binding of the demo's credential to the fake provider (PROVIDER_CREDENTIAL_ORIGINS). Mail
 # goes to files under var/mail with one line printed per message (an older var/demo.env gains it),
 # so the one-time logins stay on screen.
 demo: $(STAMP) var/demo.env
 	@sed -i 's/^FAKE_PROVIDER_TOKEN=/PROVIDER_FAKE_TOKEN=/' var/demo.env
+	@grep -q '^PROVIDER_CREDENTIAL_ORIGINS=' var/demo.env || \
+	  echo 'PROVIDER_CREDENTIAL_ORIGINS=PROVIDER_FAKE_TOKEN=http://127.0.0.1:$(PROVIDER_PORT)' >> var/demo.env
 	@grep -q '^EMAIL_BACKEND=' var/demo.env || \
 	  printf '%s\n' 'EMAIL_BACKEND=escalations.mailfiles.EmailBackend' 'EMAIL_FILE_PATH=var/mail' >> var/demo.env
 	@set -a && . ./var/demo.env && set +a && \

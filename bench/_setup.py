@@ -73,11 +73,23 @@ def start_fake_provider() -> tuple[subprocess.Popen, str]:
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                allow_local_provider(url)
                 return proc, url
         except OSError:
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError("fake provider did not start")
+
+
+def allow_local_provider(url: str) -> None:
+    """The benchmarks' profiles have no credential, and a profile without one reaches only public https
+    addresses unless its origin is listed (docs/DESIGN.md section 2): list the fake provider, here
+    and for the processes started after this."""
+    os.environ["PROVIDER_ALLOWED_ORIGINS"] = url
+    from django.conf import settings
+
+    if settings.configured:
+        settings.PROVIDER_ALLOWED_ORIGINS = [url]
 
 
 def percentile(values: list[float], pct: float) -> float:

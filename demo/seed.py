@@ -8,10 +8,12 @@ each escalation reason, all driven by the real dispatcher and workers.
 from __future__ import annotations
 
 import secrets
+import tomllib
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -21,7 +23,7 @@ from django.utils import timezone
 from operations.agents import agent_token_issue
 from operations.models import Agent, Operation
 from operations.people import one_change
-from operations.profiles import ProfileSpec, load_profiles_file, profiles_apply
+from operations.profiles import parse_profiles, profiles_apply
 from operations.registration import operation_register
 
 DEMO_PROFILES = Path(__file__).resolve().parent.parent / "demo" / "profiles.toml"
@@ -177,21 +179,30 @@ def ensure_demo_agent(*, name: str = "demo-agent") -> str | None:
 
 
 def load_demo_profiles(*, provider_url: str, path: Path = DEMO_PROFILES) -> list[str]:
-    """Load the demo profiles, re-pointed at the fake provider's actual address."""
-    specs = [_repoint(spec, provider_url) for spec in load_profiles_file(path=path)]
+    """Load the demo profiles, re-pointed at the fake provider's actual address before they are checked:
+    their credential may be sent only there (PROVIDER_CREDENTIAL_ORIGINS, set by `make demo`)."""
+    with path.open("rb") as handle:
+        document = tomllib.load(handle)
+    specs = parse_profiles(document=_repoint(document, provider_url))
     return [
         f"{result.slug}: {result.outcome}"
         for result in profiles_apply(specs=specs, actor={"kind": "operator", "id": "demo"})
     ]
 
 
-def _repoint(spec: ProfileSpec, provider_url: str) -> ProfileSpec:
-    values = {
-        name: getattr(spec, name).replace(FAKE_DEFAULT_URL, provider_url.rstrip("/"))
-        for name in ("status_url", "cancel_url", "console_url")
-        if isinstance(getattr(spec, name), str)
-    }
-    return replace(spec, **values)
+def _repoint(document: dict[str, Any], provider_url: str) -> dict[str, Any]:
+    providers = [
+        {
+            key: value.replace(FAKE_DEFAULT_URL, provider_url.rstrip("/"))
+            if key in ("status_url", "cancel_url", "console_url") and isinstance(value, str)
+            else value
+            for key, value in entry.items()
+        }
+        if isinstance(entry, dict)
+        else entry
+        for entry in document.get("provider", [])
+    ]
+    return {**document, "provider": providers}
 
 
 def seed_scenarios() -> list[Operation]:

@@ -11,7 +11,7 @@ class OperationsConfig(AppConfig):
         from django.db.models.signals import post_migrate
         from django_q.signals import pre_enqueue
 
-        from operations import events, figures, people, task_registry
+        from operations import checks, events, figures, people, task_registry  # noqa: F401 - checks registers itself
 
         # Only pollerdash's own functions enter the task queue; its schedules are written by code.
         pre_enqueue.connect(task_registry.guard_task, dispatch_uid="pollerdash.guard_task")

@@ -4,7 +4,8 @@ Each poll keeps its guarantees (docs/DESIGN.md section 4); what the group shares
 trips and transactions around them:
 
     load every operation in one query (profiles from the per-process cache)
-    gate each one (pure; a stop, a hold or an escalation takes the single poll's path)
+    gate each one (pure; a stop, a hold or an escalation takes the single poll's path), then its
+        destination (a refused one is escalated, never charged)
     charge them in one short transaction: the accounts share-locked, the window's room counted per
         account, one fenced UPDATE and one multi-row INSERT of their checks   <- before sending
     send the requests concurrently over the one shared client, at most SEND_CONCURRENCY at a time
@@ -35,17 +36,18 @@ from operations.controller import (
     SLOT_ATTEMPTS,
     PollResult,
     _rng,
+    destination_or_stop,
     gate_at_charge,
     gate_or_stop,
     interpret,
     load_for_polls,
     poll_once,
-    status_url,
     worker_name,
 )
 from operations.lifecycle import polls
 from operations.lifecycle.claims import charge_group, release
 from operations.models import Operation
+from operations.provider_targets import Destination
 
 # Requests of one group in flight at once, over the process's one keep-alive client. A group is
 # never larger than this, so every request of a group starts at once and the group takes as long
@@ -111,6 +113,7 @@ def poll_group(*, claims: list[tuple[str, int]], rng: random.Random) -> list[Pol
     loaded = load_for_polls([operation_id for operation_id, _ in claims])
     results: list[PollResult | None] = [None] * len(claims)
     ready: list[tuple[int, Operation, int]] = []
+    destinations: dict[str, Destination] = {}
     for index, (operation_id, fence) in enumerate(claims):
         op = loaded.get(operation_id)
         if op is None or op.fence != fence:
@@ -120,7 +123,13 @@ def poll_group(*, claims: list[tuple[str, int]], rng: random.Random) -> list[Pol
         if stopped is not None:
             results[index] = stopped
         elif op.claimed_at is not None:
-            ready.append((index, op, fence))
+            # Checked before the charge, as a single poll does: a refused destination costs nothing.
+            destination = destination_or_stop(op=op, fence=fence)
+            if isinstance(destination, PollResult):
+                results[index] = destination
+            else:
+                destinations[op.pk] = destination
+                ready.append((index, op, fence))
     if not ready:
         return results
     with transaction.atomic():
@@ -138,7 +147,7 @@ def poll_group(*, claims: list[tuple[str, int]], rng: random.Random) -> list[Pol
     for index, op, _ in chosen:
         if op.pk not in sent:
             results[index] = PollResult.STALE
-    answers = list(_senders().map(_send, [op for _, op in charged]))
+    answers = list(_senders().map(_send, [(op, destinations[op.pk]) for _, op in charged]))
     outcomes = []
     for (_, op), (raw, received_at) in zip(charged, answers, strict=True):
         decision, answer = interpret(op=op, raw=raw, received_at=received_at, rng=rng)
@@ -179,12 +188,7 @@ def _admit(*, ready: list[tuple[int, Operation, int]]) -> list[tuple[int, Operat
     return chosen
 
 
-def _send(op: Operation) -> tuple[http.RawResponse, datetime]:
-    profile = op.provider
-    raw = http.send_to_provider(
-        method="GET",
-        url=status_url(profile=profile, job_id=op.provider_job_id),
-        credential_env=profile.credential_env,
-        auth_scheme=profile.auth_scheme,
-    )
+def _send(request: tuple[Operation, Destination]) -> tuple[http.RawResponse, datetime]:
+    op, destination = request
+    raw = http.send_to_provider(method="GET", destination=destination, auth_scheme=op.provider.auth_scheme)
     return raw, timezone.now()

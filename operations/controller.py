@@ -5,6 +5,7 @@
     if now >= business_deadline_at:   escalate business_deadline_passed; stop (where it binds)
     if used >= max_status_requests:   escalate request_budget_exhausted; stop
     if now < next_poll_at:            not due - never "catch up" missed polls; stop
+    if the destination is not allowed: escalate destination_not_allowed; stop (no request, none charged)
     claim: compare-and-set fence (only one worker wins); reload the operation
     the deadline checks again at the charge's moment (after any lock or send-slot wait)
     increment status_requests_used, persist                 <- before sending
@@ -42,8 +43,9 @@ from operations.polling.decide import decide, unreadable
 from operations.polling.gate import Gate, before_send
 from operations.polling.model import Bounds, Decision, Observation, Policy
 from operations.polling.states import StateTable
+from operations.provider_targets import Destination, DestinationRefused, check_destination
 from operations.redaction import redact_bytes, scrub
-from operations.vocabulary import DelaySource
+from operations.vocabulary import DelaySource, Reason
 
 logger = logging.getLogger(__name__)
 
@@ -128,17 +130,14 @@ def poll_once(
     stopped = gate_or_stop(op=op, fence=fence, now=started_at)
     if stopped is not None:
         return stopped
-    profile = op.provider
+    destination = destination_or_stop(op=op, fence=fence)
+    if isinstance(destination, PollResult):
+        return destination
     charged = _charge(op=op, fence=fence, worker=worker, started_at=started_at)
     if isinstance(charged, PollResult):
         return charged
     op, check = charged
-    raw = http.send_to_provider(
-        method="GET",
-        url=status_url(profile=profile, job_id=op.provider_job_id),
-        credential_env=profile.credential_env,
-        auth_scheme=profile.auth_scheme,
-    )
+    raw = http.send_to_provider(method="GET", destination=destination, auth_scheme=op.provider.auth_scheme)
     received_at = timezone.now()
     return _record(op=op, check=check, raw=raw, received_at=received_at, rng=rng)
 
@@ -169,6 +168,23 @@ def gate_or_stop(*, op: Operation, fence: int, now: datetime) -> PollResult | No
         escalate(operation_id=op.pk, fence=fence, reason=gate.reason, explanation=gate.explanation)
         return PollResult.ESCALATED
     return None
+
+
+def destination_or_stop(*, op: Operation, fence: int) -> Destination | PollResult:
+    """Where this poll's request may go, checked before it is charged (docs/DESIGN.md section 2).
+
+    A destination the profile may not send to (its credential is not bound to the status URL's
+    origin in this worker's PROVIDER_CREDENTIAL_ORIGINS; without a credential, no public address)
+    is escalated at once in fixed words: no request is sent and none is charged.
+    """
+    profile = op.provider
+    try:
+        return check_destination(
+            credential_env=profile.credential_env, url=status_url(profile=profile, job_id=op.provider_job_id)
+        )
+    except DestinationRefused as refused:
+        escalate(operation_id=op.pk, fence=fence, reason=Reason.DESTINATION_NOT_ALLOWED, explanation=refused.why)
+        return PollResult.ESCALATED
 
 
 # Columns a poll never reads; skipping them saves decoding JSON on every poll.

@@ -34,6 +34,8 @@ import httpx
 from django.conf import settings
 
 from operations.credential_names import credential_env_problem
+from operations.decisions.words import NOT_SENT_DESTINATION
+from operations.provider_targets import Destination, still_bound
 from operations.redaction import redact, register_secret
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class RawResponse:
 
 
 INVALID_CREDENTIAL = "invalid_credential"
+DESTINATION_NOT_ALLOWED = "destination_not_allowed"
 # Every transport error a status check or cancel can record, with the only text stored about it.
 TRANSPORT_ERRORS = {
     "timeout": "no complete answer within the time limits",
@@ -71,6 +74,7 @@ TRANSPORT_ERRORS = {
     "invalid_request": "the request could not be built",
     "body_too_large": "the body is over the size cap",
     INVALID_CREDENTIAL: "the credential cannot be sent",
+    DESTINATION_NOT_ALLOWED: NOT_SENT_DESTINATION,
 }
 
 
@@ -229,23 +233,39 @@ def credential_fingerprint(*, credential_env: str) -> str:
     return hmac.new(settings.SECRET_KEY.encode(), value.encode(), hashlib.sha256).hexdigest()[:16]
 
 
-def send_to_provider(*, method: str, url: str, credential_env: str, auth_scheme: str) -> RawResponse:
-    """Send one request with the profile's credential; an unusable one is not sent at all."""
+def send_to_provider(*, method: str, destination: Destination, auth_scheme: str) -> RawResponse:
+    """Send one request with the credential its destination was checked for.
+
+    `destination` comes from operations.provider_targets.check_destination, which the poll and the
+    cancel call before charging; a credential whose destination is not bound (a Destination made
+    any other way) and an unusable credential are not sent at all.
+    """
+    if not still_bound(destination):
+        return RawResponse(transport_error=DESTINATION_NOT_ALLOWED, transport_detail=NOT_SENT_DESTINATION)
+    if destination.unresolved:
+        return RawResponse(transport_error="dns_error", transport_detail=TRANSPORT_ERRORS["dns_error"])
     try:
-        headers = credential_headers(credential_env=credential_env, auth_scheme=auth_scheme)
+        headers = credential_headers(credential_env=destination.credential_env, auth_scheme=auth_scheme)
     except CredentialUnusable as exc:
         return RawResponse(transport_error=INVALID_CREDENTIAL, transport_detail=str(exc))
-    return send(method=method, url=url, headers=headers)
+    return send(
+        method=method,
+        url=destination.url,
+        headers={**destination.headers, **headers},
+        extensions=dict(destination.extensions),
+    )
 
 
-def send(*, method: str, url: str, headers: dict[str, str] | None = None) -> RawResponse:
+def send(
+    *, method: str, url: str, headers: dict[str, str] | None = None, extensions: dict[str, object] | None = None
+) -> RawResponse:
     """Send one request and read at most the body cap, within the whole-request limit."""
     cap = settings.POLL_BODY_CAP_BYTES
     _request_deadline.at = time.monotonic() + settings.POLL_HTTP_TOTAL_TIMEOUT_S
     status: int | None = None
     response_headers: dict[str, tuple[str, ...]] = {}
     try:
-        with client().stream(method, url, headers=headers or {}) as response:
+        with client().stream(method, url, headers=headers or {}, extensions=extensions or {}) as response:
             status = response.status_code
             for name in {key.lower() for key in response.headers.keys()}:
                 response_headers[name] = tuple(response.headers.get_list(name))

@@ -9,6 +9,7 @@ from urllib.parse import quote
 from operations import http
 from operations.models import Operation
 from operations.polling.states import MISSING, describe_state, extract
+from operations.provider_targets import DestinationRefused, check_destination
 from operations.redaction import redact_bytes, scrub
 from operations.selectors import job_watched_elsewhere
 from operations.vocabulary import CancelState
@@ -44,7 +45,8 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
     The job counts as cancelled only when the provider answers 2xx with a state from the profile's
     cancelled set; "accepted" or "cancelling" is only forwarded, and the job stays watched. Nothing
     is sent while another live operation watches the job: the cancel goes out with the account's
-    one credential and would end that watch's job too.
+    one credential and would end that watch's job too; nor where the profile may not send
+    (its credential not bound to the cancel URL's origin, or no public address without one).
     """
     profile = operation.provider
     if not profile.has_cancel:
@@ -52,12 +54,12 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
     if job_watched_elsewhere(operation=operation):
         return CancelResult(state=CancelState.NOT_FORWARDED, detail=WATCHED_ELSEWHERE)
     url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
-    raw = http.send_to_provider(
-        method=profile.cancel_method,
-        url=url,
-        credential_env=profile.credential_env,
-        auth_scheme=profile.auth_scheme,
-    )
+    try:
+        destination = check_destination(credential_env=profile.credential_env, url=url)
+    except DestinationRefused as refused:
+        # The same rule as the status requests': the credential goes only where the operator bound it.
+        return CancelResult(state=CancelState.NOT_ALLOWED, detail=refused.why)
+    raw = http.send_to_provider(method=profile.cancel_method, destination=destination, auth_scheme=profile.auth_scheme)
     # What the provider says is kept (on the card, in the audit chain): never a secret it echoed.
     headers = scrub(raw.headers)
     request_id = ""

@@ -22,7 +22,7 @@ from operations.audit import entries as audit
 from operations.callbacks.targets import callback_url_problem
 from operations.lifecycle.registration import NewOperation, register
 from operations.models import Agent, IdempotencyKey, Operation, ProviderProfile
-from operations.selectors import live_watches, provider_account
+from operations.selectors import live_watches, profile_watch_key
 from operations.vocabulary import CONTROL_CHARACTERS, ONE_LINE_CONTROL_CHARACTERS
 
 PURPOSE_MAX = 280
@@ -196,18 +196,19 @@ def operation_register(*, charge_quotas: bool = False, **request: object) -> Ope
     new = check_registration(**request)  # type: ignore[arg-type]
     with transaction.atomic():
         agent = new.agent
-        if agent is not None and _watched_by_another(
-            agent=agent, account=new.profile.account, job_id=new.provider_job_id
-        ):
+        if agent is not None and _watched_by_another(agent=agent, profile=new.profile, job_id=new.provider_job_id):
             raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE)
         if charge_quotas and agent is not None:
             quotas.charge_registration(agent=agent, now=new.now)
         return register(new=new)
 
 
-def _watched_by_another(*, agent: Agent, account: str, job_id: str) -> bool:
-    # exclude(agent=...) keeps operator watches (no agent): an agent must not take those over either.
-    return live_watches(account=account, job_id=job_id).exclude(agent=agent).exists()
+def _watched_by_another(*, agent: Agent, profile: ProviderProfile, job_id: str) -> bool:
+    """Whether anyone else — another agent, or an operator — watches the provider job this profile
+    reaches for `job_id`, under any profile or account label (the database's unique index on
+    Operation.watch_key settles two registrations at once)."""
+    key = profile_watch_key(profile=profile, job_id=job_id)
+    return any(op.agent_id != agent.pk for op in live_watches(key=key, job_id=job_id))
 
 
 # --- agent API: registration with replay, acknowledgement, agent cancel ------------------------------
@@ -303,19 +304,24 @@ def _same_registration(op: Operation, request: AgentRegistration) -> bool:
     return request.max_status_requests is None or first.max_status_requests == request.max_status_requests
 
 
+def _watches_of(request: AgentRegistration) -> list[Operation]:
+    """Live watches of the provider job the request names, under any profile that reaches it."""
+    profile = (
+        ProviderProfile.objects.filter(slug=request.provider).first() if isinstance(request.provider, str) else None
+    )
+    if profile is None or not isinstance(request.provider_job_id, str):
+        return []
+    key = profile_watch_key(profile=profile, job_id=request.provider_job_id)
+    return live_watches(key=key, job_id=request.provider_job_id)
+
+
 def _live_operation(*, agent: Agent, request: AgentRegistration) -> Operation | None:
-    """The agent's own live watch of this job, under any profile of the provider's account."""
-    account = provider_account(provider_slug=request.provider)
-    if account is None:
-        return None
-    return (
-        live_watches(account=account, job_id=request.provider_job_id).select_related("provider").filter(agent=agent)
-    ).first()
+    """The agent's own live watch of this provider job, under any profile that reaches it."""
+    return next((op for op in _watches_of(request) if op.agent_id == agent.pk), None)
 
 
 def _live_elsewhere(request: AgentRegistration) -> bool:
-    account = provider_account(provider_slug=request.provider)
-    return account is not None and live_watches(account=account, job_id=request.provider_job_id).exists()
+    return bool(_watches_of(request))
 
 
 def _replay_or_conflict(op: Operation, request: AgentRegistration) -> RegisterOutcome:
@@ -369,8 +375,9 @@ def operation_register_for_agent(
 
     - the same Idempotency-Key with the same request answers with the operation it created; with
       another request it is refused (`idempotency_key_reused`);
-    - the same (agent, provider account, provider_job_id) while that operation is not done answers
-      with it when the request matches and is refused (`operation_exists`) when it does not;
+    - the same agent and provider job (what the provider sees: credential variable, status-URL
+      origin, job id) while that operation is not done answers with it when the request matches
+      and is refused (`operation_exists`) when it does not;
     - a job another client watches is refused (`job_already_watched`), and a new operation beyond
       the agent's quotas too (operations.quotas.QuotaExceeded); replays never count against them.
     Nothing is written when the request is refused.

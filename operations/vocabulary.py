@@ -58,6 +58,10 @@ class Reason(StrEnum):
     # The business deadline (when the result stops being useful) passed before the job finished and
     # before the technical deadline: a person decides whether the result is still wanted.
     BUSINESS_DEADLINE_PASSED = "business_deadline_passed"
+    # pollerdash refused to send the request: the profile's URL is not where its credential may go
+    # (PROVIDER_CREDENTIAL_ORIGINS), or, without a credential, not a public address. Nothing was sent
+    # and nothing charged; an operator or an admin fixes the configuration.
+    DESTINATION_NOT_ALLOWED = "destination_not_allowed"
 
 
 REASON_LABELS = {
@@ -70,6 +74,7 @@ REASON_LABELS = {
     Reason.INTEGRATION_FAILURE: "Integration failure",
     Reason.PER_CALL_APPROVAL: "Approval needed",
     Reason.BUSINESS_DEADLINE_PASSED: "Business deadline passed",
+    Reason.DESTINATION_NOT_ALLOWED: "Destination not allowed",
 }
 
 
@@ -91,6 +96,7 @@ class CancelState(StrEnum):
     FAILED_TO_FORWARD = "failed_to_forward"  # no answer, or an error status
     NOT_DOCUMENTED = "not_documented"  # the profile documents no cancel request
     NOT_FORWARDED = "not_forwarded"  # another live operation watches the job: nothing sent
+    NOT_ALLOWED = "not_allowed"  # the cancel URL is no destination the profile may send to: nothing sent
 
 
 def choices_of(enum: type[StrEnum]) -> list[tuple[str, str]]:

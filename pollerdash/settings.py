@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from csp.constants import NONE, SELF
 
 from operations.addresses import allowed_endpoints
+from operations.provider_origins import parse_allowed_origins, parse_credential_origins
 from pollerdash.env import (
     database_from_url,
     drop_session_locks,
@@ -306,6 +307,16 @@ PROVIDER_ERROR_CAP_BYTES = env_int("PROVIDER_ERROR_CAP_BYTES", 8 * 1024)
 # Credential variables a profile may name besides PROVIDER_* (comma-separated); pollerdash's own
 # settings are refused whatever this says (operations/credential_names.py).
 PROVIDER_CREDENTIAL_ENV_ALLOWED = env_list("PROVIDER_CREDENTIAL_ENV_ALLOWED")
+# Where each credential variable may be sent: NAME=https://api.acme.example[,origin…][;NAME2=…]
+# (origin = scheme://host[:port]). A profile's credential goes only to its variable's origins; a
+# variable with no entry is sent nowhere. Only this environment decides it (docs/DESIGN.md section 2);
+# a malformed value stops start-up, naming the entry (operations/provider_origins.py).
+PROVIDER_CREDENTIAL_ORIGINS = env_str("PROVIDER_CREDENTIAL_ORIGINS", "")
+parse_credential_origins(PROVIDER_CREDENTIAL_ORIGINS)
+# Origins a profile without a credential may use although they are not public https addresses (a
+# provider on this host or network, like the demo's fake provider), comma-separated.
+PROVIDER_ALLOWED_ORIGINS = env_list("PROVIDER_ALLOWED_ORIGINS")
+parse_allowed_origins(tuple(PROVIDER_ALLOWED_ORIGINS))
 
 # --- Dispatcher -------------------------------------------------------------------------------------
 # Claims per transaction: bounded so the provider-account row locks a pass takes (which a

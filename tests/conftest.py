@@ -24,6 +24,7 @@ from tests.support import (
     CANARY,
     CANARY_PD_KEY,
     T0,
+    bind_provider_origins,
     canary_emails,
     canary_log_handler,
     canary_rows,
@@ -46,6 +47,7 @@ try:
     settings.SECRET_KEY  # noqa: B018 - Django refuses to read an empty key
 except ImproperlyConfigured:
     settings.SECRET_KEY = os.environ["SECRET_KEY"]
+bind_provider_origins()
 __all__ = ["CANARY", "T0", "job_id"]
 
 
@@ -106,6 +108,18 @@ def _fresh_process_caches() -> None:
 
     clear_profile_cache()
     forget_published()
+
+
+@pytest.fixture(autouse=True)
+def _provider_origins(request: pytest.FixtureRequest) -> None:
+    """The tests' credentials may go to the fake provider this test talks to, which profiles without a
+    credential may reach too (PROVIDER_CREDENTIAL_ORIGINS, PROVIDER_ALLOWED_ORIGINS). Set before each
+    test, ahead of its own settings overrides: a value set while another test's override was active
+    would not outlive that test."""
+    url = None
+    if "fake_provider" in request.fixturenames:
+        url = request.getfixturevalue("fake_provider").base_url
+    bind_provider_origins(url)
 
 
 @pytest.fixture(autouse=True)
@@ -227,6 +241,20 @@ def make_profile(db: None, fake_provider: object) -> Callable[..., object]:
 @pytest.fixture
 def profile(make_profile: Callable[..., object]) -> object:
     return make_profile()
+
+
+@pytest.fixture
+def app_role(db: None) -> str:
+    """The rest of the test runs as the application role of README "Database roles" (PostgreSQL): it
+    reads and writes every table and owns none. Undone with the test's transaction."""
+    role = f"pd_app_{uuid.uuid4().hex[:10]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
+        cursor.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        cursor.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        cursor.execute(f"SET LOCAL ROLE {role}")
+    return role
 
 
 @pytest.fixture

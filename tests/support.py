@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import uuid
 from datetime import UTC, datetime
 from urllib.parse import quote, quote_plus
@@ -44,6 +45,34 @@ def has_canary(data: str | bytes) -> bool:
 
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+
+# The example provider of the profile tests, and the credential variables the tests send to a fake
+# provider (docs/DESIGN.md section 2: a credential goes only to the origins its variable is bound to).
+EXAMPLE_ORIGIN = "https://api.acme.test"
+EXAMPLE_CREDENTIALS = ("PROVIDER_ACME_TOKEN", "PROVIDER_ACME_EU_TOKEN", "PROVIDER_OTHER_TOKEN")
+FAKE_CREDENTIALS = ("PROVIDER_FAKE_TOKEN", "PROVIDER_PEM_KEY", "PROVIDER_ODD_TOKEN", "PROVIDER_SPACED_TOKEN")
+
+
+def provider_origins_value(fake_provider_url: str | None = None) -> str:
+    """PROVIDER_CREDENTIAL_ORIGINS for the tests: the example provider's variables, and the fake
+    provider's once it listens."""
+    entries = [f"{name}={EXAMPLE_ORIGIN}" for name in EXAMPLE_CREDENTIALS]
+    if fake_provider_url:
+        entries += [f"{name}={fake_provider_url}" for name in FAKE_CREDENTIALS]
+    return ";".join(entries)
+
+
+def bind_provider_origins(fake_provider_url: str | None = None) -> None:
+    """Bind the tests' credentials (and allow the fake provider to profiles without one), in this
+    process's settings and in the environment of the processes the tests start."""
+    from django.conf import settings
+
+    value = provider_origins_value(fake_provider_url)
+    settings.PROVIDER_CREDENTIAL_ORIGINS = value
+    os.environ["PROVIDER_CREDENTIAL_ORIGINS"] = value
+    allowed = [fake_provider_url] if fake_provider_url else []
+    settings.PROVIDER_ALLOWED_ORIGINS = allowed
+    os.environ["PROVIDER_ALLOWED_ORIGINS"] = ",".join(allowed)
 
 
 def job_id(scenario: str, **params: object) -> str:

@@ -61,6 +61,8 @@ SEVERITY_BY_REASON: Mapping[str, Severity] = {
     "provider_failure": Severity.ERROR,
     "integration_failure": Severity.ERROR,
     "authorization_denied": Severity.ERROR,
+    # A configuration that sends a credential where it may not go: every job of the profile stops.
+    "destination_not_allowed": Severity.ERROR,
     "deadline_exceeded": Severity.WARNING,
     "request_budget_exhausted": Severity.WARNING,
     "rate_limited": Severity.WARNING,

@@ -26,6 +26,7 @@ from operations.profiles import (
     raw_from_model_values,
     validate_profile,
 )
+from operations.profiles.store import watch_clash_problem
 
 # --- provider profiles and accounts -------------------------------------------------------------------
 
@@ -38,6 +39,13 @@ class ProviderProfileForm(forms.ModelForm):
     class Meta:
         model = ProviderProfile
         fields = list(KEY_TO_FIELD.values())
+        help_texts = {
+            "credential_env": (
+                "The environment variable holding the credential (PROVIDER_*). It is sent only to the origins "
+                "the operator binds it to in PROVIDER_CREDENTIAL_ORIGINS, which no form can change; without a "
+                "credential, the URLs must be public https addresses (or in PROVIDER_ALLOWED_ORIGINS)."
+            ),
+        }
 
     def clean(self) -> dict[str, Any]:
         # ModelForm.clean returns cleaned_data (the stubs allow None for forms that return nothing).
@@ -57,6 +65,13 @@ class ProviderProfileForm(forms.ModelForm):
             return cleaned
         if policy_store.missing_policies(names={result.escalation_policy} - {""}):
             self.add_error("escalation_policy", f"escalation_policy: no policy named {result.escalation_policy!r}")
+            return cleaned
+        clash = watch_clash_problem(
+            profile_id=self.instance.pk, credential_env=result.credential_env, status_url=result.status_url
+        )
+        if clash is not None:
+            field = "status_url" if result.status_url != self.instance.status_url else "credential_env"
+            self.add_error(field, f"{field}: {clash}")
             return cleaned
         # Save exactly what loadprofiles would: defaults filled in, floats as floats.
         cleaned.update(result.model_values())

@@ -100,7 +100,8 @@ class CancelOut(BaseModel):
     reason: str | None
     state: str | None = Field(
         description="requested | forwarding | forwarded | confirmed | not_supported | failed_to_forward | "
-        "not_documented | not_forwarded (another live watch of the job exists: nothing sent)"
+        "not_documented | not_forwarded (another live watch of the job exists: nothing sent) | not_allowed (the "
+        "cancel URL is no destination the profile may send to: nothing sent)"
     )
 
 

@@ -60,14 +60,18 @@ def callback_url_problem(url: str) -> str | None:
     scheme, host, port = read
     if _allowed(scheme=scheme, host=host, port=port):
         return None
-    problem = _public_url_problem(scheme=scheme, host=host, port=port)
+    problem = public_url_problem(scheme=scheme, host=host, port=port)
     if problem is not None and host_is_listed(tuple(settings.CALLBACK_ALLOWED_HOSTS), host=host):
         # The exemption is for the listed port (and scheme) only; say so rather than puzzle the agent.
         return f"{problem} (CALLBACK_ALLOWED_HOSTS exempts {host} on its listed port only)"
     return problem
 
 
-def _public_url_problem(*, scheme: str, host: str, port: int | None) -> str | None:
+def public_url_problem(*, scheme: str, host: str, port: int | None) -> str | None:
+    """Why this is no public https address (port as written, None for the default), or None.
+
+    Judged from the URL alone; `pinned` judges the addresses a name resolves to when it is sent.
+    """
     if scheme != "https":
         return "must use https"
     if port not in ALLOWED_PORTS:
@@ -108,6 +112,20 @@ def resolve_target(url: str) -> Target:
     scheme, host, port = _host_of(url)  # type: ignore[misc]
     if _allowed(scheme=scheme, host=host, port=port):
         return Target(url=url, headers={}, extensions={})
+    return pinned(url, host=host, port=port)
+
+
+class Unresolvable(TargetRefused):
+    """The name did not resolve (no address to check, none to send to)."""
+
+
+def pinned(url: str, *, host: str, port: int | None) -> Target:
+    """`url` (whose host is `host`, already judged public by name) sent to an address checked now.
+
+    Every address the name resolves to must be public (TargetRefused otherwise; Unresolvable when it
+    resolves to none), and the request goes to the checked address, so DNS rebinding cannot swap it
+    afterwards. An IP literal was judged by `public_url_problem` already.
+    """
     try:
         ipaddress.ip_address(host)
         return Target(url=url, headers={}, extensions={})
@@ -116,7 +134,7 @@ def resolve_target(url: str) -> Target:
     try:
         infos = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
     except OSError as exc:
-        raise TargetRefused(f"cannot resolve {host}: {exc.strerror or exc}") from None
+        raise Unresolvable(f"cannot resolve {host}: {exc.strerror or exc}") from None
     addresses = []
     for info in infos:
         try:
@@ -124,7 +142,7 @@ def resolve_target(url: str) -> Target:
         except ValueError:
             raise TargetRefused(f"{host} resolved to an unreadable address") from None
     if not addresses:
-        raise TargetRefused(f"{host} resolved to no address")
+        raise Unresolvable(f"{host} resolved to no address")
     private = [str(ip) for ip in addresses if not is_public(ip)]
     if private:
         raise TargetRefused(f"{host} resolves to a non-public address ({private[0]}); not sent")
@@ -133,7 +151,7 @@ def resolve_target(url: str) -> Target:
     if port:
         netloc += f":{port}"
     parts = urlsplit(url)
-    pinned = parts._replace(netloc=netloc).geturl()
+    pinned_url = parts._replace(netloc=netloc).geturl()
     host_header = host if not port else f"{host}:{port}"
     # TLS still verifies the certificate against the name, while the socket goes to the checked IP.
-    return Target(url=pinned, headers={"Host": host_header}, extensions={"sni_hostname": host})
+    return Target(url=pinned_url, headers={"Host": host_header}, extensions={"sni_hostname": host})

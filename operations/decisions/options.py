@@ -170,6 +170,12 @@ def unavailable_notes(*, facts: Facts, caps: Capabilities) -> list[str]:
             notes.append("The cancel request was already sent once; it is not sent again.")
         elif not caps.has_cancel:
             notes.append("No cancel: the provider profile documents no cancel request.")
+    if reason is Reason.DESTINATION_NOT_ALLOWED:
+        notes.append(
+            "No retry or extension: pollerdash refused to send this request, and would refuse it again until "
+            "the operator binds the credential to this address (PROVIDER_CREDENTIAL_ORIGINS) or an admin "
+            "corrects the profile; then the job can be registered again."
+        )
     if reason is Reason.AUTHORIZATION_DENIED:
         if facts.credential_changed:
             notes.append("The credential changed since the denial: one retry with the new credential is offered.")

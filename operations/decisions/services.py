@@ -242,6 +242,8 @@ def _cancel_at_provider(posted: _Posted) -> DecideResult:
             "Cancel not sent: another live operation watches this job, and the cancel would end its job too. "
             "The card stays open."
         )
+    elif result.state is CancelState.NOT_ALLOWED:
+        message = f"Cancel {result.detail}. The card stays open."
     else:
         answer = describe_cancel(record=result.as_record())
         message = f"Cancel sent; the provider answered {answer}. The card stays open."

@@ -28,6 +28,37 @@ SIGN_IN_AGAIN = "this cannot be undone: it needs a recent sign-in — sign in ag
 
 CANCEL_OPTION = Kind.CANCEL_AT_PROVIDER.value
 
+# Why pollerdash did not send a request to a provider (operations.provider_targets): a card's "why
+# it stopped" (reason destination_not_allowed) and a cancel's answer (not_allowed) begin with these
+# words, then say which rule refused it.
+NOT_SENT_DESTINATION = "not sent — destination not allowed"
+
+
+class Refusal(StrEnum):
+    """Which destination rule refused a provider request (docs/DESIGN.md section 2)."""
+
+    NO_ORIGIN = "no_origin"  # the URL has no plain scheme://host[:port]
+    NO_BINDING = "no_binding"  # the credential variable has no PROVIDER_CREDENTIAL_ORIGINS entry
+    NOT_BOUND = "not_bound"  # ... and this origin is not one of its entry's
+    NOT_PUBLIC = "not_public"  # no credential: not a public https address, not in PROVIDER_ALLOWED_ORIGINS
+    RESOLVES_PRIVATE = "resolves_private"  # no credential: the name resolved to a non-public address
+
+
+def destination_words(*, refusal: Refusal, credential_env: str = "", origin: str = "") -> str:
+    """The fixed sentence for a provider request pollerdash refused to send."""
+    why = {
+        Refusal.NO_ORIGIN: "the provider URL has no plain scheme://host[:port]",
+        Refusal.NO_BINDING: (
+            f"{credential_env} has no entry in PROVIDER_CREDENTIAL_ORIGINS, so it is sent to no provider"
+        ),
+        Refusal.NOT_BOUND: f"PROVIDER_CREDENTIAL_ORIGINS does not bind {credential_env} to {origin}",
+        Refusal.NOT_PUBLIC: (
+            f"{origin} is not a public https address (port 443 or 8443) and not in PROVIDER_ALLOWED_ORIGINS"
+        ),
+        Refusal.RESOLVES_PRIVATE: f"{origin} resolves to a non-public address",
+    }[refusal]
+    return f"{NOT_SENT_DESTINATION}: {why}"
+
 
 class Tone(StrEnum):
     """How an outcome reads at a glance; the page colours it, the words carry the meaning."""
@@ -55,6 +86,7 @@ _CANCEL_WORDS: dict[str, OutcomeWords] = {
     "forwarding": OutcomeWords("sending — no answer yet", Tone.WARN),
     "not_documented": OutcomeWords("not sent — no documented cancel", Tone.WARN),
     "not_forwarded": OutcomeWords("not sent — another watch on this job", Tone.WARN),
+    "not_allowed": OutcomeWords(NOT_SENT_DESTINATION, Tone.WARN),
 }
 
 _REFUSALS = (

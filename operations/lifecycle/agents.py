@@ -40,6 +40,10 @@ _CANCEL_NOTES = {
     CancelState.NOT_FORWARDED: (
         "No cancel request was sent: another live watch of this job exists, so it keeps running."
     ),
+    CancelState.NOT_ALLOWED: (
+        "No cancel request was sent: the profile's cancel address is not one pollerdash may send to, "
+        "so the job may still run at the provider."
+    ),
 }
 
 

@@ -12,6 +12,8 @@ from ulid import ULID
 
 from operations.audit import entries as audit
 from operations.models import Agent, Authorization, Operation, ProviderAccount, ProviderProfile
+from operations.provider_origins import watch_key
+from operations.vocabulary import NOT_DONE_STATUSES
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ def register(*, new: NewOperation) -> Operation:
             provider=profile,
             account=profile.account,
             provider_job_id=new.provider_job_id,
+            watch_key=watch_key(
+                credential_env=profile.credential_env, status_url=profile.status_url, job_id=new.provider_job_id
+            ),
             request_fingerprint=new.request_fingerprint,
             purpose=new.purpose,
             metadata=new.metadata,
@@ -89,6 +94,19 @@ def register(*, new: NewOperation) -> Operation:
             at=now,
         )
     return operation
+
+
+def rekey_watches(*, profile: ProviderProfile) -> int:
+    """A profile's credential variable or status URL changed: its live operations' watch keys follow,
+    so the database's one-watch rule holds for the jobs they now reach. Call inside the transaction
+    that saved the profile (the caller checked `selectors.watch_clashes`; a clash that raced in
+    raises IntegrityError and rolls the change back). Returns how many keys changed."""
+    changed = 0
+    live = Operation.objects.filter(provider=profile, status__in=sorted(NOT_DONE_STATUSES))
+    for pk, job_id in live.values_list("pk", "provider_job_id"):
+        key = watch_key(credential_env=profile.credential_env, status_url=profile.status_url, job_id=job_id)
+        changed += Operation.objects.filter(pk=pk).exclude(watch_key=key).update(watch_key=key)
+    return changed
 
 
 def registrant_actor(registered_by: str) -> dict[str, str]:

@@ -40,6 +40,11 @@ class Operation(models.Model):
     provider = models.ForeignKey("operations.ProviderProfile", on_delete=models.PROTECT, related_name="operations")
     account = models.CharField(max_length=64)
     provider_job_id = models.CharField(max_length=200)
+    # The provider job as the provider sees it: SHA-256 of (credential variable, status-URL origin,
+    # job id) (operations.provider_origins.watch_key), whatever account label or profile it was
+    # registered under; kept current when a profile's credential or status URL changes. Empty on
+    # operations that were done before 0027 (only live operations are matched on it).
+    watch_key = models.CharField(max_length=64, blank=True)
     request_fingerprint = models.CharField(max_length=200, blank=True)
     purpose = models.TextField(blank=True)
     metadata = models.JSONField(default=dict, blank=True)
@@ -106,16 +111,18 @@ class Operation(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            # One live agent watch per provider job (account, not profile: every profile of an
-            # account reaches its jobs with the same credential). A provider cancel ends the job
-            # for every watcher, so a second agent must never hold a watch it could cancel. The
-            # same agent's second register replays or conflicts; an operator may watch a job twice
-            # on purpose (`watch --again`), and an agent is refused a job an operator watches at
-            # registration (operations.services).
+            # One live agent watch per provider job, keyed on what the provider sees (credential
+            # variable, status-URL origin, job id), not on the account label or the profile: two
+            # profiles that reach one job with one credential are one job to the provider. A
+            # provider cancel ends the job for every watcher, so a second agent must never hold a
+            # watch it could cancel; two registrations at once cannot both win. The same agent's
+            # second register replays or conflicts; an operator may watch a job twice on purpose
+            # (`watch --again`), and an agent is refused a job an operator watches at registration
+            # (operations.registration).
             models.UniqueConstraint(
-                fields=["account", "provider_job_id"],
+                fields=["watch_key"],
                 condition=Q(status__in=sorted(s.value for s in NOT_DONE_STATUSES), agent__isnull=False),
-                name="one_live_agent_watch_per_job",
+                name="one_live_agent_watch_per_provider_job",
             ),
             models.CheckConstraint(
                 condition=Q(status_requests_used__lte=models.F("max_status_requests")),

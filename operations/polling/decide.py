@@ -26,6 +26,7 @@ from operations.vocabulary import Reason, Status
 
 BODY_TOO_LARGE = "body_too_large"
 INVALID_CREDENTIAL = "invalid_credential"
+DESTINATION_NOT_ALLOWED = "destination_not_allowed"
 
 
 class _Body:
@@ -135,6 +136,12 @@ def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: ran
         # the same card as a refused one, so it offers a retry once the credential changed.
         return _escalate(
             Reason.AUTHORIZATION_DENIED, INVALID_CREDENTIAL, obs.transport_detail or "the credential cannot be sent"
+        )
+    if obs.transport_error == DESTINATION_NOT_ALLOWED:
+        # The last check before a credential leaves refused it (the poll checks first, so only a
+        # destination made around that check gets here): nothing was sent.
+        return _escalate(
+            Reason.DESTINATION_NOT_ALLOWED, DESTINATION_NOT_ALLOWED, obs.transport_detail or DESTINATION_NOT_ALLOWED
         )
     if obs.transport_error is not None and obs.transport_error != BODY_TOO_LARGE:
         return _transport_failure(

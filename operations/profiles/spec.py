@@ -18,6 +18,7 @@ from operations.models import ProviderProfile
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 from operations.profiles.checks import FIELD_TO_KEY, KEY_TO_FIELD, REQUIRED_KEYS, STATE_KEYS, key_checks
+from operations.provider_targets import binding_problem, destination_problem
 from operations.validation import Problem
 
 
@@ -121,6 +122,25 @@ def _cross_checks(*, raw: Mapping[str, object], valid: Mapping[str, object]) -> 
     for key, other in (("cancel_url", "cancel_method"), ("cancel_method", "cancel_url")):
         if key in present and other not in present:
             problems.append(Problem(other, f"is required with {key}: set both or neither"))
+    return problems + _destination_checks(raw=raw, valid=valid)
+
+
+def _destination_checks(*, raw: Mapping[str, object], valid: Mapping[str, object]) -> list[Problem]:
+    """Where the workers would send (operations.provider_targets): the credential only to the origins
+    PROVIDER_CREDENTIAL_ORIGINS binds it to; without a credential, only public https addresses
+    (or PROVIDER_ALLOWED_ORIGINS). The same rule the workers apply before every request."""
+    if "credential_env" in raw and "credential_env" not in valid:
+        return []  # its own problem is listed; where it may go depends on which variable it is
+    credential_env = str(valid.get("credential_env", ""))
+    unbound = binding_problem(credential_env=credential_env)
+    if unbound is not None:
+        return [Problem("credential_env", unbound)]
+    problems = []
+    for key in ("status_url", "cancel_url"):
+        if key in valid:
+            problem = destination_problem(credential_env=credential_env, url=str(valid[key]))
+            if problem is not None:
+                problems.append(Problem(key, problem))
     return problems
 
 

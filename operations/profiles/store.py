@@ -9,9 +9,12 @@ from enum import StrEnum
 from django.db import transaction
 
 from operations.audit import entries as audit
+from operations.lifecycle.registration import rekey_watches
 from operations.models import ProviderAccount, ProviderProfile
 from operations.profiles.checks import FIELD_TO_KEY, STATE_KEYS
+from operations.profiles.files import ProfilesInvalid
 from operations.profiles.spec import ProfileSpec
+from operations.selectors import watch_clashes
 
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
@@ -36,7 +39,9 @@ def profiles_apply(*, specs: Sequence[ProfileSpec], actor: Mapping[str, str]) ->
 
     Only changed fields are written, so re-applying the same file reports every profile unchanged
     and leaves `updated_at` alone. Each created or changed profile writes a `profile.changed`
-    audit entry naming `actor` (e.g. operator:loadprofiles) and what changed.
+    audit entry naming `actor` (e.g. operator:loadprofiles) and what changed. A change of
+    credential variable or status URL carries its live operations' watch keys along; one that
+    would make two agents watch one provider job is refused (ProfilesInvalid), nothing written.
     """
     slugs = [spec.slug for spec in specs]
     if len(set(slugs)) != len(slugs):
@@ -60,7 +65,9 @@ def profiles_apply(*, specs: Sequence[ProfileSpec], actor: Mapping[str, str]) ->
                 continue
             for name in changed:
                 setattr(profile, name, values[name])
+            _refuse_watch_clashes(profile=profile, changed=changed)
             profile.save(update_fields=[*changed, "updated_at"])
+            _follow_watches(profile=profile, changed=changed)
             _audit_change(actor=actor, change="updated", slug=spec.slug, before=before, after=values)
             results.append(ApplyResult(slug=spec.slug, outcome=Outcome.UPDATED, changed_fields=changed))
     return results
@@ -73,7 +80,9 @@ def profile_save(*, profile: ProviderProfile, actor: Mapping[str, str]) -> tuple
         before = None if stored is None else _values_of(stored)
         after = _values_of(profile)
         changed = tuple(after) if before is None else tuple(name for name in after if before[name] != after[name])
+        _refuse_watch_clashes(profile=profile, changed=changed)
         profile.save()
+        _follow_watches(profile=profile, changed=changed)
         # As loadprofiles does: the account's pacing row exists before any operation needs it.
         ProviderAccount.objects.get_or_create(name=profile.account)
         if changed:
@@ -85,6 +94,37 @@ def profile_save(*, profile: ProviderProfile, actor: Mapping[str, str]) -> tuple
                 after=after,
             )
     return changed
+
+
+# What decides which provider job a profile's operations reach (operations.provider_origins.watch_key).
+WATCH_FIELDS = ("credential_env", "status_url")
+
+
+def watch_clash_problem(*, profile_id: int | None, credential_env: str, status_url: str) -> str | None:
+    """Why a profile may not take this credential variable and status URL while its operations run, or None."""
+    clashes = watch_clashes(profile_id=profile_id, credential_env=credential_env, status_url=status_url)
+    if not clashes:
+        return None
+    return (
+        f"{clashes} live operation(s) of this profile would then watch a provider job (same credential, origin "
+        "and job id) that another client's live operation already watches; change it once they are done"
+    )
+
+
+def _refuse_watch_clashes(*, profile: ProviderProfile, changed: Sequence[str]) -> None:
+    if profile.pk is None or not set(changed) & set(WATCH_FIELDS):
+        return
+    problem = watch_clash_problem(
+        profile_id=profile.pk, credential_env=profile.credential_env, status_url=profile.status_url
+    )
+    if problem is not None:
+        field = "status_url" if "status_url" in changed else "credential_env"
+        raise ProfilesInvalid([f"{profile.slug}: {field}: {problem}"])
+
+
+def _follow_watches(*, profile: ProviderProfile, changed: Sequence[str]) -> None:
+    if set(changed) & set(WATCH_FIELDS):
+        rekey_watches(profile=profile)
 
 
 def profile_delete(*, profile: ProviderProfile, actor: Mapping[str, str]) -> None:

@@ -5,17 +5,21 @@ Counted at the real fake provider: its request log says whether a cancel ever re
 
 from __future__ import annotations
 
+import json
 import threading
 from io import StringIO
 
 import httpx
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
+from django.urls import reverse
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from operations.models import Operation
+from demo.seed import load_demo_profiles
+from operations.models import Operation, ProviderProfile
+from operations.profiles import KEY_TO_FIELD
 from operations.registration import operation_register
 from operations.tasks import forward_provider_cancel
 from tests.support import job_id
@@ -81,22 +85,26 @@ def test_the_job_may_be_watched_by_another_agent_once_the_first_watch_is_done(ap
     assert other_api.register(provider=profile.slug, provider_job_id=job).status_code == 202
 
 
-def test_the_database_holds_one_live_agent_watch_per_account_and_job(agent, other_agent, profile):
+def test_the_database_holds_one_live_agent_watch_per_provider_job_whatever_the_account_label(
+    agent, other_agent, profile, make_profile
+):
     job = job_id("never_finishes")
-    operation_register(
+    first = operation_register(
         provider_slug=profile.slug, provider_job_id=job, registered_by="agent:report-bot", agent=agent.agent
     )
+    # Another account label, the same credential and status-URL origin: the same job to the provider.
+    twin = make_profile(account="another-label")
     other = operation_register(
-        provider_slug=profile.slug,
+        provider_slug=twin.slug,
         provider_job_id=job_id("never_finishes"),
         registered_by="agent:other-bot",
         agent=other_agent.agent,
     )
     # Past every check in the code: the partial unique index still refuses the second live watch.
     with pytest.raises(IntegrityError), transaction.atomic():
-        Operation.objects.filter(pk=other.pk).update(provider_job_id=job)
+        Operation.objects.filter(pk=other.pk).update(provider_job_id=job, watch_key=first.watch_key)
     Operation.objects.filter(provider_job_id=job).update(status="closed")
-    Operation.objects.filter(pk=other.pk).update(provider_job_id=job)
+    Operation.objects.filter(pk=other.pk).update(provider_job_id=job, watch_key=first.watch_key)
     assert Operation.objects.filter(provider_job_id=job).count() == 2
 
 
@@ -148,3 +156,112 @@ def test_two_agents_registering_one_job_at_once_get_one_watch_and_one_refusal(li
         thread.join(timeout=30)
     assert sorted(answers) == [(202, ""), (409, "job_already_watched")], answers
     assert Operation.objects.filter(provider_job_id=body["provider_job_id"]).count() == 1
+
+
+# --- one watcher per provider job, whatever the account label (issue 24, item 5) --------------------------
+
+
+def admin_form_of(profile: ProviderProfile, **overrides: object) -> dict[str, str]:
+    """The admin's change form for a profile as a browser posts it, with some fields changed."""
+    values = {name: getattr(profile, name) for name in KEY_TO_FIELD.values()}
+    values.update(overrides)
+    return {
+        name: json.dumps(value) if isinstance(value, list | dict) else "" if value is None else str(value)
+        for name, value in values.items()
+    }
+
+
+@pytest.fixture
+def demo_profiles(fake_provider) -> dict[str, ProviderProfile]:
+    """The demo's fake-export and fake-gated: one credential, one status-URL origin, two account labels."""
+    load_demo_profiles(provider_url=fake_provider.base_url)
+    return {profile.slug: profile for profile in ProviderProfile.objects.filter(slug__in=["fake-export", "fake-gated"])}
+
+
+def test_the_twin_cancel_attack_through_a_profile_of_another_account_label_is_refused(
+    api, other_api, demo_profiles, admin_client, fake_provider
+):
+    export, gated = demo_profiles["fake-export"], demo_profiles["fake-gated"]
+    assert export.account != gated.account and export.credential_env == gated.credential_env
+    # An admin adds a cancel URL to fake-gated.
+    form = admin_form_of(gated, cancel_method="POST", cancel_url=export.cancel_url)
+    assert (
+        admin_client.post(reverse("admin:operations_providerprofile_change", args=(gated.pk,)), form).status_code == 302
+    )
+    job = job_id("cancel_ok")
+    victim = api.register(provider="fake-export", provider_job_id=job)
+    assert victim.status_code == 202
+    victim_id = victim.json()["id"]
+
+    # Agent B, through the other account label: the same refusal as through the same profile.
+    same_profile = other_api.register(provider="fake-export", provider_job_id=job)
+    through_twin = other_api.register(provider="fake-gated", provider_job_id=job)
+    assert through_twin.status_code == 409 == same_profile.status_code
+    assert through_twin.json() == same_profile.json()
+    assert through_twin.json()["code"] == "job_already_watched"
+    assert victim_id not in through_twin.content.decode() and "report-bot" not in through_twin.content.decode()
+
+    # B holds no watch it could cancel; whatever it cancels, nothing reaches the provider.
+    assert not Operation.objects.exclude(pk=victim_id).exists()
+    assert other_api.post(f"/api/v1/operations/{victim_id}/cancel").status_code == 404
+    run_queued_cancels()
+    assert cancels_received(fake_provider, job) == 0
+    assert Operation.objects.get(pk=victim_id).status == "pending"
+
+
+def test_a_cancel_is_never_forwarded_while_a_watch_under_another_account_label_is_live(
+    api, register, demo_profiles, fake_provider
+):
+    created = register("cancel_ok", provider="fake-export")
+    job = created["provider_job_id"]
+    # An operator watches the same job through the other account label (operators may, on purpose).
+    operator_op = operation_register(provider_slug="fake-gated", provider_job_id=job, registered_by="operator:ops")
+    cancelled = api.post(f"/api/v1/operations/{created['id']}/cancel").json()
+    assert cancelled["cancel"]["state"] == "not_forwarded"
+    run_queued_cancels()
+    assert cancels_received(fake_provider, job) == 0
+    assert Operation.objects.get(pk=operator_op.pk).status == "pending"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_agents_registering_one_provider_job_through_two_account_labels_at_once_get_one_watch(
+    agent, other_agent, demo_profiles, monkeypatch
+):
+    """Both pass the check in the code before either commits: the database's index decides."""
+    from operations import registration
+
+    job = job_id("cancel_ok")
+    both_checked = threading.Barrier(2, timeout=30)
+    real_check = registration._watched_by_another
+
+    def check_then_wait(**kwargs: object) -> bool:
+        found = real_check(**kwargs)  # type: ignore[arg-type]
+        both_checked.wait()
+        return found
+
+    monkeypatch.setattr(registration, "_watched_by_another", check_then_wait)
+    answers: dict[str, str] = {}
+
+    def register_as(who: object, slug: str) -> None:
+        try:
+            outcome = registration.operation_register_for_agent(
+                agent=who.agent,  # type: ignore[attr-defined]
+                request=registration.AgentRegistration(provider=slug, provider_job_id=job),
+            )
+            answers[slug] = "registered" if not outcome.replayed else "replayed"
+        except registration.OperationConflict as conflict:
+            answers[slug] = conflict.code
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=register_as, args=(agent, "fake-export")),
+        threading.Thread(target=register_as, args=(other_agent, "fake-gated")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(answers.values()) == ["job_already_watched", "registered"], answers
+    assert Operation.objects.filter(provider_job_id=job).count() == 1

@@ -47,7 +47,9 @@ def test_the_demo_reaches_every_escalation_reason_within_two_minutes(fake_provid
     run_like_the_dispatcher(clock, rng, until=T0 + timedelta(minutes=2))
 
     cards = Escalation.objects.filter(state="open").select_related("operation")
-    assert {card.reason for card in cards} == {reason.value for reason in Reason}
+    # Every reason but a refused destination, which only a misconfigured deployment reaches (the demo's
+    # profiles are bound to its fake provider): tests/operations/test_destinations.py.
+    assert {card.reason for card in cards} == {reason.value for reason in Reason} - {Reason.DESTINATION_NOT_ALLOWED}
     assert all(card.opened_at <= T0 + timedelta(minutes=2) for card in cards)
     for scenario, op in zip(demo.SCENARIOS, operations, strict=True):
         op.refresh_from_db()

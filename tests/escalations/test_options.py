@@ -76,6 +76,9 @@ def expected(reason: Reason, *, cancel: bool, extensions_left: bool, rotated: bo
         return [*(["retry_after_rotation"] if rotated else []), "inspect", "close"]
     if reason is Reason.INTEGRATION_FAILURE:
         return ["inspect", "accept_output", "close"]
+    if reason is Reason.DESTINATION_NOT_ALLOWED:
+        # Nothing was sent, and nothing would be until the configuration changes: look, or stop.
+        return ["inspect", "close"]
     assert reason is Reason.PER_CALL_APPROVAL
     return ["approve_one_check", "close"]
 

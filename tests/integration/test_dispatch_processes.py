@@ -177,6 +177,30 @@ def test_a_deadline_passing_while_no_poll_is_due_is_escalated_within_seconds(
     assert Operation.objects.get(pk=pauser.pk).status == Status.RUNNING  # its own deadline is far
 
 
+def test_a_worker_started_without_the_credential_binding_sends_nothing_and_says_why(
+    processes, make_profile, fake_provider
+):
+    """An upgrade that left PROVIDER_CREDENTIAL_ORIGINS out of the workers' environment: the worker
+    names the profile at start-up, sends nothing and charges nothing, and the card says why."""
+    profile = fast_profile(make_profile)
+    op = register(profile, SUCCEEDS)
+    worker = processes.start("qcluster", Q_WORKERS=1, PROVIDER_CREDENTIAL_ORIGINS="")
+    processes.start("dispatcher")
+    escalation = wait_until(
+        lambda: Escalation.objects.filter(operation=op).first(), timeout=30, what="the card", processes=processes
+    )
+    assert escalation.reason == "destination_not_allowed"
+    assert escalation.detail == (
+        "not sent — destination not allowed: PROVIDER_FAKE_TOKEN has no entry in PROVIDER_CREDENTIAL_ORIGINS, "
+        "so it is sent to no provider"
+    )
+    assert provider_log(fake_provider, [op])[op.pk] == []
+    assert Operation.objects.get(pk=op.pk).status_requests_used == 0
+    assert not StatusCheck.objects.filter(operation=op).exists()
+    assert f"profile {profile.slug}: credential_env: PROVIDER_FAKE_TOKEN has no entry" in worker.log()
+    assert "Traceback" not in worker.log()
+
+
 # --- many processes on PostgreSQL ---------------------------------------------------------------------
 
 

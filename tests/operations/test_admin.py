@@ -415,8 +415,12 @@ def profile_entries() -> list[dict]:
 
 
 def test_admin_profile_changes_write_audit_entries_naming_the_user_and_the_change(
-    admin_client, admin_user, monkeypatch
+    admin_client, admin_user, monkeypatch, settings
 ):
+    # The operator bound the second credential to the other host: the admin may point it there.
+    settings.PROVIDER_CREDENTIAL_ORIGINS = (
+        "PROVIDER_ACME_TOKEN=https://api.acme.test;PROVIDER_OTHER_TOKEN=https://exfil.example"
+    )
     monkeypatch.setenv("PROVIDER_ACME_TOKEN", "acme-credential-value-1234")
     assert admin_client.post(reverse("admin:operations_providerprofile_add"), form_data()).status_code == 302
     profile = ProviderProfile.objects.get(slug="acme-export")

@@ -74,6 +74,13 @@ def test_a_credential_variable_starts_with_provider_or_is_allow_listed(settings)
         "ACME_TOKEN must start with PROVIDER_ or be listed in the PROVIDER_CREDENTIAL_ENV_ALLOWED setting"
     ]
     settings.PROVIDER_CREDENTIAL_ENV_ALLOWED = ["ACME_TOKEN", "LEGACY_KEY"]
+    # Allowed as a name; sent only where the operator binds it (docs/DESIGN.md section 2).
+    assert credential_env_problems("ACME_TOKEN") == [
+        "ACME_TOKEN has no entry in PROVIDER_CREDENTIAL_ORIGINS: the operator binds each credential variable to "
+        "the origins it may be sent to, in the environment of every pollerdash process "
+        "(ACME_TOKEN=https://api.provider.example)"
+    ]
+    settings.PROVIDER_CREDENTIAL_ORIGINS = "ACME_TOKEN=https://api.acme.test"
     assert credential_env_problems("ACME_TOKEN") == []
 
 
@@ -137,8 +144,10 @@ def settings_in_environment(monkeypatch, tmp_path) -> dict[str, str]:
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", ["SITE_URL", "SECRET_KEY", "AUDIT_SIGNING_KEY"])
 def test_a_stored_profile_naming_a_setting_sends_nothing_to_its_host(
-    name, make_profile, make_operation, listener, settings_in_environment, clock
+    name, make_profile, make_operation, listener, settings_in_environment, clock, settings
 ):
+    # Even where an operator bound the name to the host, the credential reader refuses it.
+    settings.PROVIDER_CREDENTIAL_ORIGINS = f"{name}={listener.url}"
     # Written straight to the database, as a profile saved before these rules would be.
     profile = make_profile(
         credential_env=name,

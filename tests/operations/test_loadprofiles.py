@@ -57,7 +57,7 @@ BETA = """
 slug = "beta"
 name = "Beta renders"
 account = "beta-prod"
-status_url = "http://beta.test/render/{job_id}"
+status_url = "https://beta.test/render/{job_id}"
 job_id_pattern = "^r-[0-9]+$"
 state_field = "job.status"
 pending = ["PENDING"]
@@ -211,7 +211,11 @@ def test_a_file_naming_a_setting_as_its_credential_is_refused_with_the_field_nam
 
 
 @pytest.mark.django_db
-def test_loadprofiles_writes_an_audit_entry_naming_what_changed_never_the_credential(tmp_path, monkeypatch):
+def test_loadprofiles_writes_an_audit_entry_naming_what_changed_never_the_credential(tmp_path, monkeypatch, settings):
+    # The operator bound the second credential to the other host: the file may point it there.
+    settings.PROVIDER_CREDENTIAL_ORIGINS = (
+        "PROVIDER_ACME_TOKEN=https://api.acme.test;PROVIDER_ACME_EU_TOKEN=https://exfil.example,https://api.acme.test"
+    )
     monkeypatch.setenv("PROVIDER_ACME_TOKEN", "acme-credential-value-1234")
     monkeypatch.setenv("PROVIDER_ACME_EU_TOKEN", "acme-eu-credential-value-5678")
     load(write(tmp_path, ACME))

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from operations import http
+from operations.provider_targets import check_destination
 from operations.redaction import register_secret
 from tests.support import CANARY, has_canary, job_id
 
@@ -106,12 +107,10 @@ def test_an_exception_quoting_a_secret_leaves_no_trace_in_the_result_or_the_log(
 def test_a_credential_that_is_not_a_legal_header_value_is_refused_without_quoting_it(value, monkeypatch, fake_provider):
     monkeypatch.setenv("PROVIDER_ODD_TOKEN", value)
     before = len(fake_provider.requests())
-    raw = http.send_to_provider(
-        method="GET",
-        url=f"{fake_provider.base_url}/v1/jobs/{job_id('slow_success')}",
-        credential_env="PROVIDER_ODD_TOKEN",
-        auth_scheme="Bearer",
+    destination = check_destination(
+        credential_env="PROVIDER_ODD_TOKEN", url=f"{fake_provider.base_url}/v1/jobs/{job_id('slow_success')}"
     )
+    raw = http.send_to_provider(method="GET", destination=destination, auth_scheme="Bearer")
     assert raw.transport_error == "invalid_credential"
     assert raw.transport_detail == "the credential in PROVIDER_ODD_TOKEN is not a valid header value"
     assert len(fake_provider.requests()) == before

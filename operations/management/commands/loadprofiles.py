@@ -21,9 +21,10 @@ class Command(BaseCommand):
         assert isinstance(path, Path)
         try:
             specs = load_profiles_file(path=path)
+            results = profiles_apply(specs=specs, actor=LOADPROFILES_ACTOR)
         except ProfilesInvalid as exc:
             listing = "\n".join(f"  - {problem}" for problem in exc.problems)
             raise CommandError(f"{path}: {len(exc.problems)} problem(s), nothing written:\n{listing}") from exc
-        for result in profiles_apply(specs=specs, actor=LOADPROFILES_ACTOR):
+        for result in results:
             detail = f" ({', '.join(result.changed_fields)})" if result.outcome == Outcome.UPDATED else ""
             self.stdout.write(f"{result.slug}: {result.outcome}{detail}")
