@@ -22,7 +22,7 @@ def sign_in_settings(**_: object) -> list[CheckMessage]:
         ]
         if missing:
             problems.append(
-                Error(f"OIDC_ENABLED=1 needs {', '.join(missing)}", hint="README: Sign-in", id="pollerdash.E101")
+                Error(f"OIDC_ENABLED=1 needs {', '.join(missing)}", hint="docs/sign-in.md", id="pollerdash.E101")
             )
         if settings.OIDC_OP_ISSUER and not settings.OIDC_OP_ISSUER.startswith(("https://", "http://")):
             problems.append(Error("OIDC_ISSUER must be a URL (https://…)", id="pollerdash.E102"))

@@ -26,7 +26,7 @@ def username_of_attempt(request: HttpRequest, credentials: dict | None) -> str |
 
 def client_ip(request: HttpRequest) -> str | None:
     # uvicorn --proxy-headers --forwarded-allow-ips=<proxy> already puts the client's address in
-    # REMOTE_ADDR (README "Deploying"); reading X-Forwarded-For here would let any client choose
+    # REMOTE_ADDR (docs/deployment.md); reading X-Forwarded-For here would let any client choose
     # the address its failures count against.
     return request.META.get("REMOTE_ADDR")
 

@@ -1,4 +1,4 @@
-"""pollerdash settings: one file, every value from the environment (see README "Configuration")."""
+"""pollerdash settings: one file, every value from the environment (see docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ else:
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Sign-in: local passwords and OpenID Connect (README "Sign-in") ------------------------------
+# --- Sign-in: local passwords and OpenID Connect (docs/sign-in.md) ------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -201,7 +201,7 @@ OIDC_REDIRECT_REQUIRE_HTTPS = SESSION_COOKIE_SECURE
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
-# --- HTTPS behind a TLS-terminating proxy (README "Deploying") --------------------------------------
+# --- HTTPS behind a TLS-terminating proxy (docs/deployment.md) --------------------------------------
 # The header the proxy sets, and strips from clients, to say the request came over https (e.g.
 # X-Forwarded-Proto). Unset when uvicorn runs with --proxy-headers --forwarded-allow-ips=<proxy>.
 _proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "")

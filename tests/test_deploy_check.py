@@ -1,4 +1,4 @@
-"""`manage.py check --deploy` is clean with production settings (README "Deploying")."""
+"""`manage.py check --deploy` is clean with production settings (docs/deployment.md)."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def archive_before(*, before: datetime, storage: Storage | None = None) -> Archi
     if before.tzinfo is None:
         raise ArchiveError("--before needs a time zone")
     # Signed here only where this host holds the key; elsewhere (the owner's host, which must not
-    # hold it: README, "Production") the signer's newest checkpoint is the latest possible seal.
+    # hold it: docs/deployment.md) the signer's newest checkpoint is the latest possible seal.
     signed = checkpoints.checkpoint_for_export()
     log = signed.log
     start = tree.archived_upto(log)

@@ -213,7 +213,7 @@ def test_finished_work_past_retention_goes_and_open_work_stays(
 def test_an_archive_needs_no_signing_key_it_seals_at_the_signers_checkpoint(
     sample_export, keys_file, tmp_path, settings
 ):
-    # The host that may prune (the owner's) must not hold the signing key (README, "Production").
+    # The host that may prune (the owner's) must not hold the signing key (docs/deployment.md).
     settings.AUDIT_SIGNING_KEY_FILE = ""
     signed = AuditCheckpoint.objects.count()
     with pytest.raises(CommandError, match="AUDIT_VERIFIER_KEYS_FILE"):

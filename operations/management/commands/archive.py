@@ -50,7 +50,7 @@ class Command(BaseCommand):
             pruned = archive.prune_archived()
         except DatabaseError as exc:
             if "permission denied" in str(exc):
-                # The guarded function is the owner's alone (README, "Production"): say which role to use.
+                # The guarded function is the owner's alone (docs/deployment.md): say which role to use.
                 raise CommandError(
                     "PRUNE STOPPED: this database role may not remove audit entries. The archive is written and "
                     "recorded; run the same command with DATABASE_URL naming the database owner (the role "
