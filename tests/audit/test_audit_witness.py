@@ -79,8 +79,9 @@ def test_a_witness_refuses_a_rewritten_or_shrunk_log(signing_key, clock, witness
 
     integrate.integrate_all()
     AuditCheckpoint.objects.create(
-        log="pollerdash/audit", size=6, head_hash="ab" * 32, tree=True, signed_at=T0, key_id=kid.hex(), note=note
-    )
+        log="pollerdash/audit", size=6, head_hash="ab" * 32, tree=True, signed_at=T0 + timedelta(minutes=2),
+        key_id=kid.hex(), note=note,
+    )  # fmt: skip
     with pytest.raises(CommandError, match="NOT COSIGNED: the tree of size 6 is not consistent") as refused:
         cosign(witness_a)
     assert refused.value.returncode == 1
