@@ -7,6 +7,10 @@ the tamper tests start from genuine bytes (format 2, test_audit_tree_verifier.py
     e9..e11, consistency(8, 11), cp(11, the closing checkpoint)
 
 with the checkpoints a minute apart on the injected clock (the last one at T0 + 4 min).
+
+`app_role` (PostgreSQL) is the application role of the README, with exactly its grants, for
+attacks run as what every pollerdash process runs as: `app_role.run(sql)` for one statement,
+`with app_role.session():` for application code.
 """
 
 from __future__ import annotations

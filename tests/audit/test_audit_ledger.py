@@ -20,7 +20,7 @@ from django.core.files.storage import FileSystemStorage
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from operations.audit import archive, checkpoints, health, integrate, ledger
+from operations.audit import archive, checkpoints, genuine, health, integrate, ledger
 from operations.audit import entries as audit
 from operations.audit import verify as av
 from operations.audit.export import stream_export
@@ -340,3 +340,42 @@ def test_an_export_on_a_host_without_the_key_closes_at_the_newest_genuine_checkp
     assert checkpoints.checkpoint_for_export().pk == genuine.pk
     status, result = verify(b"".join(stream_export()))
     assert status == 0 and result["size"] == 11, result
+
+
+def test_junk_typed_audit_archived_breaks_neither_the_ledger_nor_the_prune(sample_export, tmp_path, keys_file):
+    # Whoever may append entries may append bytes that are no JSON under that type (the signer will
+    # refuse them once integrated; until then they sit pending): the ledger and the prune function
+    # read them as nothing rather than fail.
+    store = FileSystemStorage(location=tmp_path / "store")
+    archive.archive_before(before=T0 + timedelta(minutes=2), storage=store)
+    checkpoints.sign_checkpoint()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO operations_auditentry(log, seq, prev_hash, entry_hash, body, at, type, operation_id) "
+            "VALUES (%s, NULL, NULL, %s, %s, %s, 'audit.archived', '')",
+            [LOG, "0" * 64, b"\xff not json", T0],
+        )
+        # Numbered, as the one change the entries' trigger allows, so the prune function meets it.
+        cursor.execute("UPDATE operations_auditentry SET seq = 99 WHERE seq IS NULL AND type = 'audit.archived'")
+    assert ledger.read(LOG).upto == 8 and not ledger.read(LOG).problems
+    assert archive.prune_archived(storage=store).removed == 8
+
+
+def test_a_flood_of_forged_checkpoint_rows_stops_signing_loudly_not_wrongly(sample_export, monkeypatch):
+    # Past genuine.EXAMINE_LIMIT rows that do not verify above the newest genuine one, the signer
+    # says the table is flooded and signs nothing - never a tree smaller than one it signed.
+    monkeypatch.setattr(genuine, "EXAMINE_LIMIT", 2)
+    monkeypatch.setattr(genuine, "_PAGE", 1)
+    forge_checkpoints()
+    with pytest.raises(checkpoints.CheckpointError, match="flooded with forged rows"):
+        checkpoints.sign_checkpoint()
+    signer = checkpoints.Signer(interval_s=60)
+    assert signer.tick().signed is None
+    assert "flooded" in ProcessHeartbeat.objects.get(kind="signer").info["error"]
+
+
+@pytest.mark.sqlite
+def test_sqlite_says_what_it_cannot_protect(sample_export):
+    checks = {check.name: check for check in health.audit_protection_checks()}
+    assert checks["append-only triggers"].ok is False
+    assert "archive ledger" in checks["append-only triggers"].message
