@@ -99,7 +99,7 @@ def _seal(
         log=log, tree=True, chain_head="", size__gt=start, size__lte=limit, pk__lte=signed.pk
     ).order_by("-size", "-pk")
     try:
-        return genuine.first_genuine(candidates, keys=keys)
+        return genuine.first_genuine(candidates, judge=genuine.Judge(log=log, keys=keys))
     except genuine.TooManySkipped as exc:
         raise ArchiveError(str(exc)) from None
 

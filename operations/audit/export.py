@@ -263,6 +263,7 @@ class _Checkpoints:
     def __init__(self, plan: ExportPlan) -> None:
         self.plan = plan
         self.last_tree_size: int | None = None
+        self.judge = genuine.Judge(log=plan.log, keys=list(plan.keys))
 
     def lines(self, first: int, last: int, *, opening: bool = False) -> dict[int, list[bytes]]:
         plan = self.plan
@@ -299,14 +300,13 @@ class _Checkpoints:
     def _genuine(self, signed: QuerySet[AuditCheckpoint], newest: AuditCheckpoint) -> int | None:
         """The newest genuine row of one (size, kind): almost always the newest row, checked once;
         rows that do not verify are passed over (operations.audit.genuine)."""
-        found = genuine.problem(newest, keys=list(self.plan.keys))
+        found = self.judge.problem(newest)
         if found is None:
             return newest.pk
-        if all(seen.pk != found.pk for seen in self.plan.skipped):
-            self.plan.skipped.append(found)
+        genuine.add_skipped(self.plan.skipped, found)
         same = signed.filter(size=newest.size, tree=newest.tree, chain_head=newest.chain_head, pk__lt=newest.pk)
         try:
-            earlier = genuine.first_genuine(same.order_by("-pk"), keys=list(self.plan.keys), skipped=self.plan.skipped)
+            earlier = genuine.first_genuine(same.order_by("-pk"), judge=self.judge, skipped=self.plan.skipped)
         except genuine.TooManySkipped as exc:
             raise ExportError(str(exc)) from None
         return None if earlier is None else earlier.pk

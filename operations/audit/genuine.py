@@ -4,9 +4,10 @@ Checkpoint rows stay insertable by the application role: the signer is one of it
 own host, README "The signer's key on its own host"), and a third database role only for it would be
 one more credential to deploy for what a signature already proves. So a row is trusted only for
 what it proves itself: it is *genuine* when its note parses, its columns say what its note says
-(log, size, root, time, and the chain head of the switch), and a trusted key's signature verifies.
-Anything else - a malformed note, a note under a row claiming another size or time, a signature
-that does not verify - is skipped and reported, never taken as the newest checkpoint: one forged
+(log, size, root, time, and the chain head of the switch), its kind (chain or tree checkpoint, the
+one column no signature covers) fits its place around the switch, and a trusted key's signature
+verifies. Anything else - a malformed note, a note under a row claiming another size, time or kind,
+a signature that does not verify - is skipped and reported, never taken as the newest checkpoint: one forged
 row must not stop signing or every export for good (issue 24), nor lead the signer to sign a
 smaller tree than a genuine earlier checkpoint.
 
@@ -49,23 +50,66 @@ class Skipped:
         return f"checkpoint row {self.pk} (size {self.size}): {self.reason}: {self.detail}"
 
 
-def problem(row: AuditCheckpoint, *, keys: list[av.VerifierKey], plausible: bool = False) -> Skipped | None:
-    """Why `row` is not a checkpoint the signer made, or None when it is genuine."""
-    try:
-        note = av.parse_note(row.note)
-    except ValueError as exc:
-        return Skipped(row.pk, row.size, av.PARSE, f"its note does not parse: {exc}")
-    columns = (row.log, row.size, row.head_hash, row.signed_at, row.chain_head)
-    if columns != (note.origin, note.size, note.head, note.time, note.chain or "") or (note.chain and not row.tree):
-        return Skipped(row.pk, row.size, av.CHECKPOINT_MISMATCH, "its row says otherwise than its note")
-    if keys:
+class Judge:
+    """Decides which rows of one log are genuine. The row's `tree` flag is the one column no
+    signature covers, so the kind of a row is checked against the log's switch checkpoint (whose
+    note signs both the chain head and the tree root): chain (version-1) checkpoints come up to the
+    switch's size, tree checkpoints from it, and at that size each carries the switch's own head.
+    The switch is looked up once per Judge."""
+
+    def __init__(self, *, log: str, keys: list[av.VerifierKey], plausible: bool = False) -> None:
+        self.log = log
+        self.keys = keys
+        self.plausible = plausible
+        self._switch: AuditCheckpoint | None = None
+        self._looked_up = False
+
+    def problem(self, row: AuditCheckpoint, *, signature: bool = True) -> Skipped | None:
+        """Why `row` is not a checkpoint the signer made, or None when it is genuine. Without
+        `signature` the caller checks the signature itself (the database verifier does, once)."""
+        found = self._note(row, signature=signature) or self._kind(row)
+        if found is None and self.plausible and not self.keys:
+            found = _implausible(row)
+        return found
+
+    def _note(self, row: AuditCheckpoint, *, signature: bool) -> Skipped | None:
         try:
-            av.check_note_signature(note, keys)
-        except av.VerifyFailure as exc:
-            return Skipped(row.pk, row.size, exc.reason, exc.detail)
-    elif plausible:
-        return _implausible(row)
-    return None
+            note = av.parse_note(row.note)
+        except ValueError as exc:
+            return Skipped(row.pk, row.size, av.PARSE, f"its note does not parse: {exc}")
+        columns = (row.log, row.size, row.head_hash, row.signed_at, row.chain_head)
+        if columns != (note.origin, note.size, note.head, note.time, note.chain or "") or (note.chain and not row.tree):
+            return Skipped(row.pk, row.size, av.CHECKPOINT_MISMATCH, "its row says otherwise than its note")
+        if signature and self.keys:
+            try:
+                av.check_note_signature(note, self.keys)
+            except av.VerifyFailure as exc:
+                return Skipped(row.pk, row.size, exc.reason, exc.detail)
+        return None
+
+    def switch(self) -> AuditCheckpoint | None:
+        if not self._looked_up:
+            self._looked_up = True
+            candidates = AuditCheckpoint.objects.filter(log=self.log, tree=True).exclude(chain_head="").order_by("pk")
+            self._switch = next((row for row in candidates[:_PAGE] if self._note(row, signature=True) is None), None)
+        return self._switch
+
+    def _kind(self, row: AuditCheckpoint) -> Skipped | None:
+        if row.chain_head:
+            return None  # the switch: its note itself says it is one
+        switch = self.switch()
+        if switch is None:
+            fits = not row.tree  # before the switch there are chain checkpoints only
+        elif row.tree:
+            fits = row.size > switch.size or (row.size == switch.size and row.head_hash == switch.head_hash)
+        else:
+            fits = row.size < switch.size or (row.size == switch.size and row.head_hash == switch.chain_head)
+        if fits:
+            return None
+        kind = "a tree" if row.tree else "a chain (version 1)"
+        return Skipped(
+            row.pk, row.size, av.CHECKPOINT_MISMATCH, f"its row calls it {kind} checkpoint; its note is not one"
+        )
 
 
 def _implausible(row: AuditCheckpoint) -> Skipped | None:
@@ -87,19 +131,17 @@ def _implausible(row: AuditCheckpoint) -> Skipped | None:
 def first_genuine(
     candidates: QuerySet[AuditCheckpoint],
     *,
-    keys: list[av.VerifierKey],
+    judge: Judge,
     skipped: list[Skipped] | None = None,
-    plausible: bool = False,
 ) -> AuditCheckpoint | None:
     """The first genuine row of `candidates` (in their order); the rows passed over go to `skipped`."""
     for offset in range(0, EXAMINE_LIMIT, _PAGE):
         page = list(candidates[offset : offset + _PAGE])
         for row in page:
-            found = problem(row, keys=keys, plausible=plausible)
+            found = judge.problem(row)
             if found is None:
                 return row
-            if skipped is not None and all(seen.pk != found.pk for seen in skipped):
-                skipped.append(found)
+            add_skipped(skipped, found)
         if len(page) < _PAGE:
             return None
     raise TooManySkipped(
@@ -108,7 +150,13 @@ def first_genuine(
     )
 
 
+def add_skipped(skipped: list[Skipped] | None, found: Skipped) -> None:
+    """Add a passed-over row to `skipped`, once."""
+    if skipped is not None and all(seen.pk != found.pk for seen in skipped):
+        skipped.append(found)
+
+
 def newest(*, log: str, keys: list[av.VerifierKey], skipped: list[Skipped] | None = None) -> AuditCheckpoint | None:
     """The log's newest genuine checkpoint: the largest size, then the latest time."""
     candidates = AuditCheckpoint.objects.filter(log=log).order_by("-size", "-signed_at", "-pk")
-    return first_genuine(candidates, keys=keys, skipped=skipped, plausible=True)
+    return first_genuine(candidates, judge=Judge(log=log, keys=keys, plausible=True), skipped=skipped)

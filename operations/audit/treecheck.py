@@ -125,12 +125,13 @@ def verify_log(*, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[Au
     archives = ledger.read(log)
     start = archives.upto
     skipped: list[genuine.Skipped] = []
+    judge = genuine.Judge(log=log, keys=keys)
     line = 0
 
     def feed(row: AuditCheckpoint) -> None:
         # The signature is the verifier's to check (once); a row that fails it, like one whose note
         # is malformed or disagrees with its columns, changed nothing in the verifier yet.
-        found = genuine.problem(row, keys=[])
+        found = judge.problem(row, signature=False)
         if found is None:
             try:
                 verifier.checkpoint(row.note, number=line)

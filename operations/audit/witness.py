@@ -102,7 +102,7 @@ def cosign_newest(*, key: Ed25519PrivateKey, name: str, state: Path, now: dateti
         raise WitnessRefused("no log key to check checkpoints with: set AUDIT_VERIFIER_KEYS_FILE")
     candidates = AuditCheckpoint.objects.filter(log=settings.AUDIT_LOG_NAME, tree=True).order_by("-size", "-pk")
     try:
-        checkpoint = genuine.first_genuine(candidates, keys=keys)
+        checkpoint = genuine.first_genuine(candidates, judge=genuine.Judge(log=settings.AUDIT_LOG_NAME, keys=keys))
     except genuine.TooManySkipped as exc:
         raise WitnessRefused(str(exc)) from None
     if checkpoint is None:
@@ -153,7 +153,7 @@ def newest_witnessed(
         .order_by("-size", "-pk")
     )
     try:
-        return genuine.first_genuine(candidates, keys=keys, skipped=skipped)
+        return genuine.first_genuine(candidates, judge=genuine.Judge(log=log, keys=keys), skipped=skipped)
     except genuine.TooManySkipped:
         return None  # the export then carries no witnessed checkpoint; the verifier says UNWITNESSED
 

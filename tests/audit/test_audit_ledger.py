@@ -24,7 +24,7 @@ from operations.audit import archive, checkpoints, genuine, health, integrate, l
 from operations.audit import entries as audit
 from operations.audit import verify as av
 from operations.audit.export import stream_export
-from operations.models import AuditArchive, AuditEntry, ProcessHeartbeat
+from operations.models import AuditArchive, AuditCheckpoint, AuditEntry, ProcessHeartbeat
 from tests.audit.helpers import append_entries
 from tests.support import T0
 
@@ -383,3 +383,22 @@ def test_sqlite_says_what_it_cannot_protect(sample_export):
     checks = {check.name: check for check in health.audit_protection_checks()}
     assert checks["append-only triggers"].ok is False
     assert "archive ledger" in checks["append-only triggers"].message
+
+
+def test_a_genuine_note_under_a_row_of_the_wrong_kind_is_passed_over(sample_export, keys_file, tmp_path, verify):
+    # The row's `tree` flag is the one column no signature covers: a copy of the newest tree
+    # checkpoint labelled a chain (version-1) checkpoint, and the empty tree's root labelled a
+    # chain checkpoint of size 0, must neither send the signer back to the switch nor break exports.
+    good = checkpoints.latest_genuine_checkpoint(keys=checkpoints.trusted_keys())
+    for row in AuditCheckpoint.objects.filter(pk=good.pk) | AuditCheckpoint.objects.filter(size=0, chain_head=""):
+        AuditCheckpoint.objects.create(
+            log=row.log, size=row.size, head_hash=row.head_hash, tree=False, chain_head="", signed_at=row.signed_at,
+            key_id=row.key_id, note=row.note,
+        )  # fmt: skip
+    append_entries(1, start=12)
+    skipped: list = []
+    assert checkpoints.sign_checkpoint(skipped=skipped).size == 12
+    assert len(skipped) == 1 and skipped[0].reason == av.CHECKPOINT_MISMATCH
+    status, result = verify(b"".join(stream_export()))
+    assert status == 0 and result["size"] == 12, result
+    assert audit_verify()[0] == 1  # reported, after everything else verified
