@@ -402,3 +402,10 @@ def test_a_genuine_note_under_a_row_of_the_wrong_kind_is_passed_over(sample_expo
     status, result = verify(b"".join(stream_export()))
     assert status == 0 and result["size"] == 12, result
     assert audit_verify()[0] == 1  # reported, after everything else verified
+
+
+def test_wait_for_signer_says_what_it_wants(sample_export, tmp_path):
+    for bad, words in (("-1", "from 0 to 3600"), ("7200", "from 0 to 3600"), ("soon", "invalid float value")):
+        with pytest.raises(CommandError, match=f"--wait-for-signer.*{words}"):
+            run_archive("--before", "2026-12-01T10:01:00Z", "--to", str(tmp_path), "--wait-for-signer", bad)
+    assert not AuditArchive.objects.exists() and stored_seqs() == list(range(1, 12))
