@@ -10,6 +10,8 @@ The tree (or chain) alone detects edits, deletions and reordering but not a trun
 consistent rewrite; the signature over (size, root) does, for anyone holding a checkpoint. So the
 signer:
 
+- verifies from the newest *genuine* checkpoint (operations.audit.genuine): rows anyone who can
+  write the database inserted, whose signature or columns do not hold, are passed over and reported;
 - integrates what is pending, then verifies the part since the last checkpoint before signing
   (the stored bytes re-hashed into the tree from the last signed root's right edge, the stored
   columns agreeing with the bytes, the stored nodes giving the same root) and the last checkpoint;
