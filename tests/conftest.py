@@ -337,6 +337,7 @@ AUDIT_TABLES = (
     "operations_auditcheckpoint",
     "operations_audittreenode",
     "operations_auditcosignature",
+    "operations_auditarchive",
 )
 
 

@@ -134,19 +134,16 @@ def verify_segment(
     return Segment(size=verifier.head_seq, head=verifier.head, entries=verifier.entries)
 
 
-def iter_checkpoints(log: str) -> Iterator[tuple[int, str, bool]]:
-    """(size, note, plain tree checkpoint?) of every stored checkpoint in (size, insertion) order,
-    in bounded chunks."""
+def iter_checkpoints(log: str) -> Iterator[AuditCheckpoint]:
+    """Every stored checkpoint row in (size, insertion) order, in bounded chunks."""
     last = (-1, 0)
     while True:
         rows = list(
             AuditCheckpoint.objects.filter(log=log)
             .filter(models.Q(size__gt=last[0]) | models.Q(size=last[0], pk__gt=last[1]))
-            .order_by("size", "pk")
-            .values_list("size", "pk", "note", "tree", "chain_head")[:VERIFY_CHUNK]
+            .order_by("size", "pk")[:VERIFY_CHUNK]
         )
-        for size, _pk, note, is_tree, chain_head in rows:
-            yield size, note, is_tree and not chain_head
+        yield from rows
         if len(rows) < VERIFY_CHUNK:
             return
-        last = (rows[-1][0], rows[-1][1])
+        last = (rows[-1].size, rows[-1].pk)

@@ -10,6 +10,8 @@ The tree (or chain) alone detects edits, deletions and reordering but not a trun
 consistent rewrite; the signature over (size, root) does, for anyone holding a checkpoint. So the
 signer:
 
+- verifies from the newest *genuine* checkpoint (operations.audit.genuine): rows anyone who can
+  write the database inserted, whose signature or columns do not hold, are passed over and reported;
 - integrates what is pending, then verifies the part since the last checkpoint before signing
   (the stored bytes re-hashed into the tree from the last signed root's right edge, the stored
   columns agreeing with the bytes, the stored nodes giving the same root) and the last checkpoint;
@@ -37,7 +39,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from operations.audit import chaincheck, integrate, tree, treecheck
+from operations.audit import chaincheck, genuine, integrate, ledger, tree, treecheck
 from operations.audit import verify as av
 from operations.audit.chaincheck import StoredEntry, iter_entries, stored_bytes
 from operations.audit.verify import merkle
@@ -48,6 +50,8 @@ __all__ = ["StoredEntry", "iter_entries", "stored_bytes"]  # for exports, tests 
 logger = logging.getLogger("pollerdash.audit.signer")
 
 SIGN_ATTEMPTS = 3
+# Checkpoint rows passed over that the heartbeat names (the log line says how many in all).
+SKIPPED_REPORTED = 5
 # An export without the key in this process closes at the newest stored checkpoint, if this fresh.
 EXPORT_CHECKPOINT_MAX_AGE_INTERVALS = 2
 
@@ -153,18 +157,26 @@ def trusted_keys(signing: Ed25519PrivateKey | None = None) -> list[av.VerifierKe
 # --- reading ---------------------------------------------------------------------------------------------
 
 
-def latest_checkpoint(log: str | None = None) -> AuditCheckpoint | None:
-    return (
-        AuditCheckpoint.objects.filter(log=log or settings.AUDIT_LOG_NAME)
-        .order_by("-size", "-signed_at", "-pk")
-        .first()
-    )
+def latest_genuine_checkpoint(
+    log: str | None = None, *, keys: list[av.VerifierKey], skipped: list[genuine.Skipped] | None = None
+) -> AuditCheckpoint | None:
+    """The newest checkpoint the signer made (operations.audit.genuine): rows that do not verify
+    with `keys` are passed over and added to `skipped`, never taken as the newest."""
+    try:
+        return genuine.newest(log=log or settings.AUDIT_LOG_NAME, keys=keys, skipped=skipped)
+    except genuine.TooManySkipped as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 # --- signing ------------------------------------------------------------------------------------------
 
 
-def sign_checkpoint(*, key: Ed25519PrivateKey | None = None, now: datetime | None = None) -> AuditCheckpoint:
+def sign_checkpoint(
+    *,
+    key: Ed25519PrivateKey | None = None,
+    now: datetime | None = None,
+    skipped: list[genuine.Skipped] | None = None,
+) -> AuditCheckpoint:
     """Integrate what is pending, verify the new part of the log, then sign and store a checkpoint
     of the tree at its integrated size.
 
@@ -173,7 +185,9 @@ def sign_checkpoint(*, key: Ed25519PrivateKey | None = None, now: datetime | Non
     signature tying the old chain to the tree. Raises CheckpointRefused (nothing signed) when
     verification fails, CheckpointError otherwise. Several signers (the signer process, a web
     process exporting) may race: each re-checks under a lock that no newer checkpoint appeared,
-    so sizes and times never go backwards."""
+    so sizes and times never go backwards. It verifies from the newest *genuine* checkpoint:
+    checkpoint rows that do not verify are passed over and added to `skipped` (the signer
+    reports them), so it never signs a smaller tree than a checkpoint it made before."""
     key = key or load_signing_key()
     keys = trusted_keys(key)
     log = settings.AUDIT_LOG_NAME
@@ -182,7 +196,7 @@ def sign_checkpoint(*, key: Ed25519PrivateKey | None = None, now: datetime | Non
     except integrate.IntegrationError as exc:
         raise CheckpointError(f"audit integration stopped: {exc}") from None
     for _ in range(SIGN_ATTEMPTS + 1):
-        anchor = latest_checkpoint(log)
+        anchor = latest_genuine_checkpoint(log, keys=keys, skipped=skipped)
         try:
             if anchor is None or not anchor.tree:
                 body_args = _switch(log=log, anchor=anchor, keys=keys)
@@ -195,7 +209,7 @@ def sign_checkpoint(*, key: Ed25519PrivateKey | None = None, now: datetime | Non
             raise CheckpointError(str(exc)) from None
         with transaction.atomic():
             _lock_signing(log)
-            if _pk(latest_checkpoint(log)) != _pk(anchor):
+            if _pk(latest_genuine_checkpoint(log, keys=keys)) != _pk(anchor):
                 continue  # another signer got there first: verify from its checkpoint instead
             signed = _store(log=log, key=key, anchor=anchor, now=now, **body_args)  # type: ignore[arg-type]
         if signed.chain_head:
@@ -260,12 +274,15 @@ def _lock_signing(log: str) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"pollerdash/checkpoint/{log}"])
 
 
-def checkpoint_for_export(*, now: datetime | None = None) -> AuditCheckpoint:
+def checkpoint_for_export(
+    *, now: datetime | None = None, skipped: list[genuine.Skipped] | None = None
+) -> AuditCheckpoint:
     """The checkpoint that closes an export: signed now when this process can read the key, else
-    the signer's newest one if it is fresh (the export then ends at that size)."""
+    the signer's newest genuine one if it is fresh (the export then ends at that size). Rows passed
+    over as not genuine go to `skipped`."""
     if signing_key_available():
-        return sign_checkpoint(now=now)
-    newest = latest_checkpoint()
+        return sign_checkpoint(now=now, skipped=skipped)
+    newest = latest_genuine_checkpoint(keys=trusted_keys(), skipped=skipped)
     interval = timedelta(seconds=settings.AUDIT_CHECKPOINT_INTERVAL_S)
     if newest is None or (now or timezone.now()) - newest.signed_at > EXPORT_CHECKPOINT_MAX_AGE_INTERVALS * interval:
         raise CheckpointError(
@@ -288,7 +305,10 @@ class Signer:
     """`manage.py audit_checkpoint --loop`: a checkpoint every interval, a heartbeat every tick.
 
     A verification failure signs nothing, is logged at ERROR on every interval (so alerting on
-    the log keeps firing) and shows on the heartbeat row and the system panel until fixed."""
+    the log keeps firing) and shows on the heartbeat row and the system panel until fixed. Two
+    kinds of tampering that leave the tree sound are reported the same way while it goes on
+    signing: checkpoint rows that do not verify (passed over) and archive ledger rows the log does
+    not record (operations.audit.ledger; they vouch for nothing, so nothing depends on them)."""
 
     def __init__(self, *, interval_s: int | None = None, clock: Callable[[], datetime] = timezone.now) -> None:
         self.interval = timedelta(seconds=interval_s or settings.AUDIT_CHECKPOINT_INTERVAL_S)
@@ -298,6 +318,9 @@ class Signer:
         self.next_due: datetime | None = None
         self.last_error: str | None = None
         self.last: AuditCheckpoint | None = None
+        self.skipped: list[str] = []  # checkpoint rows passed over on the last signing (the first few)
+        self.skipped_count = 0
+        self.ledger_error: str | None = None
         self.key = load_signing_key()  # fail at start-up, not a minute later
 
     def tick(self) -> TickResult | None:
@@ -311,8 +334,35 @@ class Signer:
         return result
 
     def _sign(self, now: datetime) -> TickResult:
+        skipped: list[genuine.Skipped] = []
         try:
-            checkpoint = sign_checkpoint(key=self.key, now=now)
+            result = self._sign_checkpoint(now, skipped)
+        finally:
+            self._report(skipped)
+        return result
+
+    def _report(self, skipped: list[genuine.Skipped]) -> None:
+        self.skipped = [str(row) for row in skipped[:SKIPPED_REPORTED]]
+        self.skipped_count = len(skipped)
+        if skipped:
+            logger.error(
+                "audit checkpoint rows that do not verify were passed over (forged?): %d, e.g. %s",
+                len(skipped),
+                "; ".join(self.skipped),
+            )
+        try:
+            found = ledger.read(settings.AUDIT_LOG_NAME)
+        except DatabaseError as exc:
+            logger.error("audit archive ledger unreadable: %s", exc)
+            close_old_connections()
+            return
+        self.ledger_error = found.report() if found.problems else None
+        if self.ledger_error:
+            logger.error("audit archive ledger tampered with: %s", self.ledger_error)
+
+    def _sign_checkpoint(self, now: datetime, skipped: list[genuine.Skipped]) -> TickResult:
+        try:
+            checkpoint = sign_checkpoint(key=self.key, now=now, skipped=skipped)
         except CheckpointError as exc:
             self.last_error = str(exc)
             logger.error("audit checkpoint NOT signed: %s", exc)
@@ -338,6 +388,9 @@ class Signer:
             "interval_s": int(self.interval.total_seconds()),
             "last_size": self.last.size if self.last else None,
             "last_signed_at": av.format_time(self.last.signed_at) if self.last else None,
+            "skipped_checkpoints": self.skipped,
+            "skipped_count": self.skipped_count,
+            "ledger": self.ledger_error,
         }
         try:
             ProcessHeartbeat.objects.update_or_create(

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Max, QuerySet
 
-from operations.audit import checkpoints, tree, witness
+from operations.audit import checkpoints, genuine, ledger, tree, witness
 from operations.audit import verify as av
 from operations.models import AuditCheckpoint, AuditEntry
 
@@ -63,6 +63,10 @@ class ExportPlan:
     consistency_from: tuple[int, ...] = ()
     start: int = 0  # a full export after an archive: the archived size it continues from
     version: int = 3  # operation and range exports; a full export is always format 2
+    # The keys a checkpoint row must verify with to be exported (operations.audit.genuine), and the
+    # rows passed over, filled in as the export is produced.
+    keys: tuple[av.VerifierKey, ...] = ()
+    skipped: list[genuine.Skipped] = field(default_factory=list)
 
     @property
     def batched(self) -> bool:
@@ -89,14 +93,21 @@ def stream_export(
     consistency_from: Sequence[int] = (),
     version: int = 3,
     max_entries: int | None = None,
+    skipped: list[genuine.Skipped] | None = None,
 ) -> Iterator[bytes]:
     """Sign the closing checkpoint, check the selection, and return an iterator of complete lines.
 
     Raises ExportError (or checkpoints.CheckpointError when nothing can be signed) before
     anything is produced; also when a full or time-window export would hold more than
-    MAX_ENTRIES entries (the dashboard's limit; an operation's export is never refused for size)."""
+    MAX_ENTRIES entries (the dashboard's limit; an operation's export is never refused for size).
+    Checkpoint rows that do not verify are left out and added to `skipped` as they are met."""
     plan = plan_export(
-        operation_id=operation_id, since=since, until=until, consistency_from=consistency_from, version=version
+        operation_id=operation_id,
+        since=since,
+        until=until,
+        consistency_from=consistency_from,
+        version=version,
+        skipped=skipped,
     )
     if max_entries is not None and plan.scope != "operation" and _more_than(plan, max_entries):
         window = " --since T --until T" if plan.scope == "range" else ""
@@ -122,6 +133,7 @@ def plan_export(
     until: datetime | None = None,
     consistency_from: Sequence[int] = (),
     version: int = 3,
+    skipped: list[genuine.Skipped] | None = None,
 ) -> ExportPlan:
     if version not in VERSIONS:
         raise ExportError(f"export format {version}: pollerdash writes formats 2 and 3")
@@ -130,7 +142,8 @@ def plan_export(
             raise ExportError(f"{name} must be a time with a time zone")
     if since is not None and until is not None and since >= until:
         raise ExportError("since must be earlier than until")
-    closing = checkpoints.checkpoint_for_export()
+    skipped = [] if skipped is None else skipped
+    closing = checkpoints.checkpoint_for_export(skipped=skipped)
     if not closing.tree:
         raise ExportError("the newest checkpoint is of the version-1 chain: run the signer once (audit_checkpoint)")
     for size in consistency_from:
@@ -149,20 +162,23 @@ def plan_export(
         scope = "range"
     else:
         scope = "full"
-    start = tree.archived_upto(log) if scope == "full" else 0
+    start = ledger.archived_upto(log) if scope == "full" else 0
     if scope == "full":
         entries = entries.filter(seq__gt=start)
     if scope != "full" and not entries.exists():
         what = operation_id or "the window"
         raise ExportError(f"no audit entries of {what} up to the latest checkpoint")
     proofs_from = tuple(sorted(set(consistency_from)))
-    return ExportPlan(log, scope, operation_id, closing, entries.order_by("seq"), proofs_from, start, version)
+    keys = tuple(checkpoints.trusted_keys())
+    return ExportPlan(
+        log, scope, operation_id, closing, entries.order_by("seq"), proofs_from, start, version, keys, skipped
+    )
 
 
-def range_plan(*, closing: AuditCheckpoint, start: int) -> ExportPlan:
+def range_plan(*, closing: AuditCheckpoint, start: int, keys: Sequence[av.VerifierKey]) -> ExportPlan:
     """A full export of entries start+1 .. closing.size: what an archive holds."""
     entries = AuditEntry.objects.filter(log=closing.log, seq__gt=start, seq__lte=closing.size).order_by("seq")
-    return ExportPlan(closing.log, "full", None, closing, entries, (), start)
+    return ExportPlan(closing.log, "full", None, closing, entries, (), start, keys=tuple(keys))
 
 
 def full_lines(plan: ExportPlan) -> Iterator[bytes]:
@@ -209,7 +225,7 @@ def batch_line(*, log: str, seqs: list[int], size: int) -> bytes:
 def _proven(plan: ExportPlan) -> Iterator[bytes]:
     size = plan.closing.size
     yield av.header_line(plan.header())
-    witnessed = witness.newest_witnessed(log=plan.log, upto=plan.closing)
+    witnessed = witness.newest_witnessed(log=plan.log, upto=plan.closing, keys=list(plan.keys), skipped=plan.skipped)
     if witnessed is not None and witnessed.pk != plan.closing.pk:
         # The newest checkpoint witnesses cosigned, linked to the closing one by a consistency proof.
         yield av.checkpoint_line(witness.cosigned_note(witnessed))
@@ -247,6 +263,7 @@ class _Checkpoints:
     def __init__(self, plan: ExportPlan) -> None:
         self.plan = plan
         self.last_tree_size: int | None = None
+        self.judge = genuine.Judge(log=plan.log, keys=list(plan.keys))
 
     def lines(self, first: int, last: int, *, opening: bool = False) -> dict[int, list[bytes]]:
         plan = self.plan
@@ -256,7 +273,11 @@ class _Checkpoints:
         newest = (
             signed.values("size", "tree", "chain_head").annotate(last_pk=Max("pk")).values_list("last_pk", flat=True)
         )
-        pks = list(newest)
+        pks = [
+            pk
+            for pk in (self._genuine(signed, row) for row in AuditCheckpoint.objects.filter(pk__in=list(newest)))
+            if pk
+        ]
         notes = witness.notes_with_cosignatures(pks)
         rows = [
             (size, is_tree, chain, notes[pk])
@@ -275,6 +296,20 @@ class _Checkpoints:
                 self.last_tree_size = size
             lines.append(av.checkpoint_line(note))
         return out
+
+    def _genuine(self, signed: QuerySet[AuditCheckpoint], newest: AuditCheckpoint) -> int | None:
+        """The newest genuine row of one (size, kind): almost always the newest row, checked once;
+        rows that do not verify are passed over (operations.audit.genuine)."""
+        found = self.judge.problem(newest)
+        if found is None:
+            return newest.pk
+        genuine.add_skipped(self.plan.skipped, found)
+        same = signed.filter(size=newest.size, tree=newest.tree, chain_head=newest.chain_head, pk__lt=newest.pk)
+        try:
+            earlier = genuine.first_genuine(same.order_by("-pk"), judge=self.judge, skipped=self.plan.skipped)
+        except genuine.TooManySkipped as exc:
+            raise ExportError(str(exc)) from None
+        return None if earlier is None else earlier.pk
 
 
 def _full(plan: ExportPlan) -> Iterator[bytes]:

@@ -1,9 +1,12 @@
 """Health checks of the audit log, shown on the system panel.
 
-- the append-only triggers are installed and ENABLE ALWAYS (PostgreSQL);
+- the append-only triggers are installed and ENABLE ALWAYS (PostgreSQL), the archive ledger's
+  owner-only insert guard among them;
 - the runtime database role neither owns the audit tables nor is a superuser - either could drop
   the triggers, leaving only the signed checkpoints to reveal tampering;
-- checkpoints are being signed: the newest is recent, and no signer reports a failed verification;
+- checkpoints are being signed: the newest genuine one is recent, and no signer reports a failed
+  verification or checkpoint rows it had to pass over because they do not verify;
+- every archive ledger row is recorded in the log itself (operations.audit.ledger);
 - pending entries join the Merkle tree promptly (the integration lag).
 """
 
@@ -16,14 +19,21 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from operations.audit import integrate, witness
-from operations.models import AuditCheckpoint, ProcessHeartbeat
+from operations.audit import checkpoints, integrate, ledger, witness
+from operations.models import ProcessHeartbeat
 
 AUDIT_TABLES = (
     "operations_auditentry",
     "operations_auditcheckpoint",
     "operations_audittreenode",
     "operations_auditcosignature",
+    "operations_auditarchive",
+)
+# Every audit table refuses UPDATE/DELETE and TRUNCATE; the archive ledger also guards its INSERTs.
+EXPECTED_TRIGGERS = frozenset(
+    [f"{table}_no_change" for table in AUDIT_TABLES]
+    + [f"{table}_no_truncate" for table in AUDIT_TABLES]
+    + ["operations_auditarchive_owner_only"]
 )
 # The system panel turns red when the newest checkpoint is older than this many intervals.
 STALE_INTERVALS = 3
@@ -40,7 +50,14 @@ class HealthCheck:
 
 def audit_protection_checks() -> list[HealthCheck]:
     """Whether the audit log is protected and checkpointed, one line per concern."""
-    return [*_database_checks(), _checkpoint_check(), _integration_check(), *_witness_checks()]
+    return [
+        *_database_checks(),
+        _checkpoint_check(),
+        _checkpoint_rows_check(),
+        _ledger_check(),
+        _integration_check(),
+        *_witness_checks(),
+    ]
 
 
 def _witness_checks() -> list[HealthCheck]:
@@ -73,7 +90,8 @@ def _database_checks() -> list[HealthCheck]:
             HealthCheck(
                 "append-only triggers",
                 False,
-                "SQLite has no append-only triggers: use PostgreSQL for a protected audit log",
+                "SQLite has no append-only triggers and no roles: whoever can write the database file can "
+                "change entries, checkpoints and the archive ledger; use PostgreSQL for a protected audit log",
             )
         ]
     checks: list[HealthCheck] = []
@@ -92,12 +110,12 @@ def _database_checks() -> list[HealthCheck]:
             [list(AUDIT_TABLES)],
         )
         triggers = dict(cursor.fetchall())
-    armed = len(triggers) == 2 * len(AUDIT_TABLES) and all(state == "A" for state in triggers.values())
+    armed = set(triggers) >= EXPECTED_TRIGGERS and all(triggers[name] == "A" for name in EXPECTED_TRIGGERS)
     checks.append(
         HealthCheck(
             "append-only triggers",
             armed,
-            "UPDATE, DELETE and TRUNCATE are refused (ENABLE ALWAYS)"
+            "UPDATE, DELETE and TRUNCATE are refused, and only the owner adds to the archive ledger (ENABLE ALWAYS)"
             if armed
             else f"triggers missing or not ENABLE ALWAYS: {sorted(triggers.items())}",
         )
@@ -140,16 +158,65 @@ def _checkpoint_check() -> HealthCheck:
             False,
             f"{failing[0].name} refuses to sign: {str(failing[0].info.get('error'))[:300]}",
         )
-    newest = (
-        AuditCheckpoint.objects.filter(log=settings.AUDIT_LOG_NAME).order_by("-signed_at").values("size", "signed_at")
-    ).first()
+    try:
+        keys = checkpoints.trusted_keys()
+    except checkpoints.CheckpointError:
+        keys = []  # then only what needs no key is checked (operations.audit.genuine)
+    try:
+        newest = checkpoints.latest_genuine_checkpoint(keys=keys)
+    except checkpoints.CheckpointError as exc:
+        return HealthCheck("audit checkpoints", False, str(exc))
     if newest is None:
         return HealthCheck(
             "audit checkpoints", False, "no checkpoint signed yet: run the signer (manage.py audit_checkpoint --loop)"
         )
-    age = (now - newest["signed_at"]).total_seconds()
+    age = (now - newest.signed_at).total_seconds()
     ok = age <= STALE_INTERVALS * interval.total_seconds()
-    message = f"newest checkpoint signed {int(age)} s ago, covering {newest['size']} entries"
+    message = f"newest checkpoint signed {int(age)} s ago, covering {newest.size} entries"
     if not ok:
         message += " - is the signer (manage.py audit_checkpoint --loop) running?"
     return HealthCheck("audit checkpoints", ok, message)
+
+
+def _fresh_signer_beats() -> list[ProcessHeartbeat]:
+    interval = timedelta(seconds=settings.AUDIT_CHECKPOINT_INTERVAL_S)
+    since = timezone.now() - STALE_INTERVALS * interval
+    return [
+        beat
+        for beat in ProcessHeartbeat.objects.filter(kind="signer", last_seen_at__gte=since)
+        if isinstance(beat.info, dict)
+    ]
+
+
+def _checkpoint_rows_check() -> HealthCheck:
+    """Checkpoint rows the signer passed over because they do not verify: someone who can write the
+    database inserted them (operations.audit.genuine). Signing and exports go on without them."""
+    for beat in _fresh_signer_beats():
+        skipped = beat.info.get("skipped_checkpoints") or []
+        if skipped:
+            count = beat.info.get("skipped_count") or len(skipped)
+            return HealthCheck(
+                "audit checkpoint rows",
+                False,
+                f"{beat.name} passed over {count} checkpoint rows that do not verify (forged?), e.g. "
+                f"{str(skipped[0])[:200]} - exports leave them out; find out who wrote them",
+            )
+    return HealthCheck("audit checkpoint rows", True, "the signer found no checkpoint row that does not verify")
+
+
+def _ledger_check() -> HealthCheck:
+    found = ledger.read(settings.AUDIT_LOG_NAME)
+    if found.problems:
+        return HealthCheck(
+            "audit archive ledger",
+            False,
+            f"tampering: {'; '.join(found.problems)[:400]} - such a row vouches for nothing and removes nothing",
+        )
+    archives = len(found.vouched) + len(found.pending)
+    return HealthCheck(
+        "audit archive ledger",
+        True,
+        f"{archives} archived ranges, each recorded in the log (audit.archived)"
+        if archives
+        else "nothing archived yet",
+    )

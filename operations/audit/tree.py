@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import Max, Q
+from django.db.models import Q
 
 from operations import fastsql
 from operations.audit.verify import merkle
-from operations.models import AuditArchive, AuditTreeNode
+from operations.models import AuditTreeNode
 
 _SQLITE_NODES_PER_QUERY = 300
 NODES_SQL = (
@@ -86,9 +86,3 @@ def consistency_proof(*, log: str, old: int, new: int) -> list[bytes]:
     if old == 0 or old == new:
         return []
     return _range_hashes(log=log, ranges=merkle.consistency_ranges(old, new))
-
-
-def archived_upto(log: str) -> int:
-    """The size up to which entries were archived and pruned (0 when none were): the tree's nodes
-    still cover them, their bodies are in the archive files."""
-    return AuditArchive.objects.filter(log=log).aggregate(last=Max("last_seq"))["last"] or 0

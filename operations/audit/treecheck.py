@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from operations.audit import tree
+from operations.audit import genuine, ledger, tree
 from operations.audit import verify as av
 from operations.audit.chaincheck import StoredEntry, feed_stored_entry, iter_entries, stored_bytes
 from operations.audit.integrate import chain_size
@@ -45,7 +45,7 @@ def verify_tree_anchor(checkpoint: AuditCheckpoint, keys: list[av.VerifierKey]) 
     if root.hex() != note.head:
         detail = f"the stored tree of size {checkpoint.size} no longer gives its signed root"
         raise av.VerifyFailure(av.HASH_MISMATCH, detail, seq=checkpoint.size)
-    if checkpoint.size > tree.archived_upto(checkpoint.log):
+    if checkpoint.size > ledger.archived_upto(checkpoint.log):
         # The entry at the signed size must still be there with its bytes: a log cut back to an
         # earlier size, or the last signed entry edited, stops the signer here.
         body = AuditEntry.objects.filter(log=checkpoint.log, seq=checkpoint.size).values_list("body", flat=True).first()
@@ -109,19 +109,39 @@ def verify_tree_segment(*, log: str, anchor: AuditCheckpoint | None, keys: list[
     return TreeSegment(size=size, root=root.hex(), entries=size - start)
 
 
-def verify_log(
-    *, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[tuple[int, str, bool]]
-) -> dict[str, object]:
+def verify_log(*, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[AuditCheckpoint]) -> dict[str, object]:
     """Every stored entry (bytes, chain links, columns) and every stored checkpoint (signature,
-    place, head or root), streaming; `checkpoints` are (size, note, plain tree?) in (size,
-    insertion) order.
-    Entries after the newest checkpoint and pending ones are normal here: counted."""
+    place, head or root), streaming; `checkpoints` in (size, insertion) order. Entries after the
+    newest checkpoint and pending ones are normal here: counted.
+
+    Checkpoint rows that are not the signer's (operations.audit.genuine) are passed over, so one
+    forged row does not hide what the rest of the log says, and reported after everything else
+    verified; so are archive ledger rows the log does not record (operations.audit.ledger)."""
     verifier = av.TreeVerifier(keys=keys, log=log, scope="full", strict=True, require_consistency=False)
     verifier.allow_unsigned_tail = True
     assert verifier.chain is not None
     verifier.chain.allow_unsigned_tail = True
     chained = chain_size(log)
-    start = tree.archived_upto(log)
+    archives = ledger.read(log)
+    start = archives.upto
+    skipped: list[genuine.Skipped] = []
+    judge = genuine.Judge(log=log, keys=keys)
+    line = 0
+
+    def feed(row: AuditCheckpoint) -> None:
+        # The signature is the verifier's to check (once); a row that fails it, like one whose note
+        # is malformed or disagrees with its columns, changed nothing in the verifier yet.
+        found = judge.problem(row, signature=False)
+        if found is None:
+            try:
+                verifier.checkpoint(row.note, number=line)
+            except av.VerifyFailure as exc:
+                if exc.reason not in (av.BAD_SIGNATURE, av.UNKNOWN_KEY):
+                    raise
+                found = genuine.Skipped(row.pk, row.size, exc.reason, exc.detail)
+        if found is not None:
+            skipped.append(found)
+
     if start:
         # Entries up to `start` are in archive files (verified when written, and by the offline
         # verifier with the archives); here the log continues from the tree's stored right edge.
@@ -129,16 +149,15 @@ def verify_log(
         verifier.switched = True
     pending = checkpoints
     upcoming = next(pending, None)
-    line = 0
-    while upcoming is not None and (upcoming[0] == 0 or upcoming[0] < start):
+    while upcoming is not None and (upcoming.size == 0 or upcoming.size < start):
         if not start:
-            verifier.checkpoint(upcoming[1], number=line)
+            feed(upcoming)
         upcoming = next(pending, None)
     if start:
         # Of the checkpoints at the archived size, only the tree's: the chain and the switch are archived.
-        while upcoming is not None and upcoming[0] == start:
-            if upcoming[2]:
-                verifier.checkpoint(upcoming[1], number=line)
+        while upcoming is not None and upcoming.size == start:
+            if upcoming.tree and not upcoming.chain_head:
+                feed(upcoming)
             upcoming = next(pending, None)
     for row in iter_entries(log=log, after=start):
         line += 1
@@ -152,18 +171,33 @@ def verify_log(
         else:
             check_stored_entry(verifier, row, chained=chained)
             verifier.entry(row.body, number=line)
-        while upcoming is not None and upcoming[0] <= row.seq:
-            verifier.checkpoint(upcoming[1], number=line)
+        while upcoming is not None and upcoming.size <= row.seq:
+            feed(upcoming)
             upcoming = next(pending, None)
-    if upcoming is not None:
+    while upcoming is not None:
         # A checkpoint signed a size the stored log does not reach: entries were removed.
-        verifier.checkpoint(upcoming[1], number=line)
+        feed(upcoming)
+        upcoming = next(pending, None)
     head = AuditHead.objects.filter(log=log).values_list("seq", "head_hash").first()
     if not start and head is not None and head != (verifier.chain.head_seq, verifier.chain.head):
         raise av.VerifyFailure(
             av.LINK_BREAK,
             f"the head row (seq {head[0]}) disagrees with the stored chain (seq {verifier.chain.head_seq})",
             seq=head[0],
+        )
+    if skipped:
+        rows = "; ".join(str(row) for row in skipped[:5])
+        raise av.VerifyFailure(
+            skipped[0].reason,
+            f"{len(skipped)} checkpoint rows are not the signer's (forged, or signed by a key missing from the "
+            f"trusted keys): {rows}; everything else verified ({verifier.entries} entries)",
+            seq=skipped[0].size,
+        )
+    if archives.problems:
+        raise av.VerifyFailure(
+            ledger.UNRECORDED_ARCHIVE,
+            "; ".join(archives.problems) + f"; everything else verified ({verifier.entries} entries)",
+            seq=None,
         )
     newest = verifier.last_note
     return {

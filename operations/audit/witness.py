@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
-from operations.audit import checkpoints, tree
+from operations.audit import checkpoints, genuine, tree
 from operations.audit import verify as av
 from operations.audit.verify import merkle
 from operations.models import AuditCheckpoint, AuditCosignature
@@ -94,15 +94,20 @@ def _check_consistent(last: av.Note, note: av.Note) -> None:
 
 
 def cosign_newest(*, key: Ed25519PrivateKey, name: str, state: Path, now: datetime | None = None) -> Cosigned:
-    """Cosign the newest tree checkpoint of the log after the checks above; remember it."""
-    checkpoint = AuditCheckpoint.objects.filter(log=settings.AUDIT_LOG_NAME, tree=True).order_by("-size", "-pk").first()
-    if checkpoint is None:
-        raise WitnessRefused("the log has no tree checkpoint yet")
-    note = av.parse_note(checkpoint.note)
+    """Cosign the newest tree checkpoint of the log after the checks above; remember it. Checkpoint
+    rows whose log signature does not verify are passed over (anyone who may write the database
+    may insert one), never cosigned, never a reason to stop cosigning genuine ones."""
+    keys = checkpoints.trusted_keys()
+    if not keys:
+        raise WitnessRefused("no log key to check checkpoints with: set AUDIT_VERIFIER_KEYS_FILE")
+    candidates = AuditCheckpoint.objects.filter(log=settings.AUDIT_LOG_NAME, tree=True).order_by("-size", "-pk")
     try:
-        av.check_note_signature(note, checkpoints.trusted_keys())
-    except av.VerifyFailure as exc:
-        raise WitnessRefused(f"the checkpoint's log signature: {exc.reason}: {exc.detail}") from None
+        checkpoint = genuine.first_genuine(candidates, judge=genuine.Judge(log=settings.AUDIT_LOG_NAME, keys=keys))
+    except genuine.TooManySkipped as exc:
+        raise WitnessRefused(str(exc)) from None
+    if checkpoint is None:
+        raise WitnessRefused("the log has no tree checkpoint its keys signed yet")
+    note = av.parse_note(checkpoint.note)
     last = _remembered(state)
     if last is not None:
         _check_consistent(last, note)
@@ -138,17 +143,19 @@ def notes_with_cosignatures(pks: list[int]) -> dict[int, str]:
     return {pk: note + extra.get(pk, "") for pk, note in notes.items()}
 
 
-def newest_witnessed(*, log: str, upto: AuditCheckpoint) -> AuditCheckpoint | None:
-    """The largest tree checkpoint, no later than `upto`, that some witness cosigned."""
-    pk = (
-        AuditCosignature.objects.filter(
-            checkpoint__log=log, checkpoint__tree=True, checkpoint__pk__lte=upto.pk, checkpoint__size__lte=upto.size
-        )
-        .order_by("-checkpoint__size", "-checkpoint__pk")
-        .values_list("checkpoint_id", flat=True)
-        .first()
+def newest_witnessed(
+    *, log: str, upto: AuditCheckpoint, keys: list[av.VerifierKey], skipped: list[genuine.Skipped] | None = None
+) -> AuditCheckpoint | None:
+    """The largest genuine tree checkpoint, no later than `upto`, that some witness cosigned."""
+    candidates = (
+        AuditCheckpoint.objects.filter(log=log, tree=True, pk__lte=upto.pk, size__lte=upto.size)
+        .filter(pk__in=AuditCosignature.objects.values("checkpoint_id"))
+        .order_by("-size", "-pk")
     )
-    return None if pk is None else AuditCheckpoint.objects.get(pk=pk)
+    try:
+        return genuine.first_genuine(candidates, judge=genuine.Judge(log=log, keys=keys), skipped=skipped)
+    except genuine.TooManySkipped:
+        return None  # the export then carries no witnessed checkpoint; the verifier says UNWITNESSED
 
 
 @dataclass(frozen=True)

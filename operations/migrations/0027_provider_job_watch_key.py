@@ -50,7 +50,7 @@ def backfill_watch_keys(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('operations', '0025_profile_backoff_multiplier_range'),
+        ('operations', '0026_audit_archive_ledger'),
     ]
 
     operations = [

@@ -39,6 +39,8 @@ class AuditEntry(models.Model):
             models.Index(fields=["operation_id", "seq"], name="audit_operation_idx"),
             models.Index(fields=["at"], name="audit_at_idx"),
             models.Index(fields=["log", "id"], name="audit_pending_idx", condition=models.Q(seq__isnull=True)),
+            # The archive ledger's records (operations.audit.ledger), found without reading the log.
+            models.Index(fields=["log", "seq"], name="audit_archived_idx", condition=models.Q(type="audit.archived")),
         ]
 
     def __str__(self) -> str:
@@ -129,8 +131,12 @@ class AuditCosignature(models.Model):
 class AuditArchive(models.Model):
     """A sealed range of the log (entries first_seq..last_seq, their checkpoints and the tree's edge)
     written and verified by `manage.py archive`, then pruned from the database in chunks by the
-    guarded function pollerdash_audit_prune (operations/migrations/0019, 0021). The tree nodes
-    stay: proofs for the entries still here keep working."""
+    guarded function pollerdash_audit_prune (operations/migrations/0019, 0021, 0026). The tree nodes
+    stay: proofs for the entries still here keep working.
+
+    A row is only a claim: it counts when the log records it too (an integrated `audit.archived`
+    entry with the same fields, operations.audit.ledger). On PostgreSQL only the table's owner may
+    insert one, and nobody may change or delete one (migration 0026)."""
 
     log = models.CharField(max_length=200)
     first_seq = models.BigIntegerField()

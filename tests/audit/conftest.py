@@ -7,15 +7,23 @@ the tamper tests start from genuine bytes (format 2, test_audit_tree_verifier.py
     e9..e11, consistency(8, 11), cp(11, the closing checkpoint)
 
 with the checkpoints a minute apart on the injected clock (the last one at T0 + 4 min).
+
+`app_role` (PostgreSQL) is the application role of the README, with exactly its grants, for
+attacks run as what every pollerdash process runs as: `app_role.run(sql)` for one statement,
+`with app_role.session():` for application code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import DatabaseError, connection, transaction
 
 from operations.audit import checkpoints
 from operations.audit import verify as av
@@ -70,3 +78,55 @@ def verify(tmp_path: Path, keys_file: Path) -> Callable[..., tuple[int, dict]]:
         return av.run([str(path), "--keys", str(keys or keys_file), *args])
 
     return run
+
+
+@dataclass
+class AppRole:
+    """A PostgreSQL role with exactly the README's grants ("Database roles"): it neither owns the
+    audit tables nor is a superuser, as every pollerdash process runs in production."""
+
+    name: str
+
+    def run(self, sql: str, params: Sequence[object] | None = None) -> str:
+        """One statement as this role, in a savepoint: "allowed", or the database's refusal."""
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL ROLE {self.name}")
+                cursor.execute(sql, params)
+                cursor.execute("RESET ROLE")
+        except DatabaseError as exc:
+            return str(exc)
+        return "allowed"
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Application code (Python) run as this role; the test's own role again afterwards."""
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET ROLE {self.name}")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET ROLE")
+
+
+@pytest.fixture
+def app_role(db: None) -> AppRole:
+    """The application role of the README, created inside the test's transaction (roles are
+    transactional in PostgreSQL: the test's rollback drops it again). PostgreSQL only."""
+    if connection.vendor != "postgresql":
+        pytest.skip("database roles are PostgreSQL's")
+    role = AppRole(f"pd_app_{uuid.uuid4().hex[:10]}")
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role.name} NOLOGIN")
+        for grant in README_GRANTS:
+            cursor.execute(grant.format(role=role.name))
+    return role
+
+
+# README.md, "Database roles": what the application role is given, word for word.
+README_GRANTS = (
+    "GRANT USAGE ON SCHEMA public TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
+    "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
+)

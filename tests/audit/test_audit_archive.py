@@ -41,7 +41,10 @@ def test_archives_and_a_newer_export_verify_together_and_a_missing_or_altered_ra
     store = tmp_path / "archive"
     assert "archived audit entries 1-4" in run_archive("2026-12-01T10:01:00Z", store)  # before entries 5-8
     assert "archived audit entries 5-8" in run_archive("2026-12-01T10:02:00Z", store)  # then up to 8
-    assert list(AuditEntry.objects.exclude(seq=None).order_by("seq").values_list("seq", flat=True)) == [9, 10, 11, 12]
+    # 12 and 13: the two audit.archived entries, each signed before its range was removed.
+    assert list(AuditEntry.objects.exclude(seq=None).order_by("seq").values_list("seq", flat=True)) == [
+        9, 10, 11, 12, 13,
+    ]  # fmt: skip
     assert list(AuditArchive.objects.order_by("last_seq").values_list("first_seq", "last_seq")) == [(1, 4), (5, 8)]
     bodies = AuditEntry.objects.filter(type="audit.archived").order_by("pk").values_list("body", flat=True)
     recorded = [json.loads(bytes(body))["data"] for body in bodies]
@@ -85,8 +88,10 @@ def test_a_prune_interrupted_midway_leaves_a_valid_log_and_the_next_run_finishes
     sample_export, keys_file, verify, tmp_path, monkeypatch
 ):
     store = tmp_path / "archive"
-    done = archive.archive_before(before=T0 + timedelta(minutes=2), storage=FileSystemStorage(location=store))
+    storage = FileSystemStorage(location=store)
+    done = archive.archive_before(before=T0 + timedelta(minutes=2), storage=storage)
     assert (done.first_seq, done.last_seq) == (1, 8)
+    checkpoints.sign_checkpoint()  # the audit.archived entry (12), signed: what the prune waits for
     real_prune = archive._prune
     chunks: list[int] = []
 
@@ -100,14 +105,14 @@ def test_a_prune_interrupted_midway_leaves_a_valid_log_and_the_next_run_finishes
 
     monkeypatch.setattr(archive, "_prune", killed_in_second_chunk)
     with pytest.raises(DatabaseError):
-        archive.prune_archived(chunk=3)
+        archive.prune_archived(chunk=3, storage=storage)
     monkeypatch.undo()
     assert chunks == [3, 6]
 
     def stored() -> list[int]:
         return list(AuditEntry.objects.exclude(seq=None).order_by("seq").values_list("seq", flat=True))
 
-    assert stored() == [4, 5, 6, 7, 8, 9, 10, 11]  # 1-3 went; 4-6 rolled back whole
+    assert stored() == [4, 5, 6, 7, 8, 9, 10, 11, 12]  # 1-3 went; 4-6 rolled back whole
 
     # Midway, the database verifies, a full export continues the archive, and the entries archived
     # but still stored are proven like any other.
@@ -125,13 +130,13 @@ def test_a_prune_interrupted_midway_leaves_a_valid_log_and_the_next_run_finishes
     # The next run has nothing new to archive and removes what the interrupted prune left.
     output = run_archive("2026-12-01T10:02:00Z", store)
     assert "no audit entries old enough" in output and "removed 5 archived audit entries" in output
-    assert stored() == [9, 10, 11, 12]  # 12: the audit.archived entry, integrated by the run's checkpoint
+    assert stored() == [9, 10, 11, 12]  # 12: the audit.archived entry
     with pytest.raises(ExportError):
         stream_export(operation_id=OP_A)
     newer.write_bytes(b"".join(stream_export()))
     status, result = av.run([str(archived), str(newer), "--keys", str(keys_file)])
     assert status == 0 and result["entries"] == 12, result
-    assert archive.prune_archived() == 0
+    assert archive.prune_archived(storage=storage).removed == 0
 
 
 def test_an_archive_that_does_not_read_back_removes_nothing(sample_export, tmp_path, monkeypatch):
@@ -146,21 +151,9 @@ def test_an_archive_that_does_not_read_back_removes_nothing(sample_export, tmp_p
 
 
 @pytest.mark.postgres
-def test_the_application_role_cannot_prune(sample_export, tmp_path):
-    role = f"pd_app_{uuid.uuid4().hex[:10]}"
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
-        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
-
+def test_the_application_role_cannot_prune(sample_export, tmp_path, app_role):
     def as_app(sql: str) -> str:
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(f"SET LOCAL ROLE {role}")
-                cursor.execute("SELECT set_config('pollerdash.audit_prune', 'pollerdash/audit', true)")
-                cursor.execute(sql)
-        except DatabaseError as exc:
-            return str(exc)
-        return "allowed"
+        return app_role.run(f"SELECT set_config('pollerdash.audit_prune', 'pollerdash/audit', true); {sql}")
 
     assert "append-only" in as_app("DELETE FROM operations_auditentry WHERE seq <= 4")
     assert "permission denied" in as_app("SELECT pollerdash_audit_prune('pollerdash/audit', 4)")
@@ -170,10 +163,11 @@ def test_the_application_role_cannot_prune(sample_export, tmp_path):
         with pytest.raises(DatabaseError, match="not archived"), transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SELECT {call}")
     archive.archive_before(before=T0 + timedelta(minutes=1), storage=FileSystemStorage(location=tmp_path))  # 1-4
+    checkpoints.sign_checkpoint()
     with pytest.raises(DatabaseError, match="not archived"), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pollerdash_audit_prune('pollerdash/audit', 5, 4)")  # a chunk past the archive
     assert "append-only" in as_app("DELETE FROM operations_auditentry WHERE seq <= 4")
-    assert AuditEntry.objects.exclude(seq=None).count() == 11
+    assert AuditEntry.objects.exclude(seq=None).count() == 12
 
 
 def test_finished_work_past_retention_goes_and_open_work_stays(
@@ -220,25 +214,34 @@ def test_an_archive_needs_no_signing_key_it_seals_at_the_signers_checkpoint(
         run_archive("2026-12-01T10:02:00Z", tmp_path / "store")  # nothing to verify the archive with
     assert not AuditArchive.objects.exists() and AuditEntry.objects.exclude(seq=None).count() == 11
     settings.AUDIT_VERIFIER_KEYS_FILE = str(keys_file)  # the public key line only
-    assert "archived audit entries 1-8" in run_archive("2026-12-01T10:02:00Z", tmp_path / "store")
+    out = StringIO()
+    call_command(
+        "archive", "--before", "2026-12-01T10:02:00Z", "--to", str(tmp_path / "store"), "--wait-for-signer", "0",
+        stdout=out,
+    )  # fmt: skip
+    assert "archived audit entries 1-8" in out.getvalue()
     assert AuditCheckpoint.objects.count() == signed  # sealed at a checkpoint the signer had signed
-    assert list(AuditEntry.objects.exclude(seq=None).values_list("seq", flat=True).order_by("seq")) == [9, 10, 11]
+    # Its record (entry 12) is not signed yet, so the entries stay until the signer's next checkpoint.
+    assert "entries 1-8 stay until the signer's checkpoint covers their audit.archived entry" in out.getvalue()
+    assert list(AuditEntry.objects.exclude(seq=None).values_list("seq", flat=True).order_by("seq"))[:8] == [
+        1, 2, 3, 4, 5, 6, 7, 8,
+    ]  # fmt: skip
 
 
 @pytest.mark.postgres
-def test_archive_as_the_application_role_writes_the_archive_and_says_which_role_prunes(sample_export, tmp_path):
-    role = f"pd_app_{uuid.uuid4().hex[:10]}"
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
-        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
-        cursor.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
-        cursor.execute(f"SET ROLE {role}")
-    try:
-        with pytest.raises(CommandError, match="DATABASE_URL naming the database owner"):
-            run_archive("2026-12-01T10:01:00Z", tmp_path / "store")
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET ROLE")
-    assert list(AuditArchive.objects.values_list("first_seq", "last_seq")) == [(1, 4)]  # written and recorded
+def test_archive_as_the_application_role_writes_nothing_and_says_which_role_to_use(sample_export, tmp_path, app_role):
+    # Only the owner records archives (the ledger's trigger), so the application role is stopped
+    # before it writes a file no row could ever vouch for.
+    store = tmp_path / "store"
+    with app_role.session(), pytest.raises(CommandError, match="DATABASE_URL naming the database owner"):
+        run_archive("2026-12-01T10:01:00Z", store)
+    assert not AuditArchive.objects.exists() and not (store.exists() and any(store.iterdir()))
     assert AuditEntry.objects.filter(seq__lte=4).count() == 4  # nothing removed
-    assert "removed 4 archived audit entries" in run_archive("2026-12-01T10:01:00Z", tmp_path / "store")  # the owner
+    output = run_archive("2026-12-01T10:01:00Z", store)  # the owner
+    assert "archived audit entries 1-4" in output and "removed 4 archived audit entries" in output
+    # And an archive the owner recorded is not removed by the application role either.
+    archive.archive_before(before=T0 + timedelta(minutes=2), storage=FileSystemStorage(location=store))
+    checkpoints.sign_checkpoint()
+    with app_role.session(), pytest.raises(CommandError, match="PRUNE STOPPED.*database owner"):
+        run_archive("2026-12-01T10:02:00Z", store)
+    assert AuditEntry.objects.filter(seq__gte=5, seq__lte=8).count() == 4

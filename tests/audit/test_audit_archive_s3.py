@@ -1,11 +1,12 @@
 """`manage.py archive` to an S3-compatible bucket (settings `AUDIT_ARCHIVE_S3_*`, django-storages),
 against a real S3 API served on 127.0.0.1 (moto's server): the archive lands in the bucket, is
-read back from it before anything is removed, verifies offline with a newer export, and never
-replaces an object already there."""
+read back from it (and again, verified, just before the prune) before anything is removed,
+verifies offline with a newer export, and never replaces an object already there."""
 
 from __future__ import annotations
 
 import socket
+from datetime import timedelta
 from io import StringIO
 
 import boto3
@@ -13,10 +14,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from moto.server import ThreadedMotoServer
 
+from operations.audit import archive, checkpoints
 from operations.audit import verify as av
 from operations.audit.export import stream_export
 from operations.models import AuditArchive, AuditEntry
 from pollerdash.storage import s3_audit_archive
+from tests.support import T0
 
 pytestmark = pytest.mark.django_db
 
@@ -79,3 +82,19 @@ def test_a_bucket_that_refuses_the_archive_stops_the_command_before_anything_is_
     ):
         call_command("archive", "--before", "2026-12-01T10:01:00Z", stdout=StringIO())
     assert not AuditArchive.objects.exists() and AuditEntry.objects.exclude(seq=None).count() == 11
+
+
+def test_an_archive_replaced_in_the_bucket_before_the_prune_removes_nothing(sample_export, keys_file, bucket):
+    # The prune reads the archive back from the bucket and verifies it first, whatever the backend:
+    # an object replaced after it was recorded (here with an older, shorter range) stops it.
+    storage = archive.archive_storage()
+    done = archive.archive_before(before=T0 + timedelta(minutes=2), storage=storage)
+    checkpoints.sign_checkpoint()  # its audit.archived entry, signed
+    key = f"audit/{done.name}"
+    original = bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    bucket.put_object(Bucket=BUCKET, Key=key, Body=original.replace(b'"decision":"wait"', b'"decision":"done"', 1))
+    with pytest.raises(archive.ArchiveError, match="reads back differently.*does not verify"):
+        archive.prune_archived(storage=storage)
+    assert AuditEntry.objects.filter(seq__lte=8).count() == 8
+    bucket.put_object(Bucket=BUCKET, Key=key, Body=original)
+    assert archive.prune_archived(storage=storage).removed == 8

@@ -103,16 +103,20 @@ def test_the_signer_never_signs_a_smaller_size(signing_key, clock):
     assert list(AuditCheckpoint.objects.order_by("pk").values_list("size", flat=True)) == [0, 5]
 
 
-def test_a_forged_checkpoint_row_is_not_trusted_as_the_anchor(signing_key, clock):
+def test_a_forged_checkpoint_row_is_passed_over_not_trusted_as_the_anchor(signing_key, clock):
+    # Anyone who may write the database may insert a checkpoint row: the signer neither trusts it
+    # nor stops signing for good because of it (issue 24); it says which rows it passed over.
     append_entries(2)
     good = checkpoints.sign_checkpoint()
-    AuditCheckpoint.objects.create(
+    forged = AuditCheckpoint.objects.create(
         log=good.log, size=2, head_hash=good.head_hash, signed_at=T0, key_id="00000000",
         note=good.note.replace("— pollerdash/audit ", "— pollerdash/audit AAAA"),
     )  # fmt: skip
     append_entries(1, start=3)
-    with pytest.raises(checkpoints.CheckpointRefused):
-        checkpoints.sign_checkpoint()
+    skipped: list = []
+    signed = checkpoints.sign_checkpoint(skipped=skipped)
+    assert signed.size == 3 and [row.pk for row in skipped] == [forged.pk]
+    assert skipped[0].reason == av.UNKNOWN_KEY  # its signature line names no key the log trusts
 
 
 def test_a_racing_signer_cannot_make_the_size_go_backwards(signing_key, clock, monkeypatch):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -75,12 +77,13 @@ def test_audit_export_output_paths(sample_export, tmp_path, keys_file):
         call_command("audit_export", "-o", str(tmp_path / "missing" / "x.jsonl"), stderr=StringIO())
     assert AuditCheckpoint.objects.count() == signed  # a bad path costs no checkpoint
 
-    # A symlink stays a symlink; its target gets the export.
+    # With --follow-symlinks a symlink stays a symlink; its target gets the export (without the
+    # option a link is refused: test_audit_export_refuses_a_planted_symlink).
     real = tmp_path / "real.jsonl"
     real.write_text("old")
     link = tmp_path / "link.jsonl"
     link.symlink_to(real)
-    call_command("audit_export", "-o", str(link), stderr=StringIO())
+    call_command("audit_export", "-o", str(link), "--follow-symlinks", stderr=StringIO())
     assert link.is_symlink() and av.run([str(real), "--keys", str(keys_file)])[0] == 0
 
     # A named pipe is written through, not replaced by a regular file.
@@ -206,3 +209,72 @@ def test_audit_export_does_not_follow_a_planted_temporary_name(sample_export, tm
     assert planted.is_symlink() and not path.is_symlink()
     assert av.run([str(path), "--keys", str(keys_file)])[0] == 0
     assert {p.name for p in shared.iterdir()} == {"victim.txt", "incident.jsonl", ".incident.jsonl.partial"}
+
+
+def test_audit_export_refuses_a_planted_symlink(sample_export, tmp_path, keys_file):
+    # Issue 24, item 10: someone who can write a shared directory plants the export's name as a link
+    # to a file of the reviewer's (or to one they can read): nothing is written through it.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    victim.chmod(0o644)
+    path = shared / "incident.jsonl"
+    path.symlink_to(victim)
+    with pytest.raises(CommandError, match=f"{path} is a symbolic link; refusing to follow it"):
+        call_command("audit_export", "-o", str(path), stderr=StringIO())
+    assert victim.read_text() == "keep me" and path.is_symlink()
+    assert [p.name for p in shared.iterdir()] == ["incident.jsonl"]  # no temporary left behind
+    # A dangling link (pointing where the planter wants a new file) is refused the same way.
+    dangling = shared / "other.jsonl"
+    dangling.symlink_to(tmp_path / "made-by-the-export.jsonl")
+    with pytest.raises(CommandError, match="is a symbolic link"):
+        call_command("audit_export", "-o", str(dangling), stderr=StringIO())
+    assert not (tmp_path / "made-by-the-export.jsonl").exists()
+    # Asked for, the link is followed: its target gets the export, keeps its mode, the link stays.
+    call_command("audit_export", "-o", str(path), "--follow-symlinks", stderr=StringIO())
+    assert path.is_symlink() and victim.stat().st_mode & 0o777 == 0o644
+    assert av.run([str(victim), "--keys", str(keys_file)])[0] == 0
+
+
+def test_a_symlink_planted_after_the_check_is_replaced_not_followed(sample_export, tmp_path, keys_file, monkeypatch):
+    # The race: the name is a plain file when checked and a link when the export lands. The rename
+    # replaces the link itself (never its target), and the link lends the export no mode.
+    from operations.management.commands import audit_export
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    victim.chmod(0o666)
+    path = tmp_path / "incident.jsonl"
+    real_target = audit_export._target
+
+    def check_then_plant(target: Path, *, follow: bool) -> object:
+        checked = real_target(target, follow=follow)
+        target.symlink_to(victim)
+        return checked
+
+    monkeypatch.setattr(audit_export, "_target", check_then_plant)
+    call_command("audit_export", "-o", str(path), stderr=StringIO())
+    assert victim.read_text() == "keep me" and not path.is_symlink()
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert av.run([str(path), "--keys", str(keys_file)])[0] == 0
+
+
+def test_a_pipe_swapped_for_a_symlink_is_not_opened_through_it(sample_export, tmp_path, monkeypatch):
+    from operations.management.commands import audit_export
+
+    fifo, victim = tmp_path / "fifo", tmp_path / "victim.txt"
+    os.mkfifo(fifo)
+    victim.write_text("keep me")
+    real_target = audit_export._target
+
+    def check_then_swap(target: Path, *, follow: bool) -> object:
+        checked = real_target(target, follow=follow)
+        target.unlink()
+        target.symlink_to(victim)
+        return checked
+
+    monkeypatch.setattr(audit_export, "_target", check_then_swap)
+    with pytest.raises(CommandError, match="is a symbolic link now; refusing to follow it"):
+        call_command("audit_export", "-o", str(fifo), stderr=StringIO())
+    assert victim.read_text() == "keep me"

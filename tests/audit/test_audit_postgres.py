@@ -1,6 +1,6 @@
-"""PostgreSQL protections: the audit tables refuse UPDATE, DELETE and TRUNCATE - also for a
-superuser session that sets session_replication_role = replica - and the health check says when
-the runtime role could drop those triggers."""
+"""PostgreSQL protections: the audit tables (the archive ledger among them) refuse UPDATE, DELETE
+and TRUNCATE - also for a superuser session that sets session_replication_role = replica - and the
+health check says when the runtime role could drop those triggers."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from django.db import DatabaseError, DataError, connection, transaction
 from operations.audit import checkpoints
 from operations.audit import entries as audit
 from operations.audit.health import audit_protection_checks
-from operations.models import AuditEntry
+from operations.models import AuditArchive, AuditEntry
 from tests.audit.helpers import append_entries
+from tests.support import T0
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -35,6 +36,11 @@ STATEMENTS = {
         "DELETE FROM operations_audittreenode",
         "TRUNCATE operations_audittreenode",
     ],
+    "operations_auditarchive": [
+        "UPDATE operations_auditarchive SET last_seq = last_seq + 1",
+        "DELETE FROM operations_auditarchive",
+        "TRUNCATE operations_auditarchive",
+    ],
     "operations_auditcheckpoint": [
         "UPDATE operations_auditcheckpoint SET size = size + 1",
         "DELETE FROM operations_auditcheckpoint",
@@ -48,6 +54,11 @@ def audit_rows(signing_key: object, clock: object) -> None:
     append_entries(3)
     checkpoints.sign_checkpoint()
     append_entries(1, start=4)  # pending
+    # A ledger row (the owner may add one; row triggers fire only for rows there are).
+    AuditArchive.objects.create(
+        log="pollerdash/audit", first_seq=1, last_seq=2, name="a.jsonl", sha256="0" * 64, size_bytes=0,
+        root="0" * 64, archived_at=T0,
+    )  # fmt: skip
 
 
 def refused(statement: str, *, replica: bool) -> bool:
@@ -145,3 +156,10 @@ def test_appends_commit_after_a_refused_insert_and_on_a_new_connection(settings)
         second = decision()
     stored = dict(AuditEntry.objects.values_list("pk", "body"))
     assert stored == {first.pk: first.body, second.pk: second.body}
+
+
+def test_health_notices_a_disabled_archive_ledger_guard(audit_rows):
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE operations_auditarchive DISABLE TRIGGER operations_auditarchive_owner_only")
+    ok, message = names(audit_protection_checks())["append-only triggers"]
+    assert ok is False and "operations_auditarchive_owner_only" in message

@@ -79,8 +79,9 @@ def test_a_witness_refuses_a_rewritten_or_shrunk_log(signing_key, clock, witness
 
     integrate.integrate_all()
     AuditCheckpoint.objects.create(
-        log="pollerdash/audit", size=6, head_hash="ab" * 32, tree=True, signed_at=T0, key_id=kid.hex(), note=note
-    )
+        log="pollerdash/audit", size=6, head_hash="ab" * 32, tree=True, signed_at=T0 + timedelta(minutes=2),
+        key_id=kid.hex(), note=note,
+    )  # fmt: skip
     with pytest.raises(CommandError, match="NOT COSIGNED: the tree of size 6 is not consistent") as refused:
         cosign(witness_a)
     assert refused.value.returncode == 1
@@ -150,3 +151,17 @@ def test_the_system_panel_says_when_a_witness_falls_behind(signing_key, clock, w
     clock.move_to(T0 + timedelta(minutes=11), tick=False)
     late = {c.name: c for c in audit_protection_checks()}["audit witness witness-a"]
     assert late.ok is False and "behind" in late.message
+
+
+def test_a_witness_passes_over_a_forged_newest_checkpoint(signing_key, clock, witness_a):
+    # Anyone who may write the database may insert a checkpoint row; the witness cosigns the newest
+    # one the log's key signed instead of stopping at the forged one for good (issue 24).
+    append_entries(3)
+    genuine = checkpoints.sign_checkpoint()
+    bigger = genuine.note.replace("\n3\n", "\n1000\n", 1)
+    AuditCheckpoint.objects.create(
+        log="pollerdash/audit", size=1000, head_hash=genuine.head_hash, tree=True, signed_at=genuine.signed_at,
+        key_id=genuine.key_id, note=bigger,
+    )  # fmt: skip
+    assert "cosigned checkpoint of size 3 as witness-a" in cosign(witness_a)
+    assert AuditCosignature.objects.get().checkpoint_id == genuine.pk

@@ -7,15 +7,18 @@ else the export closes at the signer's newest checkpoint), then streams the head
 with their proofs and the checkpoints in
 bounded memory, to stdout or to FILE (a regular file is written beside it, under a fresh private
 name, and renamed when complete, so a failed export never leaves a plausible-looking partial file;
-the file keeps the mode of the one it replaces, and a new one is 0600; a symlink's target is
-replaced, the link kept; a pipe or device is written through; a FILE named *.gz is written
-compressed with gzip). Check it with
+the file keeps the mode of the one it replaces, and a new one is 0600; a FILE that is a symbolic
+link is refused - one planted in a shared directory would send the export wherever it points -
+unless --follow-symlinks, which writes the link's target and keeps the link; a pipe or device is
+written through, opened with O_NOFOLLOW; a FILE named *.gz is written compressed with gzip).
+Checkpoint rows that do not verify are left out and named on stderr. Check it with
 `pollerdash-audit-verify FILE --keys KEYS` (`manage.py audit_keys --all` prints the key lines).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import stat
@@ -28,7 +31,7 @@ from typing import BinaryIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from operations.audit import checkpoints
+from operations.audit import checkpoints, genuine
 from operations.audit import verify as av
 from operations.audit.export import VERSIONS, ExportError, stream_export
 
@@ -68,13 +71,19 @@ class Command(BaseCommand):
             " (a full export is format 2 either way)",
         )
         parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+        parser.add_argument(
+            "--follow-symlinks",
+            action="store_true",
+            help="when FILE is a symbolic link, write its target (refused by default)",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         since = _time(str(options["since"])) if options["since"] else None
         until = _time(str(options["until"])) if options["until"] else None
         output = options["output"]
         # Checked before anything is signed: a typo in the path must not cost a checkpoint.
-        target = _target(Path(str(output))) if output else None
+        target = _target(Path(str(output)), follow=bool(options["follow_symlinks"])) if output else None
+        skipped: list[genuine.Skipped] = []
         try:
             lines = stream_export(
                 operation_id=options["operation"],  # type: ignore[arg-type]
@@ -82,6 +91,7 @@ class Command(BaseCommand):
                 until=until,  # type: ignore[arg-type]
                 consistency_from=options["consistency_from"],  # type: ignore[arg-type]
                 version=options["format"],  # type: ignore[arg-type]
+                skipped=skipped,
             )
             count = self._write(lines, target)
         except (ExportError, checkpoints.CheckpointError, DatabaseError) as exc:
@@ -91,7 +101,15 @@ class Command(BaseCommand):
             sys.stdout = open(os.devnull, "w")  # Python flushes stdout again at exit
             raise CommandError("the reader closed the output early; the export is incomplete") from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise CommandError(f"{output} is a symbolic link now; refusing to follow it") from None
             raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from None
+        if skipped:
+            # The export holds only checkpoints the signer made; say what it left out, and where.
+            self.stderr.write(
+                f"skipped {len(skipped)} checkpoint rows that do not verify (forged?): "
+                + "; ".join(str(row) for row in skipped[:5])
+            )
         where = output or "standard output"
         self.stderr.write(
             f"exported {count} lines to {where}; verify: pollerdash-audit-verify FILE --keys KEYS "
@@ -101,7 +119,9 @@ class Command(BaseCommand):
     def _write(self, lines: object, target: _Target | None) -> int:
         count = 0
         if target is None or not target.atomic:
-            with open(target.path, "wb") if target else contextlib.nullcontext(sys.stdout.buffer) as raw:
+            # A pipe or device: opened without following a link planted there since the check.
+            writer = open(os.open(target.path, os.O_WRONLY | os.O_NOFOLLOW), "wb") if target else None
+            with writer or contextlib.nullcontext(sys.stdout.buffer) as raw:
                 with _maybe_gzip(raw, target) as out:
                     # `lines` was set above whenever this branch runs.
                     for line in lines:  # type: ignore[attr-defined]  # set above on this path
@@ -120,9 +140,13 @@ class Command(BaseCommand):
                         out.write(line)
                         count += 1
                 handle.flush()
-                # A file the operator made (e.g. 0600, or 0640 for an auditors' group) keeps its mode.
+                # A file the operator made (e.g. 0600, or 0640 for an auditors' group) keeps its mode;
+                # lstat: a link planted since the check lends it nothing (the rename then replaces
+                # the link itself, which it never follows).
                 with contextlib.suppress(FileNotFoundError):
-                    os.fchmod(handle.fileno(), stat.S_IMODE(target.path.stat().st_mode))
+                    replaced = os.lstat(target.path)
+                    if stat.S_ISREG(replaced.st_mode):
+                        os.fchmod(handle.fileno(), stat.S_IMODE(replaced.st_mode))
                 os.fsync(handle.fileno())
             os.replace(partial, target.path)
         finally:
@@ -147,8 +171,14 @@ class _Target:
     compressed: bool = False  # the name given ends in .gz
 
 
-def _target(path: Path) -> _Target:
-    """Where -o writes: a symlink's target (the link stays), and never a directory or a missing one."""
+def _target(path: Path, *, follow: bool) -> _Target:
+    """Where -o writes: never a directory or a missing one; a symbolic link only with `follow`
+    (then its target, and the link stays)."""
+    if path.is_symlink() and not follow:
+        raise CommandError(
+            f"{path} is a symbolic link; refusing to follow it (a link planted in a shared directory would send "
+            "the export wherever it points): name the file itself, or pass --follow-symlinks to write its target"
+        )
     resolved = path.resolve()
     if resolved.is_dir():
         raise CommandError(f"{path} is a directory; name a file")
