@@ -436,6 +436,20 @@ allowed_endpoints(tuple(CALLBACK_ALLOWED_HOSTS))
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 
+# --- Request bodies, capped before they are read (pollerdash/body_limits.py) -----------------------
+# The ASGI layer in front of Django answers 413 to a Content-Length over the cap without reading the
+# body, and stops reading a chunked body at the first byte over it: nothing is spooled to disk before
+# a token, session or signature is checked. A path's cap is the one of its longest prefix below, else
+# REQUEST_BODY_MAX_BYTES. Machine endpoints (the agent API, Slack's interactions, MCP over Streamable
+# HTTP) take small JSON or form bodies; the dashboard and the admin post forms without files.
+REQUEST_BODY_MAX_BYTES = env_int("REQUEST_BODY_MAX_BYTES", 1024 * 1024)
+REQUEST_BODY_MACHINE_MAX_BYTES = env_int("REQUEST_BODY_MACHINE_MAX_BYTES", 64 * 1024)
+REQUEST_BODY_PATH_CAPS = {
+    "/api/": REQUEST_BODY_MACHINE_MAX_BYTES,
+    "/slack/": REQUEST_BODY_MACHINE_MAX_BYTES,
+    "/mcp": REQUEST_BODY_MACHINE_MAX_BYTES,
+}
+
 # --- Notifications (docs/DESIGN.md "Reaching on-call") ---------------------------------------------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "pollerdash@localhost")
