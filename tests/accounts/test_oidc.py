@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from accounts import discovery, signins
 from accounts.models import ExternalIdentity
+from operations.decisions.check import fresh_sign_in_refusal
 from operations.models import AuditEntry
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -220,3 +221,28 @@ def test_a_discovery_document_naming_another_issuer_is_refused(client, oidc, set
     answer = client.get("/oidc/authenticate/?next=/")
     assert answer.status_code == 502
     assert f"names issuer '{oidc.issuer}'" in text(answer)
+
+
+@pytest.mark.parametrize(
+    "tamper", ["future_auth_time", "text_auth_time", "bool_auth_time", "nan_auth_time", "huge_auth_time"]
+)
+def test_an_auth_time_that_is_not_a_plausible_time_is_refused_and_changes_nothing(client, oidc, tamper):
+    oidc.put_user(f"odd-{tamper}", groups=["oncall"], tamper=tamper)
+    answer = sso(client, oidc, f"odd-{tamper}")
+
+    assert answer.status_code == 403 and "auth_time" in text(answer)
+    assert signed_in_as(client) is None
+    assert not get_user_model().objects.filter(username=f"odd-{tamper}").exists()
+
+
+def test_a_sign_in_without_auth_time_is_recorded_without_a_time_and_is_never_fresh(client, oidc):
+    oidc.put_user("ines", groups=["oncall"], tamper="no_auth_time")
+    assert sso(client, oidc, "ines").status_code == 302
+    sign_in = signins.current(client.session)
+    assert (sign_in.method, sign_in.at, sign_in.subject) == ("oidc", None, "testop-ines")
+    assert fresh_sign_in_refusal(sign_in=sign_in, now=timezone.now()) is not None
+
+    # Asked with max_age, a conforming provider must say when: then it is fresh.
+    assert sso(client, oidc, "ines", fresh=True).status_code == 302
+    fresh = signins.current(client.session)
+    assert fresh.at is not None and fresh_sign_in_refusal(sign_in=fresh, now=timezone.now()) is None

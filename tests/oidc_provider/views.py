@@ -54,6 +54,8 @@ class MaxAgeAuthorizationView(AuthorizationView):
 
     def get(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         max_age = request.GET.get("max_age", "")
+        if request.user.is_authenticated:
+            state.asked_max_age(request.user.get_username(), asked=bool(max_age))
         last_login = getattr(request.user, "last_login", None)
         if max_age.isdigit() and last_login is not None and time.time() - last_login.timestamp() > int(max_age):
             return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
