@@ -33,7 +33,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from accounts import discovery, roles
+from accounts import discovery, roles, usernames
 from accounts.models import ExternalIdentity
 from operations.decisions.signin import OIDC, SignIn
 from operations.people import one_change
@@ -189,12 +189,23 @@ class OIDCBackend(OIDCAuthenticationBackend):
             return user
         if not settings.OIDC_CREATE_USER:
             raise SignInRefused("this identity-provider account has no account here, and accounts are not created")
-        username = str(claims.get(settings.OIDC_USERNAME_CLAIM) or claims.get("email") or subject)[:150]
+        username = str(claims.get(settings.OIDC_USERNAME_CLAIM) or claims.get("email") or subject)
+        wrong = usernames.problem(username)
+        if wrong is not None:
+            # repr: a line break or an invisible character is shown, not acted out, on the page and in the log.
+            raise SignInRefused(f"the identity provider's username {username[:80]!r} cannot be used here: {wrong}")
         user_model = get_user_model()
-        if user_model.objects.filter(username=username).exists():
+        usernames.serialize_new_accounts()
+        existing = usernames.taken_as(username)
+        if existing == username:
             # Never take over an existing account because a provider sent the same name.
             raise SignInRefused(
                 f"an account named {username!r} already exists here and is not linked to this provider account"
+            )
+        if existing is not None:
+            raise SignInRefused(
+                f"the identity provider's username {username!r} differs only in case from the account "
+                f"{existing!r} here: ask an admin to rename one of them"
             )
         try:
             with transaction.atomic():

@@ -246,3 +246,37 @@ def test_a_sign_in_without_auth_time_is_recorded_without_a_time_and_is_never_fre
     assert sso(client, oidc, "ines", fresh=True).status_code == 302
     fresh = signins.current(client.session)
     assert fresh.at is not None and fresh_sign_in_refusal(sign_in=fresh, now=timezone.now()) is None
+
+
+@pytest.mark.parametrize(
+    ("claimed", "reason"),
+    [
+        ("Responder", "differs only in case from the account 'responder'"),
+        ("r\u0435sponder", "letters, digits"),  # a Cyrillic e
+        ("ｒｅｓｐｏｎｄｅｒ", "letters, digits"),  # fullwidth: NFKC would make it "responder"
+        ("system:unattributed", "letters, digits"),
+        ("respo\nnder", "letters, digits"),
+        ("-responder", "start with a letter or a digit"),
+        ("x" * 151, "at most 150"),
+    ],
+    ids=["case", "cyrillic", "fullwidth", "system-actor", "line-break", "leading-dash", "long"],
+)
+def test_a_username_that_could_pass_for_another_is_refused_and_nothing_is_created(client, oidc, claimed, reason):
+    get_user_model().objects.create_user(username="responder", password="pw-responder")
+    oidc.put_user("mallory", groups=["oncall"], preferred_username=claimed, email="")
+    answer = sso(client, oidc, "mallory")
+
+    assert answer.status_code == 403
+    page = text(answer)
+    assert "the identity provider's username" in page and reason in page
+    assert "\n" not in claimed or "respo\nnder" not in page  # shown escaped, never as a line break
+    assert signed_in_as(client) is None
+    assert list(get_user_model().objects.values_list("username", flat=True)) == ["responder"]
+    assert not ExternalIdentity.objects.exists()
+    assert [entry["data"]["username"] for entry in entries("user.created")] == ["responder"]  # the local one only
+
+
+def test_a_username_of_ascii_letters_digits_and_email_punctuation_is_created(client, oidc):
+    oidc.put_user("paula", groups=["oncall"], preferred_username="paula.smith+oncall@example.test")
+    assert sso(client, oidc, "paula").status_code == 302
+    assert signed_in_as(client) == "paula.smith+oncall@example.test"

@@ -48,8 +48,15 @@ class RunningOP:
         password: str | None = None,
         email: str | None = None,
         sub: str = "",
+        preferred_username: str = "",
     ) -> None:
-        body = {"username": username, "groups": list(groups), "tamper": tamper, "sub": sub}
+        body = {
+            "username": username,
+            "groups": list(groups),
+            "tamper": tamper,
+            "sub": sub,
+            "preferred_username": preferred_username,
+        }
         if password is not None:
             body["password"] = password
         if email is not None:

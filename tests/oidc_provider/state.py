@@ -36,6 +36,7 @@ class TestUser:
     groups: list[str] = field(default_factory=list)
     tamper: str = ""
     sub: str = ""
+    preferred_username: str = ""  # the claim, when it is not the sign-in name (a hostile provider)
 
 
 _lock = threading.Lock()

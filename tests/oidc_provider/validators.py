@@ -44,7 +44,7 @@ class TestOPValidator(OAuth2Validator):
             "email": user.email,
             "email_verified": True,
             "name": user.name,
-            "preferred_username": user.username,
+            "preferred_username": user.preferred_username or user.username,
             settings.GROUP_CLAIM: list(user.groups),
         }
 

@@ -21,7 +21,8 @@ from tests.oidc_provider import state
 @csrf_exempt
 @require_POST
 def put_user(request: HttpRequest) -> HttpResponse:
-    """POST /testop/users {"username", "password", "groups", "tamper", "email", "name", "sub"}."""
+    """POST /testop/users {"username", "password", "groups", "tamper", "email", "name", "sub",
+    "preferred_username"}."""
     token = request.headers.get("Authorization", "").removeprefix("Bearer ")
     if not constant_time_compare(token, settings.CONTROL_TOKEN):
         return JsonResponse({"error": "control token required"}, status=403)
@@ -44,6 +45,7 @@ def put_user(request: HttpRequest) -> HttpResponse:
             groups=[str(g) for g in body.get("groups", [])],
             tamper=tamper,
             sub=str(body.get("sub", "")),
+            preferred_username=str(body.get("preferred_username", "")),
         )
     )
     return JsonResponse({"username": username})
