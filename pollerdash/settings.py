@@ -334,9 +334,11 @@ DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
 # poll's own. A light pass still gets one task per poll.
 DISPATCH_TASK_SPREAD = env_int("DISPATCH_TASK_SPREAD", 4)
 DISPATCH_POLLS_PER_TASK = env_int("DISPATCH_POLLS_PER_TASK", 8)
-# /metrics: with a token, scrapers send "Authorization: Bearer <token>"; without one, only
-# direct loopback clients (no proxy headers) are served.
+# /metrics: scrapers send "Authorization: Bearer <token>". METRICS_ALLOW_LOOPBACK=1 also serves
+# direct clients on this machine (loopback address, no proxy headers): the demo, a Prometheus
+# beside the web process.
 METRICS_TOKEN = env_secret("METRICS_TOKEN")
+METRICS_ALLOW_LOOPBACK = env_bool("METRICS_ALLOW_LOOPBACK", False)
 
 # --- django-q2 (ORM broker on our own database, so an enqueue commits with the claim) ----------------
 Q_WORKERS = env_int("Q_WORKERS", 4)
