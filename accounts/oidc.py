@@ -219,7 +219,10 @@ class OIDCBackend(OIDCAuthenticationBackend):
 
     @staticmethod
     def _update_profile(user: User, claims: dict) -> None:
-        user.email = str(claims.get("email") or "")[:254]
+        # Only an address the provider says it verified: Slack clicks are matched to accounts by
+        # email, and an unverified one is whatever its holder typed at the provider.
+        verified = claims.get("email_verified") is True or str(claims.get("email_verified")).lower() == "true"
+        user.email = str(claims.get("email") or "")[:254] if verified else ""
         user.first_name = str(claims.get("given_name") or "")[:150]
         user.last_name = str(claims.get("family_name") or "")[:150]
         user.save(update_fields=["email", "first_name", "last_name"])

@@ -280,3 +280,24 @@ def test_a_username_of_ascii_letters_digits_and_email_punctuation_is_created(cli
     oidc.put_user("paula", groups=["oncall"], preferred_username="paula.smith+oncall@example.test")
     assert sso(client, oidc, "paula").status_code == 302
     assert signed_in_as(client) == "paula.smith+oncall@example.test"
+
+
+@pytest.mark.parametrize("verified", [False, None, "false", 1])
+def test_an_email_the_provider_has_not_verified_is_not_kept_for_matching(client, oidc, verified):
+    # Slack clicks are matched to accounts by email: an address anyone could type at the provider
+    # must not make its holder "alice" here.
+    oidc.put_user("victor", groups=["oncall"], email="alice@example.test", email_verified=verified)
+    assert sso(client, oidc, "victor").status_code == 302
+    assert get_user_model().objects.get(username="victor").email == ""
+
+
+def test_a_verified_email_is_kept_and_an_unverified_one_later_clears_it(client, oidc):
+    oidc.put_user("wanda", groups=["oncall"], email="wanda@example.test", email_verified=True)
+    sso(client, oidc, "wanda")
+    wanda = get_user_model().objects.get(username="wanda")
+    assert wanda.email == "wanda@example.test"
+    client.logout()
+    oidc.put_user("wanda", groups=["oncall"], email="wanda@other.test", email_verified=False)
+    sso(client, oidc, "wanda")
+    wanda.refresh_from_db()
+    assert wanda.email == ""

@@ -49,6 +49,7 @@ class RunningOP:
         email: str | None = None,
         sub: str = "",
         preferred_username: str = "",
+        email_verified: object = True,
     ) -> None:
         body = {
             "username": username,
@@ -56,6 +57,7 @@ class RunningOP:
             "tamper": tamper,
             "sub": sub,
             "preferred_username": preferred_username,
+            "email_verified": email_verified,
         }
         if password is not None:
             body["password"] = password

@@ -37,6 +37,7 @@ class TestUser:
     tamper: str = ""
     sub: str = ""
     preferred_username: str = ""  # the claim, when it is not the sign-in name (a hostile provider)
+    email_verified: object = True  # the claim as sent (False, or a string, from some providers)
 
 
 _lock = threading.Lock()

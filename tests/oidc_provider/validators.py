@@ -42,7 +42,7 @@ class TestOPValidator(OAuth2Validator):
         return {
             "sub": user.sub or f"testop-{user.username}",
             "email": user.email,
-            "email_verified": True,
+            "email_verified": user.email_verified,
             "name": user.name,
             "preferred_username": user.preferred_username or user.username,
             settings.GROUP_CLAIM: list(user.groups),

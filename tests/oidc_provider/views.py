@@ -22,7 +22,7 @@ from tests.oidc_provider import state
 @require_POST
 def put_user(request: HttpRequest) -> HttpResponse:
     """POST /testop/users {"username", "password", "groups", "tamper", "email", "name", "sub",
-    "preferred_username"}."""
+    "preferred_username", "email_verified"}."""
     token = request.headers.get("Authorization", "").removeprefix("Bearer ")
     if not constant_time_compare(token, settings.CONTROL_TOKEN):
         return JsonResponse({"error": "control token required"}, status=403)
@@ -46,6 +46,7 @@ def put_user(request: HttpRequest) -> HttpResponse:
             tamper=tamper,
             sub=str(body.get("sub", "")),
             preferred_username=str(body.get("preferred_username", "")),
+            email_verified=body.get("email_verified", True),
         )
     )
     return JsonResponse({"username": username})
