@@ -38,6 +38,8 @@ def count(*, reason: str, now: datetime) -> None:
             return
         batch = dict(_pending)
         _pending.clear()
+        # Only this hour's keys matter for "first of the hour": the set stays a handful of reasons.
+        _written.intersection_update({k for k in _written if k[1] >= hour})
         _written.update(batch)
         _last_flush = now
     _write(batch, now=now)
