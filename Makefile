@@ -37,18 +37,21 @@ var/demo.env:
 	  'NOTIFY_EMAILS=oncall@example.invalid' \
 	  'EMAIL_BACKEND=escalations.mailfiles.EmailBackend' \
 	  'EMAIL_FILE_PATH=var/mail' \
+	  'METRICS_ALLOW_LOOPBACK=1' \
 	  'Q_WORKERS=2' > $@
 
 # Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place, and
 # gains the binding of the demo's credential to the fake provider (PROVIDER_CREDENTIAL_ORIGINS). Mail
 # goes to files under var/mail with one line printed per message (an older var/demo.env gains it),
-# so the one-time logins stay on screen.
+# so the one-time logins stay on screen. /metrics answers curl on this machine without a token
+# (METRICS_ALLOW_LOOPBACK=1, added to an older var/demo.env too).
 demo: $(STAMP) var/demo.env
 	@sed -i 's/^FAKE_PROVIDER_TOKEN=/PROVIDER_FAKE_TOKEN=/' var/demo.env
 	@grep -q '^PROVIDER_CREDENTIAL_ORIGINS=' var/demo.env || \
 	  echo 'PROVIDER_CREDENTIAL_ORIGINS=PROVIDER_FAKE_TOKEN=http://127.0.0.1:$(PROVIDER_PORT)' >> var/demo.env
 	@grep -q '^EMAIL_BACKEND=' var/demo.env || \
 	  printf '%s\n' 'EMAIL_BACKEND=escalations.mailfiles.EmailBackend' 'EMAIL_FILE_PATH=var/mail' >> var/demo.env
+	@grep -q '^METRICS_ALLOW_LOOPBACK=' var/demo.env || echo 'METRICS_ALLOW_LOOPBACK=1' >> var/demo.env
 	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
 	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \

@@ -9,6 +9,7 @@ sign-on only.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -54,12 +55,27 @@ def document() -> dict:
             return cached[1]
     url = f"{issuer}/.well-known/openid-configuration"
     connect_s, read_s = settings.OIDC_TIMEOUT
+    # The rule of every answer pollerdash reads (operations/http.py): uncompressed only — httpx
+    # inflates each network chunk whole before any cap applies — and at most MAX_DOCUMENT_BYTES.
+    headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
     try:
-        response = httpx.get(url, timeout=httpx.Timeout(read_s, connect=connect_s), follow_redirects=False)
-        response.raise_for_status()
-        if len(response.content) > MAX_DOCUMENT_BYTES:
-            raise DiscoveryError(f"the discovery document of {issuer} is larger than {MAX_DOCUMENT_BYTES} bytes")
-        doc = response.json()
+        with httpx.stream(
+            "GET", url, headers=headers, timeout=httpx.Timeout(read_s, connect=connect_s), follow_redirects=False
+        ) as response:
+            response.raise_for_status()
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise DiscoveryError(
+                    f"the discovery document of {issuer} came compressed ({encoding[:40]}), not as asked"
+                )
+            body = bytearray()
+            for chunk in response.iter_raw():
+                body += chunk
+                if len(body) > MAX_DOCUMENT_BYTES:
+                    raise DiscoveryError(
+                        f"the discovery document of {issuer} is larger than {MAX_DOCUMENT_BYTES} bytes"
+                    )
+        doc = json.loads(body)
     except httpx.HTTPError as exc:
         raise DiscoveryError(f"could not read the discovery document of {issuer}: {exc}") from exc
     except ValueError as exc:

@@ -7,7 +7,9 @@
   and kept up to date; their roles follow the group claim (accounts.roles). Creations and role
   changes are audit entries naming the provider (operations.people).
 - A fresh sign-in (accounts.views, `?fresh=1`) asks the provider for prompt=login and max_age; the
-  backend refuses an ID token whose auth_time is older than that request.
+  backend refuses an ID token whose auth_time is older than that request. An ID token without
+  auth_time signs in with no known time (never fresh); one with an auth_time that is not a time
+  before the token was issued is refused.
 - Every refusal raises SignInRefused with its reason (never None): Django would count a None as a
   failed password attempt, and the callback turns the reason into a page instead of a 500.
 - Endpoints are read from discovery when first used, never in a constructor: Django builds every
@@ -16,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import jwt
@@ -30,7 +33,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from accounts import discovery, roles
+from accounts import discovery, roles, usernames
 from accounts.models import ExternalIdentity
 from operations.decisions.signin import OIDC, SignIn
 from operations.people import one_change
@@ -54,6 +57,27 @@ def _endpoint(name: str) -> property:
 def provider_actor(issuer: str) -> dict[str, str]:
     """Who changed a person's account during a sign-in: the identity provider's claims."""
     return {"kind": "oidc", "id": issuer}
+
+
+def _auth_time(payload: dict) -> float | None:
+    """The ID token's auth_time (epoch seconds), None when absent; refused when it is not a
+    plausible time: not a number, or later than the token was issued (pyjwt has checked iat)."""
+    if "auth_time" not in payload:
+        return None
+    value = payload["auth_time"]
+    try:
+        # pyjwt accepts any iat that int() takes, a numeric string included.
+        issued = float(payload["iat"])
+    except (TypeError, ValueError):
+        issued = 0.0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= issued + settings.OIDC_CLOCK_SKEW_S
+    ):
+        raise SignInRefused(f"ID token refused: its auth_time {str(value)[:40]!r} is not a time before it was issued")
+    return float(value)
 
 
 class OIDCBackend(OIDCAuthenticationBackend):
@@ -126,11 +150,9 @@ class OIDCBackend(OIDCAuthenticationBackend):
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if not isinstance(userinfo, dict) or userinfo.get("sub") != payload["sub"]:
             raise SignInRefused("the provider's userinfo is about another subject than the ID token")
-        auth_time = payload.get("auth_time")
+        auth_time = _auth_time(payload)
         fresh_since = getattr(self.request, FRESH_SINCE_ATTR, None)
-        if fresh_since is not None and (
-            not isinstance(auth_time, int | float) or auth_time < fresh_since - settings.OIDC_CLOCK_SKEW_S
-        ):
+        if fresh_since is not None and (auth_time is None or auth_time < fresh_since - settings.OIDC_CLOCK_SKEW_S):
             raise SignInRefused("the identity provider did not ask you to sign in again (its auth_time is too old)")
         issuer, subject = payload["iss"], payload["sub"]
         claims = {**payload, **userinfo}
@@ -144,11 +166,15 @@ class OIDCBackend(OIDCAuthenticationBackend):
                 )
                 groups = roles.groups_from_claim(claims.get(settings.OIDC_GROUPS_CLAIM))
                 roles.sync_roles(user=user, wanted=roles.roles_for(groups, mapping), managed=mapping.managed)
-        authenticated_at = auth_time if isinstance(auth_time, int | float) else payload["iat"]
         # Read by the callback view once the person is signed in (accounts.signins.remember).
-        # An attribute of this request's user object only, not a model field.
+        # An attribute of this request's user object only, not a model field. Without auth_time
+        # the time is unknown, not the token's iat: a provider that signs its person in again
+        # silently issues a new token without authenticating anyone, and that is never fresh.
         user.pd_sign_in = SignIn(  # type: ignore[attr-defined]
-            method=OIDC, at=datetime.fromtimestamp(authenticated_at, tz=UTC), issuer=issuer, subject=subject
+            method=OIDC,
+            at=None if auth_time is None else datetime.fromtimestamp(auth_time, tz=UTC),
+            issuer=issuer,
+            subject=subject,
         )
         return user
 
@@ -163,12 +189,23 @@ class OIDCBackend(OIDCAuthenticationBackend):
             return user
         if not settings.OIDC_CREATE_USER:
             raise SignInRefused("this identity-provider account has no account here, and accounts are not created")
-        username = str(claims.get(settings.OIDC_USERNAME_CLAIM) or claims.get("email") or subject)[:150]
+        username = str(claims.get(settings.OIDC_USERNAME_CLAIM) or claims.get("email") or subject)
+        wrong = usernames.problem(username)
+        if wrong is not None:
+            # repr: a line break or an invisible character is shown, not acted out, on the page and in the log.
+            raise SignInRefused(f"the identity provider's username {username[:80]!r} cannot be used here: {wrong}")
         user_model = get_user_model()
-        if user_model.objects.filter(username=username).exists():
+        usernames.serialize_new_accounts()
+        existing = usernames.taken_as(username)
+        if existing == username:
             # Never take over an existing account because a provider sent the same name.
             raise SignInRefused(
                 f"an account named {username!r} already exists here and is not linked to this provider account"
+            )
+        if existing is not None:
+            raise SignInRefused(
+                f"the identity provider's username {username!r} differs only in case from the account "
+                f"{existing!r} here: ask an admin to rename one of them"
             )
         try:
             with transaction.atomic():
@@ -182,7 +219,10 @@ class OIDCBackend(OIDCAuthenticationBackend):
 
     @staticmethod
     def _update_profile(user: User, claims: dict) -> None:
-        user.email = str(claims.get("email") or "")[:254]
+        # Only an address the provider says it verified: Slack clicks are matched to accounts by
+        # email, and an unverified one is whatever its holder typed at the provider.
+        verified = claims.get("email_verified") is True or str(claims.get("email_verified")).lower() == "true"
+        user.email = str(claims.get("email") or "")[:254] if verified else ""
         user.first_name = str(claims.get("given_name") or "")[:150]
         user.last_name = str(claims.get("family_name") or "")[:150]
         user.save(update_fields=["email", "first_name", "last_name"])

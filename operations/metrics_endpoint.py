@@ -20,15 +20,27 @@ from operations import metrics
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(metrics.PollerdashCollector())
 
-# A request that came through a reverse proxy carries one of these; on the loopback-only rule it
-# is refused, so putting a proxy in front never publishes /metrics by accident.
-_PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-Ip")
+# A request that came through a reverse proxy carries one of these (what common proxies and CDNs
+# add); on the loopback rule it is refused, so a proxy on this machine never publishes /metrics.
+_PROXY_HEADERS = (
+    "X-Forwarded-For",
+    "Forwarded",
+    "X-Real-Ip",
+    "X-Forwarded-Host",
+    "X-Forwarded-Proto",
+    "Via",
+    "True-Client-Ip",
+    "X-Client-Ip",
+    "Cf-Connecting-Ip",
+)
 
 
 @require_GET
 def prometheus_metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text. With METRICS_TOKEN set, scrapers send it as a bearer token; without one,
-    only direct clients on this machine (loopback, no proxy headers) are served."""
+    """Prometheus text, to scrapers that send METRICS_TOKEN as a bearer token. With
+    METRICS_ALLOW_LOOPBACK, also to direct clients on this machine (loopback, no proxy headers):
+    "loopback" alone is not a boundary — a proxy, a tunnel or any local process forwarding
+    requests would turn it into "anyone"."""
     refused = _refused(request)
     if refused is not None:
         return refused
@@ -39,19 +51,21 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
 
 def _refused(request: HttpRequest) -> HttpResponse | None:
     token = settings.METRICS_TOKEN
+    sent = request.headers.get("Authorization", "")
+    if token and hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+        return None
+    direct = _is_loopback(request.META.get("REMOTE_ADDR", "")) and not any(h in request.headers for h in _PROXY_HEADERS)
+    if settings.METRICS_ALLOW_LOOPBACK and direct:
+        return None
     if token:
-        sent = request.headers.get("Authorization", "")
-        if hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-            return None
         response = HttpResponse(
             "metrics need the bearer token (METRICS_TOKEN)\n", status=401, content_type="text/plain"
         )
         response["WWW-Authenticate"] = 'Bearer realm="pollerdash metrics"'
         return response
-    if _is_loopback(request.META.get("REMOTE_ADDR", "")) and not any(h in request.headers for h in _PROXY_HEADERS):
-        return None
     return HttpResponse(
-        "metrics are served to this machine only; set METRICS_TOKEN to scrape from elsewhere\n",
+        "metrics need METRICS_TOKEN (scrapers send it as a bearer token), or METRICS_ALLOW_LOOPBACK=1 "
+        "to serve direct clients on this machine\n",
         status=403,
         content_type="text/plain",
     )

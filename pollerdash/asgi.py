@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 # WhiteNoise serves static files through a synchronous file iterator, which Django's ASGI handler
@@ -16,8 +17,14 @@ warnings.filterwarnings(
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pollerdash.settings")
 django_application = get_asgi_application()
 
-# The agent API runs on the event loop and a fixed database thread pool: no thread per open wait,
-# no thread or connection per request (operations/api/asgi.py).
 from operations.api.asgi import with_threadless_api  # noqa: E402 - needs the app registry loaded above
+from pollerdash.body_limits import with_body_limits  # noqa: E402 - kept beside the import above
 
-application = with_threadless_api(django_application)
+# The agent API runs on the event loop and a fixed database thread pool: no thread per open wait,
+# no thread or connection per request (operations/api/asgi.py). Outermost: a body over its path's
+# cap is refused before Django or the API's handler reads it (pollerdash/body_limits.py).
+application = with_body_limits(
+    with_threadless_api(django_application),
+    caps=settings.REQUEST_BODY_PATH_CAPS,
+    default=settings.REQUEST_BODY_MAX_BYTES,
+)

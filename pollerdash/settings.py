@@ -345,9 +345,11 @@ DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
 # poll's own. A light pass still gets one task per poll.
 DISPATCH_TASK_SPREAD = env_int("DISPATCH_TASK_SPREAD", 4)
 DISPATCH_POLLS_PER_TASK = env_int("DISPATCH_POLLS_PER_TASK", 8)
-# /metrics: with a token, scrapers send "Authorization: Bearer <token>"; without one, only
-# direct loopback clients (no proxy headers) are served.
+# /metrics: scrapers send "Authorization: Bearer <token>". METRICS_ALLOW_LOOPBACK=1 also serves
+# direct clients on this machine (loopback address, no proxy headers): the demo, a Prometheus
+# beside the web process.
 METRICS_TOKEN = env_secret("METRICS_TOKEN")
+METRICS_ALLOW_LOOPBACK = env_bool("METRICS_ALLOW_LOOPBACK", False)
 
 # --- django-q2 (ORM broker on our own database, so an enqueue commits with the claim) ----------------
 Q_WORKERS = env_int("Q_WORKERS", 4)
@@ -446,6 +448,20 @@ CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
 allowed_endpoints(tuple(CALLBACK_ALLOWED_HOSTS))
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+
+# --- Request bodies, capped before they are read (pollerdash/body_limits.py) -----------------------
+# The ASGI layer in front of Django answers 413 to a Content-Length over the cap without reading the
+# body, and stops reading a chunked body at the first byte over it: nothing is spooled to disk before
+# a token, session or signature is checked. A path's cap is the one of its longest prefix below, else
+# REQUEST_BODY_MAX_BYTES. Machine endpoints (the agent API, Slack's interactions, MCP over Streamable
+# HTTP) take small JSON or form bodies; the dashboard and the admin post forms without files.
+REQUEST_BODY_MAX_BYTES = env_int("REQUEST_BODY_MAX_BYTES", 1024 * 1024)
+REQUEST_BODY_MACHINE_MAX_BYTES = env_int("REQUEST_BODY_MACHINE_MAX_BYTES", 64 * 1024)
+REQUEST_BODY_PATH_CAPS = {
+    "/api/": REQUEST_BODY_MACHINE_MAX_BYTES,
+    "/slack/": REQUEST_BODY_MACHINE_MAX_BYTES,
+    "/mcp": REQUEST_BODY_MACHINE_MAX_BYTES,
+}
 
 # --- Notifications (docs/DESIGN.md "Reaching on-call") ---------------------------------------------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

@@ -103,11 +103,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _fresh_process_caches() -> None:
     # Rolled-back rows can come back with the same id and, under a frozen clock, the same
     # updated_at: per-process caches of rows must not outlive a test.
+    from escalations.oncall import slack_refusals
     from operations.controller import clear_profile_cache
     from operations.credentials import forget_published
 
     clear_profile_cache()
     forget_published()
+    slack_refusals.forget()
 
 
 @pytest.fixture(autouse=True)

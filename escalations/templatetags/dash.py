@@ -227,7 +227,7 @@ def signed_in(record: object) -> str:
     sign_in = SignIn.from_record(record)
     if sign_in is None:
         return "not recorded"
-    when = _utc(sign_in.at)
+    when = "time not given by the provider" if sign_in.at is None else _utc(sign_in.at)
     if sign_in.method == OIDC:
         return f"single sign-on {sign_in.issuer} as {sign_in.subject}, {when}"
     return f"password, {when}"

@@ -3,8 +3,10 @@
 Only acknowledging happens here; decisions stay in the browser, where the whole card is shown. A
 request must carry a valid Slack signature made within 5 minutes (escalations.oncall.slack.verify,
 around slack_sdk's SignatureVerifier); anything else is answered 401, changes nothing, and is
-counted (SlackRefusal, one row per reason and hour, shown on /system/). The clicker is matched to
-a pollerdash responder by the email Slack has confirmed for them (users.info, bot token with
+counted (SlackRefusal, one row per reason and hour, shown on /system/; counted in memory and
+written at most every 10 s, oncall/slack_refusals.py). A signed request is acted on once: the same
+request again within the window is an empty 200 that changes nothing (oncall/slack_replays.py).
+The clicker is matched to a pollerdash responder by the email Slack has confirmed for them (users.info, bot token with
 users:read.email); anyone else gets a reply only they see, and nothing changes. The answer to
 Slack is an empty 200 at once; the message is replaced by a worker through the click's
 response_url (a notification row like any other, shown on the card).
@@ -15,25 +17,23 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from escalations.oncall import runs, slack
+from escalations.oncall import runs, slack, slack_refusals, slack_replays
 from escalations.oncall.transport import url_problem
 from escalations.roles import can_decide
 from operations.decisions import ownership
 from operations.decisions.services import TooManyDecisions
-from operations.models import Escalation, SlackRefusal
+from operations.models import Escalation
 from operations.redaction import register_secret
 
 if TYPE_CHECKING:
@@ -54,9 +54,16 @@ def interactions(request: HttpRequest) -> HttpResponse:
     body = request.body
     refusal = slack.verify(signing_secret=secret, body=body, headers=dict(request.headers), now=time.time())
     if refusal is not None:
-        _record_refusal(reason=str(refusal), now=timezone.now())
+        slack_refusals.count(reason=str(refusal), now=timezone.now())
         logger.warning("Slack interaction refused (%s): answered 401, nothing changed", refusal)
         return HttpResponse(status=401)
+    if not slack_replays.first_delivery(
+        timestamp=request.headers["X-Slack-Request-Timestamp"],
+        signature=request.headers["X-Slack-Signature"],
+        now=timezone.now(),
+    ):
+        logger.warning("Slack interaction replayed (the same signed request again): answered 200, nothing changed")
+        return HttpResponse(status=200)
     click = slack.parse_click(
         body=body,
         team_id=settings.SLACK_TEAM_ID,
@@ -137,12 +144,3 @@ def _users_info(slack_user_id: str) -> slack.SlackUser | str | None:
     except (httpx.HTTPError, UnicodeDecodeError, ValueError) as exc:
         return f"users.info did not answer ({type(exc).__name__})"
     return slack.parse_users_info(answer)
-
-
-def _record_refusal(*, reason: str, now: datetime) -> None:
-    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    with transaction.atomic():
-        SlackRefusal.objects.bulk_create(
-            [SlackRefusal(reason=reason, hour=hour, count=0, last_at=now)], ignore_conflicts=True
-        )
-        SlackRefusal.objects.filter(reason=reason, hour=hour).update(count=F("count") + 1, last_at=now)

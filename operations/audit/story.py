@@ -2,7 +2,7 @@
 
     10:20:31 received 503, Retry-After 120, next poll 10:22:31 UTC from provider guidance (request 3 of 12)
     10:24:02 escalated: deadline exceeded (12 of 12 requests)
-    10:31:15 alice extended by 15 min / 4 checks (new deadline 10:46:15 UTC)
+    10:31:15 user:alice extended by 15 min / 4 checks (new deadline 10:46:15 UTC)
 
 Built from the entry bodies - the hashed bytes, the source of truth - never from the mutable
 rows they describe, so the story shown, printed and exported is the story the chain proves.
@@ -47,7 +47,7 @@ class StoryLine:
     at: datetime
     seq: int | None  # None while the entry awaits integration into the tree
     kind: str  # the entry type, e.g. "controller.decision" (audit_types.DATA_KEYS)
-    actor: str  # "controller", a username, or "<kind>:<id>" for agents and operators
+    actor: str  # pollerdash's own process ("controller"), else "<kind>:<id>" ("user:alice", "agent:bot")
     text: str
 
     def as_text(self) -> str:
@@ -217,7 +217,7 @@ def _cancel_answer(data: Mapping[str, object]) -> str:
 
 def _human_acknowledged(data: Mapping[str, object], actor: str, at: datetime) -> str:
     if data.get("previous_holder"):
-        return f"{actor} took over the card from {data['previous_holder']} and is on it"
+        return f"{actor} took over the card from {_user(data['previous_holder'])} and is on it"
     return f"{actor} acknowledged the card: on it (no more reminders)"
 
 
@@ -226,9 +226,9 @@ def _human_unacknowledged(data: Mapping[str, object], actor: str, at: datetime) 
 
 
 def _human_reassigned(data: Mapping[str, object], actor: str, at: datetime) -> str:
-    text = f"{actor} handed the card to {data.get('to')}"
-    if data.get("previous_holder") and data.get("previous_holder") != actor:
-        text += f" (held by {data['previous_holder']} before)"
+    text = f"{actor} handed the card to {_user(data.get('to'))}"
+    if data.get("previous_holder") and _user(data["previous_holder"]) != actor:
+        text += f" (held by {_user(data['previous_holder'])} before)"
     return text
 
 
@@ -397,10 +397,17 @@ def _time(text: object, at: datetime) -> str:
 
 
 def _actor(actor: object) -> str:
+    """pollerdash's own processes by name ("controller", "archiver"); everyone else with their kind
+    ("user:alice", "agent:report-bot", "oidc:<issuer>"), so no username can pass for the system."""
     if not isinstance(actor, dict):
         return "?"
     kind, ident = str(actor.get("kind", "")), str(actor.get("id", ""))
-    return ident if kind in ("system", "user") else f"{kind}:{ident}"
+    return ident if kind == "system" else f"{kind}:{ident}"
+
+
+def _user(username: object) -> str:
+    """A person named in an entry's data (a card's holder, who it was handed to), as actors read."""
+    return f"user:{username}"
 
 
 def _reason_text(reason: object) -> str:

@@ -21,6 +21,7 @@ from operations.models.notify import (
     PolicyLevel,
     PolicyRun,
     PolicyTarget,
+    SlackInteractionSeen,
     SlackRefusal,
 )
 from operations.models.operation import Operation
@@ -59,6 +60,7 @@ __all__ = [
     "ProviderAccount",
     "ProviderProfile",
     "RateWindow",
+    "SlackInteractionSeen",
     "SlackRefusal",
     "StatusCheck",
 ]

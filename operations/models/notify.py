@@ -258,3 +258,21 @@ class SlackRefusal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reason} {self.hour:%Y-%m-%d %H}:00 x{self.count}"
+
+
+class SlackInteractionSeen(models.Model):
+    """A signed Slack interaction request already answered, kept while its signature could still be
+    accepted (Slack's 5-minute window): the same request posted again, to this web process or
+    another, finds its row and changes nothing. Only requests whose signature verified are written;
+    rows older than the window are removed by the next click."""
+
+    # SHA-256 of "<X-Slack-Request-Timestamp>:<X-Slack-Signature>": the signature covers the body.
+    request_key = models.CharField(max_length=64, unique=True)
+    request_ts = models.BigIntegerField()  # the request's own timestamp (epoch seconds)
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["request_ts"], name="slack_seen_request_ts")]
+
+    def __str__(self) -> str:
+        return f"Slack request {self.request_key[:12]} at {self.request_ts}"

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from accounts import discovery, signins
 from accounts.models import ExternalIdentity
+from operations.decisions.check import fresh_sign_in_refusal
 from operations.models import AuditEntry
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -220,3 +221,83 @@ def test_a_discovery_document_naming_another_issuer_is_refused(client, oidc, set
     answer = client.get("/oidc/authenticate/?next=/")
     assert answer.status_code == 502
     assert f"names issuer '{oidc.issuer}'" in text(answer)
+
+
+@pytest.mark.parametrize(
+    "tamper", ["future_auth_time", "text_auth_time", "bool_auth_time", "nan_auth_time", "huge_auth_time"]
+)
+def test_an_auth_time_that_is_not_a_plausible_time_is_refused_and_changes_nothing(client, oidc, tamper):
+    oidc.put_user(f"odd-{tamper}", groups=["oncall"], tamper=tamper)
+    answer = sso(client, oidc, f"odd-{tamper}")
+
+    assert answer.status_code == 403 and "auth_time" in text(answer)
+    assert signed_in_as(client) is None
+    assert not get_user_model().objects.filter(username=f"odd-{tamper}").exists()
+
+
+def test_a_sign_in_without_auth_time_is_recorded_without_a_time_and_is_never_fresh(client, oidc):
+    oidc.put_user("ines", groups=["oncall"], tamper="no_auth_time")
+    assert sso(client, oidc, "ines").status_code == 302
+    sign_in = signins.current(client.session)
+    assert (sign_in.method, sign_in.at, sign_in.subject) == ("oidc", None, "testop-ines")
+    assert fresh_sign_in_refusal(sign_in=sign_in, now=timezone.now()) is not None
+
+    # Asked with max_age, a conforming provider must say when: then it is fresh.
+    assert sso(client, oidc, "ines", fresh=True).status_code == 302
+    fresh = signins.current(client.session)
+    assert fresh.at is not None and fresh_sign_in_refusal(sign_in=fresh, now=timezone.now()) is None
+
+
+@pytest.mark.parametrize(
+    ("claimed", "reason"),
+    [
+        ("Responder", "differs only in case from the account 'responder'"),
+        ("r\u0435sponder", "letters, digits"),  # a Cyrillic e
+        ("ｒｅｓｐｏｎｄｅｒ", "letters, digits"),  # fullwidth: NFKC would make it "responder"
+        ("system:unattributed", "letters, digits"),
+        ("respo\nnder", "letters, digits"),
+        ("-responder", "start with a letter or a digit"),
+        ("x" * 151, "at most 150"),
+    ],
+    ids=["case", "cyrillic", "fullwidth", "system-actor", "line-break", "leading-dash", "long"],
+)
+def test_a_username_that_could_pass_for_another_is_refused_and_nothing_is_created(client, oidc, claimed, reason):
+    get_user_model().objects.create_user(username="responder", password="pw-responder")
+    oidc.put_user("mallory", groups=["oncall"], preferred_username=claimed, email="")
+    answer = sso(client, oidc, "mallory")
+
+    assert answer.status_code == 403
+    page = text(answer)
+    assert "the identity provider's username" in page and reason in page
+    assert "\n" not in claimed or "respo\nnder" not in page  # shown escaped, never as a line break
+    assert signed_in_as(client) is None
+    assert list(get_user_model().objects.values_list("username", flat=True)) == ["responder"]
+    assert not ExternalIdentity.objects.exists()
+    assert [entry["data"]["username"] for entry in entries("user.created")] == ["responder"]  # the local one only
+
+
+def test_a_username_of_ascii_letters_digits_and_email_punctuation_is_created(client, oidc):
+    oidc.put_user("paula", groups=["oncall"], preferred_username="paula.smith+oncall@example.test")
+    assert sso(client, oidc, "paula").status_code == 302
+    assert signed_in_as(client) == "paula.smith+oncall@example.test"
+
+
+@pytest.mark.parametrize("verified", [False, None, "false", 1])
+def test_an_email_the_provider_has_not_verified_is_not_kept_for_matching(client, oidc, verified):
+    # Slack clicks are matched to accounts by email: an address anyone could type at the provider
+    # must not make its holder "alice" here.
+    oidc.put_user("victor", groups=["oncall"], email="alice@example.test", email_verified=verified)
+    assert sso(client, oidc, "victor").status_code == 302
+    assert get_user_model().objects.get(username="victor").email == ""
+
+
+def test_a_verified_email_is_kept_and_an_unverified_one_later_clears_it(client, oidc):
+    oidc.put_user("wanda", groups=["oncall"], email="wanda@example.test", email_verified=True)
+    sso(client, oidc, "wanda")
+    wanda = get_user_model().objects.get(username="wanda")
+    assert wanda.email == "wanda@example.test"
+    client.logout()
+    oidc.put_user("wanda", groups=["oncall"], email="wanda@other.test", email_verified=False)
+    sso(client, oidc, "wanda")
+    wanda.refresh_from_db()
+    assert wanda.email == ""

@@ -139,14 +139,14 @@ def test_the_story_reads_like_the_incident_timeline(lived):
     assert text[3].startswith("10:02:00 received 200 'running'; stopped polling: request budget exhausted: ")
     assert text[3].endswith("(request 2 of 2)")
     assert text[4] == "10:02:00 escalated: request budget exhausted (2 of 2 requests)"
-    assert text[5] == "10:10:00 alice inspected the job at the provider console"
+    assert text[5] == "10:10:00 user:alice inspected the job at the provider console"
     assert text[6] == (
-        "10:10:00 alice extended by 15 min / 4 checks (a check about every 11 min, new deadline 10:55:00 UTC)"
+        "10:10:00 user:alice extended by 15 min / 4 checks (a check about every 11 min, new deadline 10:55:00 UTC)"
     )
-    assert text[7] == "10:10:00 bob tried “Extend 15 min / 4 checks”: refused — state changed"
+    assert text[7] == "10:10:00 user:bob tried “Extend 15 min / 4 checks”: refused — state changed"
     assert text[8] == "10:10:00 received 200 'succeeded': the job succeeded (request 3 of 6)"
-    assert {line.actor for line in story} >= {"controller", "alice", "bob", "operator:test"}
-    assert story[5].kind == "human.inspect" and story[5].actor == "alice"
+    assert {line.actor for line in story} >= {"controller", "user:alice", "user:bob", "operator:test"}
+    assert story[5].kind == "human.inspect" and story[5].actor == "user:alice"
 
 
 @pytest.mark.parametrize(
@@ -201,3 +201,17 @@ def test_every_known_entry_type_has_its_own_sentence():
     from operations.audit.types import DATA_KEYS
 
     assert set(DATA_KEYS) <= set(story._RENDERERS)
+
+
+@pytest.mark.parametrize("name", ["controller", "unattributed", "archiver"])
+def test_a_person_named_like_a_system_actor_never_reads_as_one(name):
+    def told(actor: dict, entry_type: str = "human.acknowledged", **data: object) -> object:
+        body = {"at": "2026-12-01T10:00:00.000000Z", "type": entry_type, "actor": actor, "data": data}
+        return story_line(seq=1, body=json.dumps(body).encode())
+
+    person = told({"kind": "user", "id": name}, previous_holder=name)
+    system = told({"kind": "system", "id": name})
+    assert person.actor == f"user:{name}" != system.actor == name
+    assert person.text == f"user:{name} took over the card from user:{name} and is on it"
+    handed = told({"kind": "user", "id": "alice"}, "human.reassigned", to=name, previous_holder="alice")
+    assert handed.text == f"user:alice handed the card to user:{name}"

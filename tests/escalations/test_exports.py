@@ -138,6 +138,9 @@ def test_the_printable_report_has_the_timeline_and_every_decision(client: Client
     history = client.get(reverse("decision_history_report"), {"operation": decided.operation_id}).content.decode()
     decisions_table = history.split("<h2>Acknowledgements")[0]
     assert decisions_table.count("<tr>") == 3  # header + two decisions
+    # People are shown with their kind, as in the timeline: no username passes for pollerdash itself.
+    assert decisions_table.count("<td>user:") == 2 and "<td>user:alice<br>" in decisions_table
+    assert "— user:alice: Extend 15 min / 4 checks · applied" in page
 
 
 def test_under_asgi_every_export_streams_through_an_async_iterator(alice, decided, signing_key) -> None:
@@ -191,11 +194,13 @@ def test_ownership_and_notes_appear_in_every_export_and_report(
     report = client.get(reverse("operation_report", args=[op_id])).content.decode()
     assert "noted: “=on the phone with the vendor, ETA 20 min”" in report
     assert "handed the card to bob" in report and "acknowledged the card (on it)" in report
-    assert "alice noted: &#x27;=on the phone" in report  # the timeline, from the audit entries
+    assert "user:alice noted: &#x27;=on the phone" in report  # the timeline, from the audit entries
+    assert "<td>user:alice</td>" in report and "<td>user:bob</td>" not in report.split("Timeline")[0]
     history = client.get(reverse("decision_history")).content.decode()
     assert "Acknowledgements, hand-overs and notes" in history and "handed the card to bob" in history
     printable = client.get(reverse("decision_history_report")).content.decode()
     assert "noted: “=on the phone with the vendor, ETA 20 min”" in printable
+    assert "<td>user:alice</td>" in printable
     # Outcome and option filters are about decisions: the activity list leaves them.
     assert (
         "handed the card to bob" not in client.get(reverse("decision_history"), {"outcome": "applied"}).content.decode()

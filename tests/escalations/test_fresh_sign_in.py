@@ -9,6 +9,8 @@ from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import requests
+import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
@@ -219,3 +221,51 @@ def test_reports_and_csv_say_how_the_decider_signed_in(client, stopped, alice):
     csv = b"".join(client.get(reverse("decision_history_csv")).streaming_content).decode()
     header, row = csv.splitlines()[:2]
     assert header.endswith(",authentication") and '""issuer"": ""https://id.example.com""' in row
+
+
+# --- over single sign-on, against the real test provider ------------------------------------------------
+
+
+def _sso(client, op, username: str, *, browser: requests.Session, fresh: bool = False) -> object:
+    """Sign in through the provider with `browser`'s session there; returns our callback's answer."""
+    start = client.get("/oidc/authenticate/", {"next": "/", **({"fresh": "1"} if fresh else {})})
+    back = urlsplit(op.authorize(start["Location"], username=username, browser=browser))
+    return client.get(f"{back.path}?{back.query}")
+
+
+def _close(client, esc) -> object:
+    esc.refresh_from_db()
+    return client.post(reverse("escalation_decide", args=[esc.pk]), {"option": "close", "version": esc.version})
+
+
+@pytest.mark.integration
+def test_a_silent_single_sign_on_without_auth_time_never_closes_a_card(client, oidc, stopped, clock):
+    """A provider that leaves auth_time out (as some do unless asked with max_age) and signs its
+    person in again without asking anything: that sign-in is not a fresh one, whenever it happened."""
+    oidc.put_user("olga", groups=["oncall"], tamper="no_auth_time")
+    esc = stopped()
+    # The provider's ID tokens carry the real time: the clock runs from it again.
+    clock.move_to(time_machine.escape_hatch.time.time(), tick=True)
+    with requests.Session() as at_provider:
+        assert _sso(client, oidc, "olga", browser=at_provider).status_code == 302
+        assert signins.current(client.session).at is None  # the provider did not say when
+        assert _close(client, esc).status_code == 303  # to "sign in again"
+
+        # Hours later the session is stale; a plain sign-in at the provider asks for nothing.
+        age_session(client, minutes=120)
+        start = client.get("/oidc/authenticate/", {"next": "/"})
+        silent = at_provider.get(start["Location"], allow_redirects=False)
+        back = urlsplit(silent.headers["Location"])
+        assert back.path == "/oidc/callback/"  # straight back: no password was asked
+        assert client.get(f"{back.path}?{back.query}").status_code == 302
+
+        refused = _close(client, esc)
+        assert refused.status_code == 303 and refused["Location"].startswith(reverse("reauthenticate"))
+        assert Operation.objects.get(pk=esc.operation_id).status == Status.NEEDS_ATTENTION
+        attempt = Decision.objects.filter(escalation=esc).latest("pk")
+        assert attempt.outcome == "refused" and attempt.authentication["at"] is None
+
+        # A real fresh sign-in (prompt=login and max_age: the password again, and auth_time) may close.
+        assert _sso(client, oidc, "olga", browser=at_provider, fresh=True).status_code == 302
+        assert _close(client, esc).status_code == 303
+    assert Operation.objects.get(pk=esc.operation_id).status == Status.CLOSED

@@ -23,7 +23,10 @@ def acknowledge(esc: Escalation, user: object) -> None:
 
 
 def scrape(client) -> dict[str, object]:
-    text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    from django.test import override_settings
+
+    with override_settings(METRICS_ALLOW_LOOPBACK=True):
+        text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 

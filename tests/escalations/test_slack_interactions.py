@@ -258,3 +258,63 @@ def test_a_responder_acknowledges_from_slack_audited_as_themselves_and_the_messa
     assert shown["blocks"][0]["text"]["text"].startswith("Acknowledged")
     assert "Acknowledged by alice" in str(shown) and ACK_ACTION_ID not in str(shown)
     assert [e["event_action"] for e in fake_pd.events()] == ["trigger", "acknowledge"]
+
+
+# --- replays and unsigned floods ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_captured_click_replayed_after_a_give_back_changes_nothing(
+    client, slack_app, settings, fake_slack, stopped, pump, make_policy, profile, alice
+) -> None:
+    from operations.decisions import ownership
+    from operations.models import AuditEntry, Escalation
+
+    settings.SLACK_BOT_TOKEN = CANARY_SLACK_BOT
+    alice.email = "alice@example.test"
+    alice.save()
+    fake_slack.state.users["U123"] = {
+        "id": "U123",
+        "team_id": TEAM,
+        "profile": {"email": "alice@example.test"},
+        "is_email_confirmed": True,
+    }
+    make_policy("chat", (300, [{"slack_webhook": "ONCALL_SLACK"}]), default=True)
+    esc = stopped()
+    pump()
+    url = fake_slack.new_response_url(replaces="webhook-1")
+    body = interaction(
+        user_id="U123", team_id=TEAM, app_id=APP, action_id=ACK_ACTION_ID, value=str(esc.pk), response_url=url
+    )
+    captured = signed(body=body, secret=SECRET, timestamp=int(time.time()))
+    assert post(client, body, captured).status_code == 200
+    assert Escalation.objects.get(pk=esc.pk).acknowledged_by == alice
+
+    ownership.card_unacknowledge(escalation_id=esc.pk, user=alice)  # she gives it back on the card
+    entries_before = AuditEntry.objects.count()
+    deliveries_before = NotificationDelivery.objects.count()
+    replayed = post(client, body, captured)  # the same signed request, within Slack's 5 minutes
+
+    assert replayed.status_code == 200 and replayed.content == b""
+    assert Escalation.objects.get(pk=esc.pk).acknowledged_by is None
+    assert PolicyRun.objects.get(pk=esc.pk).status == "running"
+    assert AuditEntry.objects.count() == entries_before  # no acknowledgement, no refusal, nothing
+    assert NotificationDelivery.objects.count() == deliveries_before  # not even a reply to the clicker
+
+
+@pytest.mark.django_db
+def test_a_flood_of_unsigned_posts_is_counted_without_a_write_per_request(client, slack_app, time_machine) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    time_machine.move_to(NOW, tick=False)
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(50):
+            assert post(client, BODY, {"X-Slack-Request-Timestamp": str(NOW)}).status_code == 401
+    writes = [q["sql"] for q in queries.captured_queries if "slackrefusal" in q["sql"].lower()]
+    assert len(writes) <= 3, writes  # the first refusal at once, the rest held in memory
+    assert SlackRefusal.objects.get().count >= 1
+
+    time_machine.move_to(NOW + 11, tick=False)
+    post(client, BODY, {"X-Slack-Request-Timestamp": str(NOW + 11)})
+    assert SlackRefusal.objects.get().count == 51  # written within 10 s, nothing lost

@@ -83,7 +83,7 @@ def test_a_rename_in_the_admin_leaves_every_record_of_the_decision_as_it_was(
     (renamed,) = user_entries("user.renamed")
     assert renamed["actor"] == {"kind": "user", "id": "root"}
     assert renamed["data"] == {"user_id": responder2.pk, "username": "someone-else", "old_username": "responder2"}
-    assert story_text("user.renamed") == ["root renamed the account responder2 to someone-else"]
+    assert story_text("user.renamed") == ["user:root renamed the account responder2 to someone-else"]
     for url in (reverse("decision_history_csv"), reverse("operation_decisions_csv", args=[op])):
         rows = list(csv.DictReader(io.StringIO(body(reader.get(url)))))
         assert [row["user"] for row in rows] == ["responder2"], url
@@ -140,7 +140,7 @@ def test_role_changes_in_the_admin_are_entries_naming_the_admin(make_user, admin
     assert changed["username"] == "dana-v"
     assert changed["before"] == {"groups": ["responder"], "is_staff": False, "is_superuser": False}
     assert changed["after"] == {"groups": ["viewer"], "is_staff": True, "is_superuser": False}
-    assert story_text("user.roles_changed")[-1] == "root changed the roles of dana-v: responder -> viewer, staff"
+    assert story_text("user.roles_changed")[-1] == "user:root changed the roles of dana-v: responder -> viewer, staff"
     dana.refresh_from_db()
     admin_save(admin_client, dana, is_active="")
     (deactivated,) = user_entries("user.deactivated")

@@ -197,3 +197,41 @@ def max_in_any_window(times: list[float], *, window: float = 1.0) -> int:
             start += 1
         best = max(best, end - start + 1)
     return best
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_web(group: Processes, **env: object) -> tuple[Proc, str]:
+    """A web process (uvicorn serving pollerdash.asgi:application, as in the Procfile) on a free port
+    of 127.0.0.1, in `group`; returns it and its base URL once it answers."""
+    port = free_port()
+    log_path = group.log_dir / f"web-{len(group.started)}.log"
+    full_env = {**group.base_env, **{key: str(value) for key, value in env.items()}}
+    with log_path.open("wb") as log:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1"]
+            + ["--port", str(port), "--no-access-log"],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    proc = Proc("web", popen, log_path)
+    group.started.append(proc)
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"{url}/accounts/login/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(answers, timeout=30, what="uvicorn to answer", processes=group)
+    return proc, url

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urljoin
@@ -48,8 +48,17 @@ class RunningOP:
         password: str | None = None,
         email: str | None = None,
         sub: str = "",
+        preferred_username: str = "",
+        email_verified: object = True,
     ) -> None:
-        body = {"username": username, "groups": list(groups), "tamper": tamper, "sub": sub}
+        body = {
+            "username": username,
+            "groups": list(groups),
+            "tamper": tamper,
+            "sub": sub,
+            "preferred_username": preferred_username,
+            "email_verified": email_verified,
+        }
         if password is not None:
             body["password"] = password
         if email is not None:
@@ -63,11 +72,19 @@ class RunningOP:
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
 
-    def authorize(self, authorize_url: str, *, username: str, password: str | None = None) -> str:
+    def authorize(
+        self,
+        authorize_url: str,
+        *,
+        username: str,
+        password: str | None = None,
+        browser: requests.Session | None = None,
+    ) -> str:
         """What a browser does at the provider, without one: open the authorization request, fill the
         provider's sign-in form, and return the redirect back to the relying party (its callback
-        URL with code and state), unfollowed."""
-        with requests.Session() as browser:
+        URL with code and state), unfollowed. Pass the same `browser` again to keep its session at
+        the provider: a later request then comes straight back without a form (single sign-on)."""
+        with nullcontext(browser) if browser is not None else requests.Session() as browser:
             url, answer = authorize_url, None
             for _ in range(10):
                 answer = browser.get(url, allow_redirects=False, timeout=10)

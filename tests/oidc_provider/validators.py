@@ -12,6 +12,16 @@ from oauth2_provider.oauth2_validators import OAuth2Validator
 
 from tests.oidc_provider import state
 
+# What a hostile provider may send as auth_time (NaN goes out as the bare word NaN, which Python's
+# JSON reader accepts).
+HOSTILE_AUTH_TIMES = {
+    "future_auth_time": lambda: int(time.time()) + 3600,
+    "text_auth_time": lambda: str(int(time.time())),
+    "bool_auth_time": lambda: True,
+    "nan_auth_time": lambda: float("nan"),
+    "huge_auth_time": lambda: 10**20,
+}
+
 
 def _flip_signature(jwt_text: str) -> str:
     header, payload, signature = jwt_text.split(".")
@@ -32,9 +42,9 @@ class TestOPValidator(OAuth2Validator):
         return {
             "sub": user.sub or f"testop-{user.username}",
             "email": user.email,
-            "email_verified": True,
+            "email_verified": user.email_verified,
             "name": user.name,
-            "preferred_username": user.username,
+            "preferred_username": user.preferred_username or user.username,
             settings.GROUP_CLAIM: list(user.groups),
         }
 
@@ -47,6 +57,10 @@ class TestOPValidator(OAuth2Validator):
             claims["exp"] = int(time.time()) - 3600
         elif tamper == "stale_auth_time":
             claims["auth_time"] = int(time.time()) - 24 * 3600
+        elif tamper == "no_auth_time" and not state.was_asked_max_age(request.user.get_username()):
+            del claims["auth_time"]
+        elif tamper in HOSTILE_AUTH_TIMES:
+            claims["auth_time"] = HOSTILE_AUTH_TIMES[tamper]()
         return claims, expiration
 
     def finalize_id_token(self, id_token, token, token_handler, request):

@@ -21,7 +21,8 @@ from tests.oidc_provider import state
 @csrf_exempt
 @require_POST
 def put_user(request: HttpRequest) -> HttpResponse:
-    """POST /testop/users {"username", "password", "groups", "tamper", "email", "name", "sub"}."""
+    """POST /testop/users {"username", "password", "groups", "tamper", "email", "name", "sub",
+    "preferred_username", "email_verified"}."""
     token = request.headers.get("Authorization", "").removeprefix("Bearer ")
     if not constant_time_compare(token, settings.CONTROL_TOKEN):
         return JsonResponse({"error": "control token required"}, status=403)
@@ -44,6 +45,8 @@ def put_user(request: HttpRequest) -> HttpResponse:
             groups=[str(g) for g in body.get("groups", [])],
             tamper=tamper,
             sub=str(body.get("sub", "")),
+            preferred_username=str(body.get("preferred_username", "")),
+            email_verified=body.get("email_verified", True),
         )
     )
     return JsonResponse({"username": username})
@@ -54,6 +57,8 @@ class MaxAgeAuthorizationView(AuthorizationView):
 
     def get(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         max_age = request.GET.get("max_age", "")
+        if request.user.is_authenticated:
+            state.asked_max_age(request.user.get_username(), asked=bool(max_age))
         last_login = getattr(request.user, "last_login", None)
         if max_age.isdigit() and last_login is not None and time.time() - last_login.timestamp() > int(max_age):
             return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)

@@ -162,6 +162,13 @@ def test_without_a_dispatcher_heartbeat_the_panel_warns(client, django_user_mode
 # --- /metrics ------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _scrape_from_loopback(settings):
+    """These tests scrape as a Prometheus on the same machine would, with METRICS_ALLOW_LOOPBACK=1
+    (the tests of the rule itself set it as they need)."""
+    settings.METRICS_ALLOW_LOOPBACK = True
+
+
 def test_metrics_are_prometheus_text_with_every_figure(busy_system, client):
     response = client.get("/metrics")
     assert response.status_code == 200
@@ -204,14 +211,43 @@ def test_metrics_speak_openmetrics_to_a_scraper_that_asks(busy_system, client):
     assert response.content.decode().rstrip().endswith("# EOF")
 
 
-def test_metrics_are_refused_through_a_proxy_or_from_elsewhere_without_a_token(client):
-    assert client.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 403
+def test_without_a_token_metrics_are_served_to_nobody_unless_loopback_is_allowed(client, settings):
+    settings.METRICS_ALLOW_LOOPBACK = False
+    for address in ("127.0.0.1", "::1", "10.1.2.3"):
+        refused = client.get("/metrics", REMOTE_ADDR=address)
+        assert refused.status_code == 403 and b"METRICS_TOKEN" in refused.content, address
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Forwarded-For": "203.0.113.9"},
+        {"X-Forwarded-For": "127.0.0.1"},  # a proxy passing on what a client claimed
+        {"Forwarded": "for=127.0.0.1"},
+        {"X-Real-Ip": "127.0.0.1"},
+        {"X-Forwarded-Host": "pollerdash.example.com"},
+        {"X-Forwarded-Proto": "https"},
+        {"Via": "1.1 proxy"},
+        {"True-Client-Ip": "127.0.0.1"},
+        {"X-Client-Ip": "127.0.0.1"},
+        {"Cf-Connecting-Ip": "127.0.0.1"},
+    ],
+)
+def test_allowed_loopback_means_direct_clients_only_never_through_a_proxy(client, settings, headers):
+    settings.METRICS_ALLOW_LOOPBACK = True
+    assert client.get("/metrics", headers=headers, REMOTE_ADDR="127.0.0.1").status_code == 403
+
+
+def test_allowed_loopback_serves_direct_clients_on_this_machine_only(client, settings):
+    settings.METRICS_ALLOW_LOOPBACK = True
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 403
     assert client.get("/metrics", REMOTE_ADDR="::1").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
 
 
 def test_with_a_token_metrics_need_it_from_everywhere(client, settings):
     settings.METRICS_TOKEN = "scrape-token-123456"
+    settings.METRICS_ALLOW_LOOPBACK = False
     refused = client.get("/metrics")
     assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer")
     assert b"scrape-token" not in refused.content

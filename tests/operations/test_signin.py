@@ -44,3 +44,12 @@ def test_fresh_means_within_the_window_and_not_from_the_future():
     assert is_fresh(signed_in, now=NOW - timedelta(seconds=60), max_age=window)  # clocks a minute apart
     assert not is_fresh(signed_in, now=NOW - timedelta(minutes=2), max_age=window)
     assert not is_fresh(None, now=NOW, max_age=window)
+
+
+def test_a_single_sign_on_whose_time_the_provider_did_not_give_is_recorded_so_and_never_fresh():
+    unknown = SignIn(method=OIDC, at=None, issuer="https://id.example.com", subject="248289761001")
+    assert unknown.as_record()["at"] is None
+    assert SignIn.from_record(unknown.as_record()) == unknown
+    assert not is_fresh(unknown, now=NOW, max_age=timedelta(days=365))
+    # A password sign-in always has a time: a record without one is not a sign-in.
+    assert SignIn.from_record({"method": "password", "at": None, "issuer": None, "subject": None}) is None

@@ -1,0 +1,47 @@
+"""Which usernames a single sign-on may create: names nobody can mistake for another person or for
+pollerdash itself.
+
+Pages, reports and the audit story show people by username. A provider that may send any
+`preferred_username` could otherwise create `Responder` beside `responder`, a Cyrillic look-alike,
+`system:unattributed` (which reads like a system actor), or a name with a line break in it. The rule
+is ASCII only — letters, digits and `. _ - @ +` (Django's own username characters, and every email
+address's), starting with a letter or a digit, at most 150 characters — and no other account whose
+name differs only in case. ASCII makes Unicode look-alikes, NFKC variants (fullwidth letters) and
+invisible characters impossible by construction instead of by a confusables table.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+MAX_LENGTH = 150
+_CHARACTERS = re.compile(r"[A-Za-z0-9._@+-]+")
+RULE = "letters, digits and . _ - @ + only (ASCII), starting with a letter or a digit"
+
+
+def problem(name: str) -> str | None:
+    """Why `name` cannot be a new account's username, or None. Pure."""
+    if len(name) > MAX_LENGTH:
+        return f"a username has at most {MAX_LENGTH} characters"
+    if not _CHARACTERS.fullmatch(name):
+        return f"a username has {RULE}"
+    if not name[0].isalnum():
+        return "a username must start with a letter or a digit"
+    return None
+
+
+def taken_as(name: str) -> str | None:
+    """The existing account whose username equals `name` in any case, if there is one."""
+    return get_user_model().objects.filter(username__iexact=name).values_list("username", flat=True).first()
+
+
+def serialize_new_accounts() -> None:
+    """Inside the creating transaction: two sign-ins creating `Bob` and `bob` at once must not both
+    find the name free. SQLite's write transactions are already serial (IMMEDIATE); on PostgreSQL
+    one transaction-scoped advisory lock makes the check and the insert one step."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('pollerdash:new-username'))")
