@@ -34,7 +34,7 @@ from operations.vocabulary import DelaySource
 # worker's pick-up take a moment, and a last check planned at the very end would reach the gate
 # after the deadline, where it is a deadline card instead of the check the person was promised.
 END_MARGIN_S = 5.0
-END_MARGIN_SHARE = 0.1
+END_MARGIN_SHARE = 0.2
 
 
 @dataclass(frozen=True)
