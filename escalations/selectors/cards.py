@@ -47,13 +47,15 @@ def card_view(*, escalation: Escalation, now: datetime) -> CardView:
     activities = list(CardActivity.objects.filter(escalation=escalation).order_by("at", "pk"))
     card = load_card(escalation=escalation, operation=escalation.operation, now=now, decisions=decisions)
     choices = reassign_choices(escalation=escalation) if card.is_open else []
-    notified = card_notifications(escalation_id=escalation.pk)
+    # A card that joined a group shows who the group's first card reached (the group is told once).
+    first = escalation.group.first_card_id if escalation.group_id is not None and escalation.group else None
+    notified = card_notifications(escalation_id=escalation.pk, group_first_card_id=first)
     return CardView(card=card, decisions=decisions, notified=notified, activities=activities, reassign_to=choices)
 
 
 def card_by_id(*, escalation_id: int, now: datetime) -> CardView | None:
     escalation = (
-        Escalation.objects.select_related("operation__provider", "assignee", "acknowledged_by", "assigned_by")
+        Escalation.objects.select_related("operation__provider", "assignee", "acknowledged_by", "assigned_by", "group")
         .filter(pk=escalation_id)
         .first()
     )
@@ -72,7 +74,7 @@ def operation_cards(*, operation: Operation, now: datetime) -> tuple[CardView | 
     """The operation's open card (if any) and all its escalations, newest first."""
     escalations = list(
         Escalation.objects.filter(operation=operation)
-        .select_related("assignee", "acknowledged_by", "assigned_by")
+        .select_related("assignee", "acknowledged_by", "assigned_by", "group")
         .order_by("-opened_at")
     )
     current = next((e for e in escalations if e.state == Escalation.State.OPEN), None)

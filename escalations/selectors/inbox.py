@@ -1,8 +1,12 @@
 """The inbox: open cards needing a decision, most urgent first, with faceted counts.
 
 Cards of one outage (a CardGroup: same provider account and reason, opened within
-CARD_GROUP_WINDOW_S) show as one group row on the first page when two or more of them match the
-filters; the other cards are listed one by one. A fixed number of queries whatever the counts.
+CARD_GROUP_WINDOW_S) show as one group row when two or more of them match the filters; the other
+cards are listed one by one. Groups and single cards share one order, by urgency (`urgency`): a
+business deadline that passed first, then the soonest business deadline, then the oldest; a group
+counts by its soonest business deadline and its first card. Single cards are paged; each group
+row shows on the page where its place in that order falls. A fixed number of queries whatever the
+counts.
 """
 
 from __future__ import annotations
@@ -57,9 +61,17 @@ INBOX_FIELDS = (
     "operation__provider__slug",
     "assignee__username",
 )
-# Group rows shown on the first page (the most urgent first); a group's members shown in its row.
+# Group rows shown on one page (the most urgent first); a group's members shown in its row.
 GROUP_ROWS_MAX = 20
 GROUP_MEMBERS_SHOWN = 5
+
+Urgency = tuple[bool, datetime, datetime, int, int]
+
+
+def urgency(*, business_deadline_at: datetime | None, opened_at: datetime, group: bool, pk: int) -> Urgency:
+    """The one inbox order, for groups and single cards alike: business deadline first (one that
+    passed is the soonest), none last; then the oldest. The SQL order of single cards is the same."""
+    return (business_deadline_at is None, business_deadline_at or opened_at, opened_at, int(not group), pk)
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,37 @@ class GroupRow:
         """Members not listed in the row."""
         return max(0, self.count - len(self.members))
 
+    @property
+    def urgency(self) -> Urgency:
+        return urgency(
+            business_deadline_at=self.soonest_business_deadline,
+            opened_at=self.first_opened_at,
+            group=True,
+            pk=self.group_id,
+        )
+
+    @property
+    def providers(self) -> str:
+        """The provider profiles of the members listed (one account may serve several)."""
+        return ", ".join(sorted({m.operation.provider.slug for m in self.members}))
+
+    @property
+    def alert_title(self) -> str:
+        """A desktop notification's title for this group's news: its reason and size."""
+        return f"Decision needed: {reason_label(self.reason)} · group of {self.count} cards"
+
+    @property
+    def alert_body(self) -> str:
+        return f"{self.label} · provider {self.providers}" if self.providers else self.label
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One inbox row: a group or a single card."""
+
+    group: GroupRow | None = None
+    card: Escalation | None = None
+
 
 @dataclass
 class InboxView:
@@ -152,6 +195,8 @@ class InboxView:
     group_rows: list[GroupRow] = field(default_factory=list)
     # Matching cards that sit in group rows (not counted in the page's rows).
     grouped_cards: int = 0
+    # This page's groups and single cards in one order, by urgency.
+    entries: list[Entry] = field(default_factory=list)
 
 
 def _awaiting_second() -> Exists:
@@ -206,8 +251,11 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
     )
     paginator = with_count(Paginator(singles, PAGE_SIZE), known - grouped_cards)
     page_obj = paginator.get_page(page_number(page))
-    shown_groups = groups[:GROUP_ROWS_MAX] if page_obj.number == 1 else []
+    rows = list(page_obj.object_list)
+    shown_groups = _groups_on_page(groups, singles=singles, rows=rows, page=page_obj)[:GROUP_ROWS_MAX]
     _attach_members(query, shown_groups)
+    entries = [Entry(group=g) for g in shown_groups] + [Entry(card=esc) for esc in rows]
+    entries.sort(key=lambda e: e.group.urgency if e.group is not None else _card_urgency(e.card))
     providers = list(ProviderProfile.objects.order_by("slug").values_list("slug", flat=True))
     return InboxView(
         page=page_obj,
@@ -225,10 +273,33 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
         everyone_total=facets.count(reason=filters.reason, provider=filters.provider, awaiting=filters.awaiting),
         mine_total=facets.count(reason=filters.reason, provider=filters.provider, mine=True, awaiting=filters.awaiting),
         awaiting_total=facets.count(reason=filters.reason, provider=filters.provider, mine=filters.mine, awaiting=True),
-        rows=list(page_obj.object_list),
+        rows=rows,
         group_rows=shown_groups,
         grouped_cards=grouped_cards,
+        entries=entries,
     )
+
+
+def _card_urgency(card: Escalation | None) -> Urgency:
+    assert card is not None
+    return urgency(
+        business_deadline_at=card.operation.business_deadline_at, opened_at=card.opened_at, group=False, pk=card.pk
+    )
+
+
+def _groups_on_page(
+    groups: list[GroupRow], *, singles: QuerySet[Escalation], rows: list[Escalation], page: Page
+) -> list[GroupRow]:
+    """The groups whose place in the inbox order falls on this page of single cards: after the last
+    card of the page before (one query), up to the last card of this page (or to the end, on the last)."""
+    low: Urgency | None = None
+    if page.number > 1:
+        before = singles.select_related(None).values_list("operation__business_deadline_at", "opened_at", "pk")[
+            page.start_index() - 2
+        ]
+        low = urgency(business_deadline_at=before[0], opened_at=before[1], group=False, pk=before[2])
+    high = _card_urgency(rows[-1]) if rows and page.has_next() else None
+    return [g for g in groups if (low is None or g.urgency > low) and (high is None or g.urgency <= high)]
 
 
 def _group_rows(query: QuerySet[Escalation]) -> list[GroupRow]:
@@ -255,15 +326,8 @@ def _group_rows(query: QuerySet[Escalation]) -> list[GroupRow]:
         )
         for row in rows
     ]
-    # Business deadline soonest (none last), then the oldest: the order of the single cards.
-    groups.sort(
-        key=lambda g: (
-            g.soonest_business_deadline is None,
-            g.soonest_business_deadline or g.first_opened_at,
-            g.first_opened_at,
-            g.group_id,
-        )
-    )
+    # The one inbox order (urgency), which single cards follow too.
+    groups.sort(key=lambda g: g.urgency)
     return groups
 
 
@@ -273,7 +337,7 @@ def _attach_members(query: QuerySet[Escalation], groups: list[GroupRow]) -> None
         return
     ranked = (
         query.filter(group_id__in=[g.group_id for g in groups])
-        .select_related("operation")
+        .select_related("operation__provider")
         .only(
             "id",
             "group",
@@ -284,6 +348,8 @@ def _attach_members(query: QuerySet[Escalation], groups: list[GroupRow]) -> None
             "operation__purpose",
             "operation__provider_job_id",
             "operation__business_deadline_at",
+            "operation__provider",
+            "operation__provider__slug",
         )
         .annotate(
             rank=Window(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from operations.models import NotificationDelivery, PolicyRun
@@ -43,6 +43,9 @@ class Notified:
     level: int  # 1-based level last sent (0: none yet)
     next_step_at: datetime | None
     lines: list[Line]
+    # Set when the card joined a group and the lines are the group's first card's: a group is told
+    # once, through its first card, for all of its cards.
+    group_id: int | None = None
 
     @property
     def sent(self) -> int:
@@ -53,13 +56,27 @@ class Notified:
         return sum(1 for line in self.lines if line.state == "failed")
 
 
-def card_notifications(*, escalation_id: int) -> Notified:
-    """One query: the card's messages, with its run joined (a run always wrote its first level)."""
+def card_notifications(*, escalation_id: int, group_first_card_id: int | None = None) -> Notified:
+    """One query: the card's messages, with its run joined (a run always wrote its first level).
+
+    `group_first_card_id`: the first card of the card's group. A group is told once, through its
+    first card: a card that joined one and was told nothing of its own shows what the first card's
+    messages reached (read in the same query)."""
+    ids = [escalation_id]
+    if group_first_card_id is not None and group_first_card_id != escalation_id:
+        ids.append(group_first_card_id)
     rows = list(
-        NotificationDelivery.objects.filter(escalation_id=escalation_id)
+        NotificationDelivery.objects.filter(escalation_id__in=ids)
         .select_related("escalation__policy_run")
         .order_by("created_at", "pk")
     )
+    own = [row for row in rows if row.escalation_id == escalation_id]
+    if own or len(ids) == 1:
+        return _notified(own)
+    return replace(_notified(rows), group_id=rows[0].escalation.group_id) if rows else _notified([])
+
+
+def _notified(rows: list[NotificationDelivery]) -> Notified:
     lines = [_line(row) for row in rows]
     try:
         run = rows[0].escalation.policy_run if rows else None

@@ -122,6 +122,15 @@ def reason_name(value: str) -> str:
 
 
 @register.filter
+def check_reason(text: str) -> str:
+    """A status check's recorded "<reason id>: explanation" with the reason in its words."""
+    head, sep, rest = str(text or "").partition(": ")
+    if sep and reason_label(head) != head:
+        return f"{reason_label(head)}: {rest}"
+    return str(text or "")
+
+
+@register.filter
 def option_name(option_id: str) -> str:
     """ "Extend 15 min / 4 checks" for `extend:15m:4`: tables name options, not ids."""
     return option_title(option_id)

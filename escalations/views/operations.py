@@ -112,7 +112,11 @@ def _planned_checks(op: Operation) -> list[datetime]:
     if op.status not in POLLABLE_STATUSES or not op.check_spacing_s or op.next_poll_at is None:
         return []
     return upcoming_checks(
-        next_poll_at=op.next_poll_at, spacing_s=op.check_spacing_s, checks_left=op.requests_left, ends_at=op.deadline_at
+        next_poll_at=op.next_poll_at,
+        spacing_s=op.check_spacing_s,
+        checks_left=op.requests_left,
+        ends_at=op.deadline_at,
+        jitter_floor=op.provider.jitter_floor,
     )
 
 

@@ -239,11 +239,11 @@ def _human_note(data: Mapping[str, object], actor: str, at: datetime) -> str:
 def _human_bulk_decision(data: Mapping[str, object], actor: str, at: datetime) -> str:
     refused = data.get("refused") or []
     count = len(refused) if isinstance(refused, list) else 0
+    option = option_title(str(data.get("option") or ""))
     if not data.get("applied"):
-        option, requested = data.get("option"), data.get("requested")
-        return f"{actor}'s bulk {option} over {requested} cards applied to none ({count} refused)"
+        return f"{actor}'s bulk “{option}” over {data.get('requested')} cards applied to none ({count} refused)"
     return (
-        f"{actor} applied {data.get('option')} to {data.get('applied')} of {data.get('requested')} cards of group "
+        f"{actor} applied “{option}” to {data.get('applied')} of {data.get('requested')} cards of group "
         f"{data.get('group_id')} ({count} refused)"
     )
 

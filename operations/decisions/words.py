@@ -160,6 +160,7 @@ _TITLES = {
     Kind.RETRY_AFTER_ROTATION.value: "Retry with the new credential",
     Kind.ACCEPT_OUTPUT.value: "Accept the output as it is",
     Kind.APPROVE_ONE_CHECK.value: "Approve one status check",
+    Kind.KEEP_WAITING.value: "Keep waiting until the technical deadline",
 }
 _TITLE_SHOWN = 40
 

@@ -45,7 +45,8 @@ def claim_cancel(
     escalation.save(update_fields=["cancel_response"])
     new_card_version(escalation=escalation)
     operation.cancel_requested_at = now
-    operation.cancel_reason = (comment or f"cancel_at_provider by {user.get_username()}")[:280]
+    # The agent reads it (its Operation's `cancel.reason`): the option's words, not its id.
+    operation.cancel_reason = (comment or f"{option.label} — by {user.get_username()}")[:280]
     operation.cancel_state = CancelState.REQUESTED
     operation.save(update_fields=["cancel_requested_at", "cancel_reason", "cancel_state"])
     decision_entry(decision, user=user)

@@ -292,15 +292,25 @@ def _wait_decision(
         hint_cap_s=policy.hint_cap_s,
         rng=rng,
         paced_spacing_s=bounds.check_spacing_s,
+        paced_checks_left=bounds.max_requests - bounds.requests_used,
         multiplier=policy.backoff_multiplier,
     )
     pause_until = _account_pause(policy, obs, retry_after)
     all_warnings = warnings + wait.notes
     if bounds.requests_used >= bounds.max_requests:
+        # No wake-up follows a spent budget: a note that one was capped at the deadline would mislead.
+        all_warnings = warnings + (wait.notes[:-1] if wait.capped else wait.notes)
+        spent = f"all {bounds.max_requests} status requests are spent"
+        if bounds.check_spacing_s is not None:
+            # Inside a window the last check falls in its final spacing: the card comes back at the
+            # end of the window a person granted, and says so.
+            spent = (
+                f"that was the last check of the window, which ends {bounds.deadline_at:%Y-%m-%d %H:%M:%S} UTC; {spent}"
+            )
         return _escalate(
             Reason.REQUEST_BUDGET_EXHAUSTED,
             interpreted,
-            f"{explanation}; all {bounds.max_requests} status requests are spent",
+            f"{explanation}; {spent}",
             provider_state=provider_state,
             charge_transport=charge_transport,
             backoff_attempt=wait.backoff_attempt,

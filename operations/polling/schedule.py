@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from operations.polling.signals import Hint, seconds
+from operations.polling.window import next_check
 from operations.vocabulary import DelaySource
 
 
@@ -19,6 +20,8 @@ class Wait:
     notes: tuple[str, ...] = ()
     # How long the provider asked to wait (Retry-After, poll hint), before the deadline cap.
     guidance_s: float | None = None
+    # The wake-up was moved to the deadline (its note is the last of `notes`).
+    capped: bool = False
 
 
 # A profile's backoff multiplier (the profile checks and a database constraint hold it here):
@@ -40,35 +43,6 @@ def jittered(raw_s: float, *, jitter_floor: float, rng: random.Random) -> float:
     return rng.uniform(jitter_floor * raw_s, raw_s)
 
 
-@dataclass(frozen=True)
-class PacedWait:
-    next_poll_at: datetime
-    delay_s: float
-    delay_source: DelaySource
-
-
-def paced_wait(
-    *,
-    after: datetime,
-    spacing_s: float,
-    jitter_floor: float,
-    rng: random.Random,
-    guidance_s: float | None = None,
-    guidance_source: DelaySource = DelaySource.PROVIDER_RETRY_AFTER,
-) -> PacedWait:
-    """The next check of a window a human granted (operations/polling/window.py), after `after`.
-
-    A jittered spacing, uniform in [floor * spacing, spacing], unless the provider asked for longer
-    (`guidance_s`, already validated): its guidance is a minimum, never shortened, and then it
-    names the delay's source.
-    """
-    delay_s = jittered(spacing_s, jitter_floor=jitter_floor, rng=rng)
-    source = DelaySource.MANUAL_EXTENSION
-    if guidance_s is not None and guidance_s > delay_s:
-        delay_s, source = guidance_s, guidance_source
-    return PacedWait(next_poll_at=after + seconds(delay_s), delay_s=delay_s, delay_source=source)
-
-
 def plan_wait(
     *,
     now: datetime,
@@ -83,6 +57,7 @@ def plan_wait(
     hint_cap_s: float,
     rng: random.Random,
     paced_spacing_s: float | None = None,
+    paced_checks_left: int = 1,
     multiplier: float = 2.0,
 ) -> Wait:
     """The next wake-up, by docs/DESIGN.md section 4's precedence, capped at the deadline.
@@ -90,9 +65,10 @@ def plan_wait(
     1. Retry-After is a minimum: pollerdash never looks sooner than the provider asked.
     2. A valid body poll hint, clamped to [floor, cap].
     3. Local backoff: raw = min(max, base * multiplier**attempt), actual uniform in [floor*raw, raw].
-    4. Inside a window a human granted (`paced_spacing_s`), the window's pacing takes the place of
-       local backoff (which neither restarts nor moves on), and provider guidance still wins when
-       it asks for longer.
+    4. Inside a window a human granted (`paced_spacing_s`, with `paced_checks_left` of its checks
+       still to come), the next check goes in its own slot of the window (window.next_check) in
+       place of local backoff (which neither restarts nor moves on), and provider guidance still
+       wins when it asks for longer.
     A wake-up that would fall after the deadline is moved to the deadline, where the operation is
     escalated without a request. `guidance_s` keeps what the provider asked for, uncapped.
     """
@@ -111,9 +87,11 @@ def plan_wait(
             notes.append(f"poll hint {guidance_s:g} s clamped to {hint_cap_s:g} s")
             guidance_s = hint_cap_s
     if paced_spacing_s is not None:
-        paced = paced_wait(
-            after=now,
+        paced = next_check(
+            now=now,
+            ends_at=deadline_at,
             spacing_s=paced_spacing_s,
+            checks_left=paced_checks_left,
             jitter_floor=jitter_floor,
             rng=rng,
             guidance_s=guidance_s,
@@ -127,7 +105,8 @@ def plan_wait(
         delay_s, source = jittered(raw, jitter_floor=jitter_floor, rng=rng), DelaySource.LOCAL_BACKOFF
         attempt += 1
     remaining_s = (deadline_at - now).total_seconds()
-    if delay_s >= remaining_s:
+    capped = delay_s >= remaining_s
+    if capped:
         notes.append(f"wake-up capped at the deadline ({delay_s:.0f} s asked, {max(remaining_s, 0):.0f} s left)")
         delay_s = max(remaining_s, 0.0)
         next_poll_at = deadline_at
@@ -140,4 +119,5 @@ def plan_wait(
         backoff_attempt=attempt,
         notes=tuple(notes),
         guidance_s=guidance_s,
+        capped=capped,
     )

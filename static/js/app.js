@@ -247,11 +247,26 @@
     return meta ? (meta.dataset.ids || "").split(",").filter(Boolean) : [];
   }
 
+  function cardCounts(list) {
+    const counts = {};
+    list.forEach(function (id) {
+      const group = /^g(\d+)\.(\d+)$/.exec(id);
+      if (group) counts["g" + group[1]] = Number(group[2]);
+      else counts[id] = 1;
+    });
+    return counts;
+  }
+
   function showNote(incoming, current) {
     const note = document.getElementById("live-note");
     if (!note) return;
-    const added = incoming.filter(function (id) { return current.indexOf(id) < 0; }).length;
-    const gone = current.filter(function (id) { return incoming.indexOf(id) < 0; }).length;
+    // Counted in cards: a group row ("g<group>.<open cards>") that grows by one is one new card.
+    const now = cardCounts(incoming);
+    const before = cardCounts(current);
+    let added = 0;
+    let gone = 0;
+    Object.keys(now).forEach(function (key) { added += Math.max(0, now[key] - (before[key] || 0)); });
+    Object.keys(before).forEach(function (key) { gone += Math.max(0, before[key] - (now[key] || 0)); });
     const parts = [];
     if (added) parts.push(added + " new card" + (added > 1 ? "s" : ""));
     if (gone) parts.push(gone + " no longer open");
@@ -290,7 +305,16 @@
       doc.querySelectorAll(".row[data-esc]").forEach(function (r) {
         rows[r.dataset.esc] = {
           title: ((r.querySelector(".provider") || {}).textContent || "") + ": " + ((r.querySelector(".row-title") || {}).textContent || "").trim(),
-          reason: (r.querySelector(".chip-reason") || {}).textContent || "",
+          heading: "Decision needed: " + ((r.querySelector(".chip-reason") || {}).textContent || "a new card"),
+          anchor: r.id,
+        };
+      });
+      // A group row is news when it appears or grows: the server words its alert (group, reason, provider).
+      doc.querySelectorAll(".grouprow[data-group]").forEach(function (r) {
+        rows["g" + r.dataset.group + "." + r.dataset.count] = {
+          title: r.dataset.alertBody || "",
+          heading: r.dataset.alertTitle || "",
+          anchor: r.id,
         };
       });
       document.dispatchEvent(new CustomEvent("pd:inbox", { detail: { ids: ids(doc), rows: rows } }));
@@ -320,6 +344,14 @@
       return;
     }
     hideNote();
+  });
+
+  // Out-of-band swaps are not the request's target: the operation page's head and body, fetched
+  // again after an act (hx-select-oob), are localized as each lands, or they would read in UTC.
+  document.addEventListener("htmx:oobAfterSwap", function (event) {
+    const root = event.target && event.target.isConnected ? event.target : document;
+    pd.localize(root);
+    refreshTimes(root);
   });
 
   document.addEventListener("htmx:afterSwap", function (event) {

@@ -167,6 +167,18 @@
     }
   }
 
+  // A card is news once; a group row ("g<group>.<open cards>") only when it appears or grows: one of
+  // its cards decided is no arrival.
+  function isNews(id, known) {
+    if (known.has(id)) return false;
+    const group = /^g(\d+)\.(\d+)$/.exec(id);
+    if (!group) return true;
+    return !Array.from(known).some(function (seen) {
+      const other = /^g(\d+)\.(\d+)$/.exec(seen);
+      return other && other[1] === group[1] && Number(other[2]) >= Number(group[2]);
+    });
+  }
+
   function announce(fresh, rows) {
     if (!fresh.length) return;
     if (away()) {
@@ -175,15 +187,16 @@
     }
     if (desktopOn() && away()) {
       const first = rows[fresh[0]] || {};
-      const title = fresh.length === 1 ? "Decision needed: " + (first.reason || "new card") : fresh.length + " new cards need a decision";
+      const title = fresh.length === 1 ? first.heading || "Decision needed" : fresh.length + " new cards need a decision";
       const body = fresh
         .slice(0, 3)
-        .map(function (id) { return (rows[id] && rows[id].title) || "card " + id; })
+        .map(function (id) { return (rows[id] && rows[id].title) || ""; })
+        .filter(Boolean)
         .join("\n");
       const note = new window.Notification(title, { body: body, tag: "pollerdash-inbox", renotify: true });
       note.onclick = function () {
         window.focus();
-        const row = document.getElementById("esc-" + fresh[0]);
+        const row = document.getElementById(first.anchor || "esc-" + fresh[0]);
         if (row) row.scrollIntoView({ block: "nearest" });
         note.close();
       };
@@ -195,7 +208,7 @@
     const detail = event.detail || {};
     const ids = (detail.ids || []).map(String);
     const known = loadSeen();
-    const fresh = ids.filter(function (id) { return !known.has(id); });
+    const fresh = ids.filter(function (id) { return isNews(id, known); });
     fresh.forEach(function (id) { known.add(id); });
     saveSeen();
     announce(fresh, detail.rows || {});

@@ -42,7 +42,7 @@ def play_the_dispatcher(op: Operation, *, until: datetime, traveller) -> None:
         poll_once(operation_id=current.pk, fence=current.fence)
 
 
-def test_extend_5_min_3_checks_sends_one_request_promptly_and_at_most_one_more_in_the_first_minute(
+def test_extend_5_min_3_checks_sends_one_request_promptly_and_lasts_the_five_minutes(
     open_page, make_user, make_profile, make_operation, fake_provider, live_server, artifacts, settings, time_machine
 ):
     settings.OPERATION_MIN_DEADLINE_S = 1
@@ -88,11 +88,20 @@ def test_extend_5_min_3_checks_sends_one_request_promptly_and_at_most_one_more_i
     after = provider_times(fake_provider, op)[before:]
     in_first_minute = [moment for moment in after if moment < decided + timedelta(minutes=1)]
     assert after and after[0] - decided < timedelta(seconds=5)  # promptly
-    assert 1 <= len(in_first_minute) <= 2, in_first_minute
-    # The next check is paced (at least half the 100 s spacing), not the old backoff's first step.
+    assert len(in_first_minute) == 1, in_first_minute
+    # The next check is paced in its own slot (100-200 s), not the old backoff's first step.
     current = Operation.objects.get(pk=op.pk)
-    assert current.next_poll_at - after[-1] >= timedelta(seconds=50)
+    assert timedelta(seconds=150) <= current.next_poll_at - decided <= timedelta(seconds=200)
     assert current.status == "running" and current.delay_source == "manual_extension"
+
+    # The rest of the window: the third check in its final fifth, and the card back at it, not before.
+    play_the_dispatcher(op, until=decided + timedelta(minutes=5), traveller=time_machine)
+    after = provider_times(fake_provider, op)[before:]
+    assert len(after) == 3
+    deadline = Operation.objects.get(pk=op.pk).deadline_at
+    assert deadline - timedelta(minutes=1) <= after[-1] < deadline
+    again = Escalation.objects.get(operation=op, state="open")
+    assert again.opened_at == after[-1] and again.reason == Reason.REQUEST_BUDGET_EXHAUSTED
 
 
 def test_a_business_deadline_card_offers_keep_waiting_and_the_chart_marks_where_polling_stopped(

@@ -108,9 +108,10 @@ def test_an_extension_grants_new_chained_bounds_and_the_next_poll_happens_with_m
     assert check.due_at == decided_at and check.sent_at == decided_at
     op = reload(op)
     assert op.status == Status.RUNNING
-    # The next check is paced by the window, not by backoff: within [floor, 1] x the spacing.
+    # The next check is paced by the window, not by backoff: in the second of its four 225 s slots,
+    # at least floor x spacing into it, and a margin (5 s) before its end.
     assert op.delay_source == DelaySource.MANUAL_EXTENSION
-    assert timedelta(seconds=112.5) <= op.next_poll_at - decided_at <= timedelta(seconds=225)
+    assert timedelta(seconds=225 + 112.5) <= op.next_poll_at - decided_at <= timedelta(seconds=450 - 5)
 
 
 def test_a_rate_limited_extension_waits_for_the_providers_pause(stopped, alice, clock):

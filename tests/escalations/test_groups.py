@@ -9,13 +9,15 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
+from escalations.selectors import inbox as inbox_selector
 from operations.decisions import bulk, ownership
 from operations.decisions.bulk import Member, decide_bulk
 from operations.decisions.services import TooManyDecisions, escalation_decide
-from operations.models import AuditEntry, Authorization, BulkDecision, Decision, Escalation, PolicyRun
+from operations.models import AuditEntry, Authorization, BulkDecision, Decision, Escalation, Operation, PolicyRun
 from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
@@ -356,3 +358,51 @@ def test_the_inbox_shows_and_filters_acceptances_waiting_for_a_second_responder(
     assert 'Needs a second responder <span class="n">1</span>' in html
     filtered = client.get(reverse("inbox"), {"awaiting": "1"}).content.decode()
     assert re.findall(r'<article class="row" id="esc-(\d+)"', filtered) == [str(waiting.pk)]
+
+
+def test_a_card_that_joined_a_group_says_who_the_groups_page_reached(
+    notify, outage, pump, client: Client, alice
+) -> None:
+    # Issue 25: the group's first card paged; its other cards said "nobody was notified".
+    assert pump() == ["sent"]
+    client.force_login(alice)
+    joined = outage[1]
+    page = client.get(f"/operations/{joined.operation_id}/").content.decode()
+    assert "nobody was notified" not in page
+    section = page[page.index('aria-label="Notifications"') :]
+    section = section[: section.index("</section>")]
+    assert f'href="/groups/{joined.group_id}/"' in section
+    assert "told once for the whole group" in section
+    assert "email to oncall@example.test" in section and 'data-notification-state="sent"' in section
+    # The first card itself shows its own messages, as before.
+    first = client.get(f"/operations/{outage[0].operation_id}/").content.decode()
+    assert "email to oncall@example.test" in first and "told once for the whole group" not in first
+
+
+def test_groups_and_single_cards_share_one_order_by_urgency_across_pages(
+    stopped, make_profile, alice, settings, monkeypatch
+) -> None:
+    monkeypatch.setattr(inbox_selector, "PAGE_SIZE", 2)
+    now = timezone.now()
+
+    def due_in(card: Escalation, minutes: int) -> Escalation:
+        Operation.objects.filter(pk=card.operation_id).update(business_deadline_at=now + timedelta(minutes=minutes))
+        return card
+
+    singles = {m: due_in(stopped(provider=make_profile(slug=f"single-{m}")), m) for m in (-15, 20, 40, 50)}
+    soon = make_profile(slug="soon", account="soon")
+    soon_group = [stopped(provider=soon), due_in(stopped(provider=soon), 30)]
+    calm = make_profile(slug="calm", account="calm")
+    calm_group = [stopped(provider=calm), stopped(provider=calm)]
+
+    def page(number: int) -> list[str]:
+        view = inbox_selector.inbox(user=alice, filters=inbox_selector.InboxFilters(), page=number)
+        return [f"group {e.group.group_id}" if e.group else f"card {e.card.pk}" for e in view.entries]
+
+    assert page(1) == [f"card {singles[-15].pk}", f"card {singles[20].pk}"]
+    assert page(2) == [
+        f"group {soon_group[0].group_id}",
+        f"card {singles[40].pk}",
+        f"card {singles[50].pk}",
+        f"group {calm_group[0].group_id}",
+    ]

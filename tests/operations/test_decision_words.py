@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from operations.decisions.check import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
-from operations.decisions.options import Capabilities, Facts, Preset, bounded_options
+from operations.decisions.options import Capabilities, Facts, Kind, Preset, bounded_options
 from operations.decisions.words import Tone, cancel_words, decision_words, option_title, outcome_words
 from operations.vocabulary import CancelState, Reason
 
@@ -105,6 +105,7 @@ def test_an_outcome_always_reads_as_words(outcome: str, reason: str, answer: str
         ("retry_after_rotation", "Retry with the new credential"),
         ("accept_output", "Accept the output as it is"),
         ("approve_one_check", "Approve one status check"),
+        ("keep_waiting", "Keep waiting until the technical deadline"),
         ("", "(no option)"),
         ("rm -rf", "unknown option “rm -rf”"),
         ("x" * 100, "unknown option “" + "x" * 39 + "…”"),
@@ -112,6 +113,12 @@ def test_an_outcome_always_reads_as_words(outcome: str, reason: str, answer: str
 )
 def test_an_option_id_has_a_title(option_id: str, title: str) -> None:
     assert option_title(option_id) == title
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_every_option_kind_has_a_title_of_its_own(kind: Kind) -> None:
+    option_id = f"{kind.value}:15m:4" if kind in (Kind.EXTEND, Kind.TREAT_AS_PENDING) else kind.value
+    assert "unknown" not in option_title(option_id) and "_" not in option_title(option_id)
 
 
 def test_titles_match_the_labels_the_card_shows() -> None:
@@ -123,7 +130,15 @@ def test_titles_match_the_labels_the_card_shows() -> None:
     for reason in (Reason.DEADLINE_EXCEEDED, Reason.INTEGRATION_FAILURE, Reason.PER_CALL_APPROVAL):
         facts = Facts(reason=reason, now=now, deadline_at=now - timedelta(minutes=1), requests_used=3, max_requests=3)
         shown.update({option.id: option.label for option in bounded_options(facts=facts, caps=caps)})
-    fixed = {"cancel_at_provider", "close", "inspect", "accept_output", "approve_one_check"}
+    business = Facts(
+        reason=Reason.BUSINESS_DEADLINE_PASSED,
+        now=now,
+        deadline_at=now + timedelta(minutes=10),
+        requests_used=3,
+        max_requests=5,
+    )
+    shown.update({option.id: option.label for option in bounded_options(facts=business, caps=caps)})
+    fixed = {"cancel_at_provider", "close", "inspect", "accept_output", "approve_one_check", "keep_waiting"}
     assert fixed <= set(shown)
     assert {option_id: option_title(option_id) for option_id in fixed} == {
         option_id: shown[option_id] for option_id in fixed
