@@ -63,9 +63,12 @@ def on_card_closed(*, escalation: Escalation, **_: object) -> None:
 
 
 def on_card_reassigned(*, escalation: Escalation, by: User, to: User, **_: object) -> None:
-    """The responder a card was handed to is told; the policy goes on until they acknowledge."""
+    """The responder a card was handed to is told; the policy goes on until they acknowledge. Nobody
+    is told of a card they took themselves (one someone else held is taken over, which tells them)."""
     from escalations.oncall import runs
 
+    if by.pk == to.pk:
+        return
     giver = by.get_username()
     runs.tell(
         escalation=escalation,
