@@ -6,8 +6,8 @@ deadline is near while the job still runs; each is one message to NOTIFY_EMAILS 
 NOTIFY_WEBHOOK_URL, queued in the transaction that recorded it (escalations.oncall.receivers) and
 sent by a worker (escalations.tasks, with the functions here). It carries
 pollerdash's link first and quotes the agent's callback address as defanged data after it;
-every message to people counts against NOTIFY_MAX_PER_HOUR (`hourly_slot`). The webhook URL is a
-secret: it is registered with the log redactor and never logged.
+every message to people counts against NOTIFY_MAX_PER_HOUR (escalations.oncall.caps). The webhook
+URL is a secret: it is registered with the log redactor and never logged.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from escalations.agent_text import quoted, slack_escaped
+from escalations.oncall import caps
 from escalations.oncall.email import ascii_subject
-from operations import ratelimit
 from operations.decisions.options import human_duration
 from operations.models import Operation
 from operations.redaction import register_secret
@@ -36,7 +36,7 @@ WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 
 def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
     """Tell on-call that an agent's callback endpoint gave up. Returns a short outcome."""
-    if not hourly_slot():
+    if not caps.global_slot(now=timezone.now()):
         logger.warning(
             "operation %s: callback failure notification skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
             operation_id,
@@ -69,7 +69,7 @@ def deliver_business_deadline_warning(*, operation_id: str) -> str:
     op = Operation.objects.select_related("provider").filter(pk=operation_id).first()
     if op is None or op.status not in POLLABLE_STATUSES or op.business_deadline_at is None:
         return "skipped: the operation is no longer being watched"
-    if not hourly_slot():
+    if not caps.global_slot(now=timezone.now()):
         logger.warning(
             "operation %s: business deadline warning skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
             operation_id,
@@ -134,14 +134,6 @@ def _send(*, subject: str, text: str, chat: str, link: str, event: str, what: st
 
 def _utc(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def hourly_slot() -> bool:
-    """Take one of the NOTIFY_MAX_PER_HOUR messages to people (cards and failed callbacks alike)."""
-    limit = settings.NOTIFY_MAX_PER_HOUR
-    if limit <= 0:
-        return True
-    return ratelimit.take(key="notifications", limit=limit, window_s=3600, now=timezone.now()) is None
 
 
 def _post_webhook(*, url: str, chat: str, link: str, event: str) -> bool:

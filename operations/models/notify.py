@@ -139,6 +139,10 @@ class PolicyRun(models.Model):
     repetition = models.PositiveSmallIntegerField(default=0)
     next_step_at = models.DateTimeField(null=True, blank=True)
     step_seq = models.PositiveIntegerField(default=0)
+    # When the current round began (a give-back restarts it at most once per NOTIFY_RESTART_MIN_S),
+    # and, while acknowledged, when its next step was due (a give-back that does not restart resumes it).
+    round_started_at = models.DateTimeField(null=True, blank=True)
+    held_step_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:
@@ -186,6 +190,12 @@ class NotificationDelivery(models.Model):
     # hand-over ("alice handed you this card"), a take-over, an acceptance to confirm; for a
     # slack_reply, "replace" (the message shows the card's new state) or the ephemeral text.
     note = models.CharField(max_length=500, blank=True)
+    # The person whose act caused the message (a give-back's restart, a hand-over, a take-over, an
+    # acceptance to confirm): it counts against their NOTIFY_MAX_PER_ACTOR_PER_HOUR, not everyone's
+    # NOTIFY_MAX_PER_HOUR. Null: the policy's own schedule (or an account deleted since).
+    caused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         verbose_name_plural = "notification deliveries"

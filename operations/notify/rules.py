@@ -10,7 +10,8 @@ and `State` are the one vocabulary of those rows: the model's choices are made f
 - `on_acknowledge` / `on_end`: rows to skip and follow-ups to add, in the transaction of the
   acknowledgement or decision, so "acknowledged" and "level 2 will not be sent" commit together;
 - `follow_up_ready`: a follow-up (PagerDuty acknowledge/resolve, Slack message update) waits for
-  the row it follows, so trigger -> acknowledge -> resolve arrive in order with one dedup_key.
+  the row it follows, so trigger -> acknowledge -> resolve arrive in order with one dedup_key;
+- `never_held_by_hourly_caps`: the messages the hourly caps may count but never hold back.
 """
 
 from __future__ import annotations
@@ -141,6 +142,16 @@ def _close_streams(*, rows: Sequence[Row], event: Event, why: str) -> Changes:
             continue
         add.append(FollowUp(channel=channel, address=address, event=event, after_row_id=live[-1].id))
     return Changes(skip=tuple(skip), add=tuple(add))
+
+
+def never_held_by_hourly_caps(*, event: Event, channel: Channel, slot: tuple[int, int, int]) -> bool:
+    """A new card's (or group's) first page - round 0, level 1, its first repetition - and every
+    PagerDuty trigger go out whatever the hourly caps say: a flood of other messages, or someone
+    spending the caps, must never be what keeps on-call from hearing about a new outage. PagerDuty
+    folds a card's triggers into one alert (one dedup_key), so they cannot flood a pager."""
+    if event is not Event.LEVEL:
+        return False
+    return channel is Channel.PAGERDUTY or slot == (0, 0, 0)
 
 
 class Readiness(StrEnum):

@@ -39,8 +39,10 @@ def open_inline(page, esc: Escalation):
 
 
 def test_acknowledge_stops_the_reminders_for_that_card(
-    open_page, make_user, budget_card, make_profile, notify, mailoutbox, pump, artifacts
+    open_page, make_user, budget_card, make_profile, notify, mailoutbox, pump, artifacts, settings
 ) -> None:
+    # Every give-back restarts here; how often one may is tested in tests/escalations/test_paging_caps.py.
+    settings.NOTIFY_RESTART_MIN_S = 0
     alice = make_user("alice")
     mine = budget_card(purpose="Quarterly export for the finance team")
     other = budget_card(purpose="Nightly ledger export", provider=make_profile(slug="ledger", account="ledger"))
