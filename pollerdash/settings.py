@@ -458,7 +458,7 @@ ESCALATION_DEFAULT_POLICY = env_str("ESCALATION_DEFAULT_POLICY", "")
 # (escalations.oncall.caps).
 NOTIFY_MAX_PER_CARD = env_int("NOTIFY_MAX_PER_CARD", 24)
 NOTIFY_MAX_PER_HOUR = env_int("NOTIFY_MAX_PER_HOUR", 60)
-NOTIFY_MAX_PER_ACTOR_PER_HOUR = env_int("NOTIFY_MAX_PER_ACTOR_PER_HOUR", 20)
+NOTIFY_MAX_PER_ACTOR_PER_HOUR = env_int("NOTIFY_MAX_PER_ACTOR_PER_HOUR", 30)
 # A give-back restarts a card's policy from level 1 at most once per this many seconds; a give-back
 # sooner resumes the round where it was, nothing resent (0: every give-back restarts).
 NOTIFY_RESTART_MIN_S = env_int("NOTIFY_RESTART_MIN_S", 300)
