@@ -12,17 +12,17 @@ URL is a secret: it is registered with the log redactor and never logged.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
-import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import reverse
 from django.utils import timezone
 
 from escalations.agent_text import quoted, slack_escaped
-from escalations.oncall import caps
+from escalations.oncall import caps, transport
 from escalations.oncall.email import ascii_subject
 from operations.decisions.options import human_duration
 from operations.models import Operation
@@ -30,8 +30,6 @@ from operations.redaction import register_secret
 from operations.vocabulary import POLLABLE_STATUSES
 
 logger = logging.getLogger(__name__)
-
-WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 
 
 def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
@@ -137,16 +135,22 @@ def _utc(value: datetime) -> str:
 
 
 def _post_webhook(*, url: str, chat: str, link: str, event: str) -> bool:
-    """POST `{"text": ...}` (Slack-compatible) plus a structured copy; True on a 2xx answer."""
+    """POST `{"text": ...}` (Slack-compatible) plus a structured copy; True on a 2xx answer.
+
+    Through the notification channels' one bounded POST (escalations.oncall.transport): the same URL
+    rules as the policy's webhooks, `identity` asked, a compressed answer never inflated, at most
+    64 KiB of it read."""
     register_secret(url)
-    payload = {"text": chat, "pollerdash": {"event": f"escalation.{event}", "url": link}}
-    try:
-        with httpx.Client(timeout=WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False) as client:
-            response = client.post(url, json=payload)
-    except httpx.HTTPError as exc:
-        logger.warning("notification webhook failed (%s)", type(exc).__name__)
+    problem = transport.url_problem(url, what="NOTIFY_WEBHOOK_URL")
+    if problem:
+        logger.warning("notification webhook not sent: %s", problem)
         return False
-    if not 200 <= response.status_code < 300:
-        logger.warning("notification webhook answered HTTP %s", response.status_code)
+    payload = {"text": chat, "pollerdash": {"event": f"escalation.{event}", "url": link}}
+    answer = transport.post(url, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    if answer.status is None:
+        logger.warning("notification webhook failed (%s)", answer.transport_error)
+        return False
+    if not 200 <= answer.status < 300:
+        logger.warning("notification webhook answered HTTP %s", answer.status)
         return False
     return True
