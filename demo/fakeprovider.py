@@ -24,7 +24,7 @@ behaves like ``slow_success__polls=2``):
 - not_found_then_ok [polls=2], ok_then_gone [polls=1], auth_revoked [accept=], redirect [to=metadata|loop],
   flaky_5xx [pattern=500.502.504.200 (a "drop" token closes without answering), polls=6]
 - huge_body [size=2097152], invalid_json [kind=truncated|html|empty|nan|dupkeys],
-  hostile_body [kind=deep|surrogate|surrogate_bytes|nul|infinity|long_state],
+  hostile_body [kind=deep|surrogate|surrogate_bytes|nul|infinity|long_state|phish_state],
   slowloris [mode=dribble|headers|silent, chunk_bytes=1, chunk_delay_ms=1000, hold_s=60],
   held [hold_ms=5000, times=1]
 - cancel_ok [polls=infinite], cancel_unsupported; cancelling anything else answers 202 "cancelling"

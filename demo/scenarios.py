@@ -297,6 +297,7 @@ def _invalid_json(c: Call) -> Reply:
     return Reply(200, body, content_type)
 
 
+PHISH_STATE = "Pay: http://evil.example/ <!channel>\n<http://x|y> *now* " + "A" * 10_000
 # Bodies a hostile provider answers with 200: each breaks something after a naive json.loads (the
 # parser's recursion, the text's encoding, PostgreSQL's jsonb, a column's length).
 _HOSTILE_BODIES: dict[str, bytes] = {
@@ -306,6 +307,9 @@ _HOSTILE_BODIES: dict[str, bytes] = {
     "nul": b'{"state":"failed","error":{"m":"\\u0000"}}',
     "infinity": b'{"state":"succeeded","result":{"output_url":1e400}}',
     "long_state": b'{"state":"' + b"x" * 300 + b'"}',
+    # A state no table lists, written to pose as pollerdash in on-call's messages: a link, Slack's
+    # mention and link syntax, a line break, then 10 kB.
+    "phish_state": json.dumps({"state": PHISH_STATE}).encode(),
 }
 
 

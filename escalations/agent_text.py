@@ -1,9 +1,11 @@
-"""Text an agent wrote, quoted in a message people act on (the on-call email and chat).
+"""Text an agent wrote or a provider sent, quoted in a message people act on (the on-call email,
+chat and pager).
 
-An agent's purpose, job id or callback address is data, never instructions: a notification
-shows it after pollerdash's own link, on one line, capped, inside quotes it cannot close, with
-every link defanged so no mail client or chat makes it clickable ("http://evil.example" becomes
-"hxxp://evil[.]example"). Pure functions, no I/O.
+An agent's purpose, job id or callback address, and a provider's words (a state no table lists,
+quoted in why a card stopped and in the option that would accept it), are data, never
+instructions: a notification shows them after pollerdash's own link, on one line, capped, inside
+quotes they cannot close, with every link defanged so no mail client, chat or pager makes it
+clickable ("http://evil.example" becomes "hxxp://evil[.]example"). Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ def quoted(value: object, *, limit: int = AGENT_TEXT_MAX) -> str:
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return f"“{text}”"
+
+
+def inert(value: object, *, limit: int) -> str:
+    """pollerdash's words that embed untrusted text (an option label naming the provider's state,
+    a decision's words quoting that label): one defanged, capped line, its own quotes kept."""
+    text = defang(one_line(str(value)))
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def slack_escaped(text: str) -> str:

@@ -6,24 +6,24 @@ deadline is near while the job still runs; each is one message to NOTIFY_EMAILS 
 NOTIFY_WEBHOOK_URL, queued in the transaction that recorded it (escalations.oncall.receivers) and
 sent by a worker (escalations.tasks, with the functions here). It carries
 pollerdash's link first and quotes the agent's callback address as defanged data after it;
-every message to people counts against NOTIFY_MAX_PER_HOUR (`hourly_slot`). The webhook URL is a
-secret: it is registered with the log redactor and never logged.
+every message to people counts against NOTIFY_MAX_PER_HOUR (escalations.oncall.caps). The webhook
+URL is a secret: it is registered with the log redactor and never logged.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
-import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import reverse
 from django.utils import timezone
 
 from escalations.agent_text import quoted, slack_escaped
+from escalations.oncall import caps, transport
 from escalations.oncall.email import ascii_subject
-from operations import ratelimit
 from operations.decisions.options import human_duration
 from operations.models import Operation
 from operations.redaction import register_secret
@@ -31,12 +31,10 @@ from operations.vocabulary import POLLABLE_STATUSES
 
 logger = logging.getLogger(__name__)
 
-WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
-
 
 def deliver_callback_failure(*, operation_id: str, delivery_id: str, event_type: str, reason: str) -> str:
     """Tell on-call that an agent's callback endpoint gave up. Returns a short outcome."""
-    if not hourly_slot():
+    if not caps.global_slot(now=timezone.now()):
         logger.warning(
             "operation %s: callback failure notification skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
             operation_id,
@@ -69,7 +67,7 @@ def deliver_business_deadline_warning(*, operation_id: str) -> str:
     op = Operation.objects.select_related("provider").filter(pk=operation_id).first()
     if op is None or op.status not in POLLABLE_STATUSES or op.business_deadline_at is None:
         return "skipped: the operation is no longer being watched"
-    if not hourly_slot():
+    if not caps.global_slot(now=timezone.now()):
         logger.warning(
             "operation %s: business deadline warning skipped, NOTIFY_MAX_PER_HOUR (%s) reached",
             operation_id,
@@ -136,25 +134,23 @@ def _utc(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def hourly_slot() -> bool:
-    """Take one of the NOTIFY_MAX_PER_HOUR messages to people (cards and failed callbacks alike)."""
-    limit = settings.NOTIFY_MAX_PER_HOUR
-    if limit <= 0:
-        return True
-    return ratelimit.take(key="notifications", limit=limit, window_s=3600, now=timezone.now()) is None
-
-
 def _post_webhook(*, url: str, chat: str, link: str, event: str) -> bool:
-    """POST `{"text": ...}` (Slack-compatible) plus a structured copy; True on a 2xx answer."""
+    """POST `{"text": ...}` (Slack-compatible) plus a structured copy; True on a 2xx answer.
+
+    Through the notification channels' one bounded POST (escalations.oncall.transport): the same URL
+    rules as the policy's webhooks, `identity` asked, a compressed answer never inflated, at most
+    64 KiB of it read."""
     register_secret(url)
-    payload = {"text": chat, "pollerdash": {"event": f"escalation.{event}", "url": link}}
-    try:
-        with httpx.Client(timeout=WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False) as client:
-            response = client.post(url, json=payload)
-    except httpx.HTTPError as exc:
-        logger.warning("notification webhook failed (%s)", type(exc).__name__)
+    problem = transport.url_problem(url, what="NOTIFY_WEBHOOK_URL")
+    if problem:
+        logger.warning("notification webhook not sent: %s", problem)
         return False
-    if not 200 <= response.status_code < 300:
-        logger.warning("notification webhook answered HTTP %s", response.status_code)
+    payload = {"text": chat, "pollerdash": {"event": f"escalation.{event}", "url": link}}
+    answer = transport.post(url, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    if answer.status is None:
+        logger.warning("notification webhook failed (%s)", answer.transport_error)
+        return False
+    if not 200 <= answer.status < 300:
+        logger.warning("notification webhook answered HTTP %s", answer.status)
         return False
     return True

@@ -477,11 +477,18 @@ NOTIFY_REMINDER_S = env_int("NOTIFY_REMINDER_S", 15 * 60)
 # The policy a profile without its own follows (a name; else the one marked default in the admin).
 ESCALATION_DEFAULT_POLICY = env_str("ESCALATION_DEFAULT_POLICY", "")
 # Caps on messages to people, beyond which a notification is recorded as skipped, not sent (0 turns
-# one off): per card (its policy's levels and repeats; the last one says so) and per hour in all.
-# Follow-ups that close what was sent (PagerDuty acknowledge/resolve, a Slack message updated) are
-# never held back by them.
+# one off): per card (its policy's levels and repeats; the last one says so), per hour in all, and
+# per hour for the messages one person's acts cause (a give-back's restart, a hand-over, a
+# take-over, an acceptance to confirm), which count against that person only. Follow-ups that close
+# what was sent (PagerDuty acknowledge/resolve, a Slack message updated), a new card's or group's
+# first page and every PagerDuty trigger are never held back by the hourly caps
+# (escalations.oncall.caps).
 NOTIFY_MAX_PER_CARD = env_int("NOTIFY_MAX_PER_CARD", 24)
 NOTIFY_MAX_PER_HOUR = env_int("NOTIFY_MAX_PER_HOUR", 60)
+NOTIFY_MAX_PER_ACTOR_PER_HOUR = env_int("NOTIFY_MAX_PER_ACTOR_PER_HOUR", 30)
+# A give-back restarts a card's policy from level 1 at most once per this many seconds; a give-back
+# sooner resumes the round where it was, nothing resent (0: every give-back restarts).
+NOTIFY_RESTART_MIN_S = env_int("NOTIFY_RESTART_MIN_S", 300)
 # Delay before each attempt of one notification (seconds, jittered +-20 %; Retry-After is honoured
 # up to 15 min): six attempts over about 18 minutes, then the row is failed and the card says so.
 NOTIFY_RETRY_SCHEDULE_S = [float(s) for s in env_list("NOTIFY_RETRY_SCHEDULE_S", "0,30,60,120,300,600")]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 
-from escalations.agent_text import one_line, quoted
+from escalations.agent_text import quoted
 from escalations.oncall.facts import CardFacts
 from operations.decisions.options import human_duration
 
@@ -103,7 +103,8 @@ def card_email(
     )
     rows = [
         ("Reason", facts.reason_label),
-        ("Why it stopped", one_line(facts.detail)),
+        # Quoted, links disabled, capped (escalations.oncall.facts): it may quote the provider.
+        ("Why it stopped", facts.detail),
         ("Operation", facts.operation_id),
         ("Provider", facts.provider_slug),
         ("Requests used", f"{facts.requests_used} of {facts.max_requests}"),

@@ -2,8 +2,11 @@
 
 Read once by the sender (escalation, operation, provider, the options the card offers) and handed
 to the pure builders (email, Slack, PagerDuty), so every channel says the same thing and none of
-them queries the database. `purpose` and `provider_job_id` come from the agent and `detail` may
-quote the provider: every builder treats them as untrusted data (escalations.agent_text).
+them queries the database. `purpose` and `provider_job_id` come from the agent: every builder
+quotes them as untrusted data (escalations.agent_text). What may quote the provider is made inert
+here, once, for every channel: `detail` (why it stopped: an unknown state is quoted in it) is one
+quoted, defanged line of at most PROVIDER_TEXT_MAX characters, and the option labels and a
+decision's words (which can name that state) are defanged single lines.
 """
 
 from __future__ import annotations
@@ -15,8 +18,14 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 
+from escalations.agent_text import inert, quoted
 from operations.decisions.cards import load_card, reason_label
 from operations.models import Decision, Escalation
+
+# Why a card stopped may quote a provider's state of any length: a notification shows this much.
+PROVIDER_TEXT_MAX = 300
+LABEL_MAX = 120
+OUTCOME_MAX = 300
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,7 @@ class CardFacts:
     operation_id: str
     reason: str
     reason_label: str
-    detail: str
+    detail: str  # quoted, defanged, capped: it may quote the provider
     provider_slug: str
     provider_account: str
     provider_job_id: str  # untrusted
@@ -67,7 +76,7 @@ def card_facts(*, escalation: Escalation, now: datetime) -> CardFacts:
         operation_id=op.pk,
         reason=escalation.reason,
         reason_label=reason_label(escalation.reason),
-        detail=escalation.detail,
+        detail=quoted(escalation.detail, limit=PROVIDER_TEXT_MAX),
         provider_slug=op.provider.slug,
         provider_account=op.account,
         provider_job_id=op.provider_job_id,
@@ -79,7 +88,7 @@ def card_facts(*, escalation: Escalation, now: datetime) -> CardFacts:
         opened_at=escalation.opened_at,
         card_url=card_url(escalation),
         inbox_url=f"{settings.SITE_URL}{reverse('inbox')}",
-        option_labels=tuple(option.label for option in card.options),
+        option_labels=tuple(inert(option.label, limit=LABEL_MAX) for option in card.options),
         **_group_facts(escalation),
     )
 
@@ -105,10 +114,12 @@ def card_status(*, escalation: Escalation) -> CardStatus:
             "decided",
             by=decision.username if decision else "",
             at=escalation.closed_at,
-            outcome=escalation.closed_reason,
+            outcome=inert(escalation.closed_reason, limit=OUTCOME_MAX),
         )
     if escalation.state == Escalation.State.SUPERSEDED:
-        return CardStatus("superseded", at=escalation.closed_at, outcome=escalation.closed_reason)
+        return CardStatus(
+            "superseded", at=escalation.closed_at, outcome=inert(escalation.closed_reason, limit=OUTCOME_MAX)
+        )
     if escalation.acknowledged_by is not None:
         return CardStatus("acknowledged", by=escalation.acknowledged_by.get_username(), at=escalation.acknowledged_at)
     return CardStatus("open")

@@ -91,6 +91,7 @@ def trigger_event(*, facts: CardFacts, instance: str) -> dict:
     details = {
         "card_url": facts.card_url,
         "reason": facts.reason,
+        # Quoted, links disabled, capped (escalations.oncall.facts): it may quote the provider.
         "why_it_stopped": _cap(_text(facts.detail), DETAIL_MAX),
         "operation_id": facts.operation_id,
         "provider": facts.provider_slug,

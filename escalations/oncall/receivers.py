@@ -47,13 +47,14 @@ def on_card_acknowledged(*, escalation: Escalation, user: User, previous: User |
             note=f"{taker} took over your card\n{taker} took this card over from you and is on it; "
             "you need do nothing more.",
             now=now,
+            by=user,
         )
 
 
-def on_card_unacknowledged(*, escalation: Escalation, **_: object) -> None:
+def on_card_unacknowledged(*, escalation: Escalation, user: User | None = None, **_: object) -> None:
     from escalations.oncall import runs
 
-    runs.unacknowledge(escalation=escalation, now=timezone.now())
+    runs.unacknowledge(escalation=escalation, now=timezone.now(), by=user)
 
 
 def on_card_closed(*, escalation: Escalation, **_: object) -> None:
@@ -63,9 +64,12 @@ def on_card_closed(*, escalation: Escalation, **_: object) -> None:
 
 
 def on_card_reassigned(*, escalation: Escalation, by: User, to: User, **_: object) -> None:
-    """The responder a card was handed to is told; the policy goes on until they acknowledge."""
+    """The responder a card was handed to is told; the policy goes on until they acknowledge. Nobody
+    is told of a card they took themselves (one someone else held is taken over, which tells them)."""
     from escalations.oncall import runs
 
+    if by.pk == to.pk:
+        return
     giver = by.get_username()
     runs.tell(
         escalation=escalation,
@@ -74,6 +78,7 @@ def on_card_reassigned(*, escalation: Escalation, by: User, to: User, **_: objec
         note=f"{giver} handed you a card\n{giver} handed you this card: it is yours now. Acknowledge it on the "
         "card so the others know you are on it (reminders go on until you do), or hand it on.",
         now=timezone.now(),
+        by=by,
     )
 
 
@@ -92,6 +97,7 @@ def on_card_awaiting_second(*, escalation: Escalation, first: Decision, **_: obj
         note=f"Second responder needed\n{first.username} accepted the output of this operation; a second, "
         "different responder must confirm it on the card (or choose another option).",
         now=timezone.now(),
+        by=first.user,
     )
 
 

@@ -7,8 +7,11 @@
   writes the next level's rows; a process killed anywhere in it commits nothing, and two
   dispatchers never send a level twice (the unique slot of NotificationDelivery backs this up).
 - `acknowledge` / `unacknowledge` / `end` (the human act's transaction): the run stops, restarts
-  from level 1 as a new round, or ends; rows not attempted yet are skipped with the reason, and each
-  PagerDuty or Slack-app stream gets its ordered follow-up (operations.notify.rules).
+  from level 1 as a new round (at most once per NOTIFY_RESTART_MIN_S; a give-back sooner resumes
+  the round where it was), or ends; rows not attempted yet are skipped with the reason, and each
+  PagerDuty or Slack-app stream gets its ordered follow-up (operations.notify.rules). The rows a
+  person's act writes (a restart's level, a hand-over, a take-over) record who caused them, so they
+  count against that person's hourly budget (escalations.oncall.caps).
 - `tell` (reassigned, awaiting a second responder) and `reply_to_click` (a Slack click's answer):
   messages outside the levels, recorded on the card like the rest.
 
@@ -21,12 +24,14 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, User
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from escalations.oncall import caps
 from escalations.oncall.outbox import rule_row
 from escalations.roles import can_decide
 from operations.models import Escalation, NotificationDelivery, PolicyRun
@@ -84,6 +89,7 @@ def start(*, escalation: Escalation, now: datetime) -> PolicyRun | None:
         snapshot=policy.to_json(),
         status=str(state.status),
         next_step_at=now,
+        round_started_at=now,
         updated_at=now,
     )
     _advance(run, state=state, policy=policy, now=now)
@@ -111,11 +117,11 @@ def advance_due(*, now: datetime | None = None, limit: int = STEPS_PER_PASS) -> 
     return taken
 
 
-def _advance(run: PolicyRun, *, state: RunState, policy: Policy, now: datetime) -> bool:
+def _advance(run: PolicyRun, *, state: RunState, policy: Policy, now: datetime, caused_by: User | None = None) -> bool:
     plan = policy_step(state=state, policy=policy, now=now)
     if plan.state == state or not _write(run, old=state, new=plan.state, now=now):
         return False
-    _insert(run.pk, expand(plan.notify, people=_people(plan.notify)), now=now)
+    _insert(run.pk, expand(plan.notify, people=_people(plan.notify)), now=now, caused_by=caused_by)
     return True
 
 
@@ -127,6 +133,8 @@ def _state(run: PolicyRun) -> RunState:
         repetition=run.repetition,
         next_step_at=run.next_step_at,
         step_seq=run.step_seq,
+        round_started_at=run.round_started_at,
+        held_step_at=run.held_step_at,
     )
 
 
@@ -139,6 +147,8 @@ def _write(run: PolicyRun, *, old: RunState, new: RunState, now: datetime) -> bo
         "repetition": new.repetition,
         "next_step_at": new.next_step_at,
         "step_seq": new.step_seq,
+        "round_started_at": new.round_started_at,
+        "held_step_at": new.held_step_at,
         "updated_at": now,
     }
     written = PolicyRun.objects.filter(pk=run.pk, step_seq=old.step_seq).update(**fields)
@@ -148,7 +158,13 @@ def _write(run: PolicyRun, *, old: RunState, new: RunState, now: datetime) -> bo
 
 
 def _insert(
-    escalation_id: int, recipients: Sequence[Recipient], *, now: datetime, event: str = Event.LEVEL, note: str = ""
+    escalation_id: int,
+    recipients: Sequence[Recipient],
+    *,
+    now: datetime,
+    event: str = Event.LEVEL,
+    note: str = "",
+    caused_by: User | None = None,
 ) -> list[NotificationDelivery]:
     rows = [
         NotificationDelivery(
@@ -166,6 +182,7 @@ def _insert(
             finished_at=now if r.skip_reason else None,
             detail=r.skip_reason,
             note=note[:500],
+            caused_by_id=getattr(caused_by, "pk", None),
         )
         for r in recipients
     ]
@@ -202,18 +219,24 @@ def acknowledge(*, escalation: Escalation, now: datetime) -> None:
     _close(escalation=escalation, now=now, act=lambda s: policy_acknowledge(state=s), changes=rules.on_acknowledge)
 
 
-def unacknowledge(*, escalation: Escalation, now: datetime) -> None:
-    """Nobody is on it any more: the policy starts again from level 1, as a new round, at once."""
+def unacknowledge(*, escalation: Escalation, now: datetime, by: User | None = None) -> None:
+    """Nobody is on it any more: the policy starts again from level 1, as a new round, at once, its
+    messages counted against `by`'s budget - or, within NOTIFY_RESTART_MIN_S of the round's start,
+    resumes that round on its own schedule, nothing resent."""
     run = _locked_run(escalation)
     if run is None:
         return
     old = _state(run)
-    new = policy_unacknowledge(state=old, now=now)
+    new = policy_unacknowledge(state=old, now=now, restart_min_s=settings.NOTIFY_RESTART_MIN_S)
     if new == old:
         return
     if not _write(run, old=old, new=new, now=now):
         raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
-    _advance(run, state=new, policy=Policy.from_json(run.snapshot), now=now)
+    restarted = new.round != old.round
+    if not restarted:
+        caps.count_resumed(now=now)
+    # A resumed round's step that fell due while the card was held is the schedule's, not the act's.
+    _advance(run, state=new, policy=Policy.from_json(run.snapshot), now=now, caused_by=by if restarted else None)
 
 
 def end(*, escalation: Escalation, now: datetime) -> None:
@@ -278,10 +301,12 @@ def tell(
     now: datetime,
     users: Sequence[User] = (),
     addresses: Sequence[str] = (),
+    by: User | None = None,
 ) -> list[NotificationDelivery]:
     """Email people about the card outside its levels (handed to them, taken over from them, an
     acceptance to confirm): recorded like a level's messages, skipped with the reason when someone
-    cannot be reached. `note`: the message's head and first sentence, in pollerdash's words."""
+    cannot be reached. `note`: the message's head and first sentence, in pollerdash's words; `by`:
+    whose act it is (the messages count against their hourly budget)."""
     people = People(
         by_username={
             u.get_username(): Person(
@@ -298,7 +323,7 @@ def tell(
     targets = [Target(TargetKind.USER, name) for name in people.by_username]
     targets += [Target(TargetKind.EMAIL, address) for address in addresses]
     notes = [Notify(round=0, level=OUTSIDE_LEVELS, repetition=counter, target=target) for target in targets]
-    return _insert(escalation.pk, expand(notes, people=people), now=now, event=event, note=note)
+    return _insert(escalation.pk, expand(notes, people=people), now=now, event=event, note=note, caused_by=by)
 
 
 def reply_to_click(*, escalation: Escalation, response_url: str, note: str, now: datetime) -> NotificationDelivery:

@@ -6,8 +6,9 @@ acknowledge, resolve), and the answer to a click in Slack (its response_url).
 
 Every row ends sent, failed or skipped, with its reason: a receiver's 400 (or another 4xx) is
 failed and not retried; 429, 5xx and no answer are retried on the schedule of
-operations.notify.rules; a message to people beyond NOTIFY_MAX_PER_CARD or NOTIFY_MAX_PER_HOUR is
-skipped, not sent (follow-ups that close what was sent are never held back).
+operations.notify.rules; a message to people beyond NOTIFY_MAX_PER_CARD or an hourly cap
+(escalations.oncall.caps) is skipped, not sent (follow-ups that close what was sent are never held
+back, nor are a new card's first page and PagerDuty triggers by the hourly caps).
 
 Secrets (webhook URLs, routing keys, the bot token) are read from the environment variables the
 targets name, at send time, registered with the log scrubber before use, and never stored: a
@@ -30,8 +31,7 @@ from django.core.mail import EmailMultiAlternatives
 from django.db.models import F
 from django.utils import timezone
 
-from escalations.notifications import hourly_slot
-from escalations.oncall import email, outbox, pagerduty, slack_blocks, transport
+from escalations.oncall import caps, email, outbox, pagerduty, slack_blocks, transport
 from escalations.oncall.facts import CardFacts, CardStatus, card_facts, card_status
 from operations.decisions.options import human_duration
 from operations.models import Escalation, NotificationDelivery, PolicyRun
@@ -66,7 +66,9 @@ def deliver(*, delivery_id: int, attempt: int) -> str:
     now = timezone.now()
     if not outbox.charge(delivery_id=delivery_id, attempt=attempt, now=now):
         return "stale"
-    row = NotificationDelivery.objects.select_related("escalation__operation__provider").get(pk=delivery_id)
+    row = NotificationDelivery.objects.select_related("escalation__operation__provider", "caused_by").get(
+        pk=delivery_id
+    )
     escalation = row.escalation
     if row.event in TO_PEOPLE:
         held = _held_back(row, escalation=escalation, now=now)
@@ -120,9 +122,7 @@ def _held_back(row: NotificationDelivery, *, escalation: Escalation, now: dateti
     per_card = settings.NOTIFY_MAX_PER_CARD
     if per_card > 0 and _sent_to_people(escalation.pk) >= per_card:
         return f"NOTIFY_MAX_PER_CARD ({per_card}) reached"
-    if not hourly_slot():
-        return f"NOTIFY_MAX_PER_HOUR ({settings.NOTIFY_MAX_PER_HOUR}) reached"
-    return ""
+    return caps.hold(row, now=now)
 
 
 def _sent_to_people(escalation_id: int) -> int:

@@ -6,10 +6,12 @@ fallback text), what the agent wrote, and buttons: "Review and decide" (a link t
 where the Slack app's interactivity is configured and the card is still open, "Acknowledge".
 Decisions stay in the browser, where the whole card is shown.
 
-Untrusted text (the agent's job id and purpose) never reaches mrkdwn: it is one plain_text line
-after the link, quoted and defanged (escalations.agent_text), so it can neither form a link or a
-mention nor pose as pollerdash. The values that do go into mrkdwn are pollerdash's own (ids,
-labels, slugs), escaped for Slack's three control characters and sent with `verbatim: true`.
+Untrusted text (the agent's job id and purpose, why it stopped as far as it quotes the provider)
+never reaches mrkdwn: it is one plain_text line after the link, quoted and defanged
+(escalations.agent_text), so it can neither form a link or a mention nor pose as pollerdash. The
+values that do go into mrkdwn are pollerdash's own (ids, labels, slugs, a decision's words, made
+inert where they name a provider's state), escaped for Slack's three control characters and sent
+with `verbatim: true`.
 Every string is cut to Block Kit's limits, so Slack never refuses a message (invalid_blocks) and
 leaves a level unsent.
 """
@@ -30,7 +32,7 @@ FIELD_MAX = 2000
 URL_MAX = 3000
 # Below the limits on purpose: a notification is a summary, the card has the rest.
 AGENT_TEXT_MAX = 300
-DETAIL_MAX = 300
+DETAIL_MAX = 400
 
 HEADS = {
     "open": "Decision needed",
@@ -61,7 +63,12 @@ def card_message(*, facts: CardFacts, status: CardStatus, interactive: bool, hea
                 _md(f"*Waiting since*\n{_when(facts.opened_at)}"),
             ],
         },
-        {"type": "context", "elements": [_plain(_cut(f"Why it stopped: {facts.detail}", DETAIL_MAX))]},
+        {
+            "type": "context",
+            "elements": [
+                _plain(_cut(f"Why it stopped (may quote the provider; links disabled): {facts.detail}", DETAIL_MAX))
+            ],
+        },
         {
             "type": "context",
             "elements": [

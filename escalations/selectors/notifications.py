@@ -1,11 +1,17 @@
-"""Who was told about a card, and where its escalation policy stands: one query per card."""
+"""Who was told about a card, and where its escalation policy stands: one query per card; and how
+the hourly caps on messages to people stand (/system/)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from operations.models import NotificationDelivery, PolicyRun
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+from escalations.oncall import caps
+from operations import ratelimit
+from operations.models import NotificationDelivery, PolicyRun, RateWindow
 from operations.notify.policy import Policy
 
 CHANNELS = {
@@ -21,7 +27,11 @@ FOLLOW_UPS = {
     ("slack_channel", "acknowledged"): "message updated (acknowledged)",
     ("slack_channel", "ended"): "message updated (closed)",
 }
-WHY = {"reassigned": "card handed over", "awaiting_second": "second responder needed"}
+WHY = {
+    "reassigned": "card handed over",
+    "taken_over": "card taken over",
+    "awaiting_second": "second responder needed",
+}
 
 
 @dataclass(frozen=True)
@@ -116,4 +126,45 @@ def _line(row: NotificationDelivery) -> Line:
         at=row.finished_at or row.created_at,
         detail=row.detail,
         attempts=row.attempts,
+    )
+
+
+@dataclass(frozen=True)
+class PagingCaps:
+    """The hourly caps as they stand in the current window (escalations.oncall.caps)."""
+
+    per_hour: int  # NOTIFY_MAX_PER_HOUR (0: no cap)
+    used: int  # messages counted against it this hour
+    window_left_s: int
+    per_actor: int  # NOTIFY_MAX_PER_ACTOR_PER_HOUR (0: no cap)
+    actors: list[tuple[str, int]]  # (username, messages their acts caused this hour), most first
+    restart_min_s: int  # NOTIFY_RESTART_MIN_S
+    resumed: int  # give-backs this hour that resumed a round instead of restarting it
+    held_back: int  # messages skipped by an hourly cap in the last hour
+
+
+def paging_caps(*, now: datetime) -> PagingCaps:
+    used, left = ratelimit.used(key=caps.GLOBAL_KEY, window_s=caps.WINDOW_S, now=now)
+    start, _ = ratelimit.window_of(now=now, window_s=caps.WINDOW_S)
+    spent = dict(
+        RateWindow.objects.filter(key__startswith=caps.ACTOR_KEY_PREFIX, window_start=start).values_list("key", "count")
+    )
+    ids = {int(key.removeprefix(caps.ACTOR_KEY_PREFIX)): count for key, count in spent.items()}
+    names = dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", "username"))
+    actors = sorted(((names.get(pk, f"account {pk}"), n) for pk, n in ids.items()), key=lambda a: (-a[1], a[0]))
+    # caps.hold's words: "NOTIFY_MAX_PER_HOUR (60) reached", "alice's NOTIFY_MAX_PER_ACTOR_PER_HOUR (20) reached".
+    held_back = NotificationDelivery.objects.filter(
+        state=NotificationDelivery.State.SKIPPED,
+        finished_at__gte=now - timedelta(hours=1),
+        detail__contains="_PER_HOUR (",
+    ).count()
+    return PagingCaps(
+        per_hour=settings.NOTIFY_MAX_PER_HOUR,
+        used=used,
+        window_left_s=left,
+        per_actor=settings.NOTIFY_MAX_PER_ACTOR_PER_HOUR,
+        actors=actors,
+        restart_min_s=settings.NOTIFY_RESTART_MIN_S,
+        resumed=ratelimit.used(key=caps.RESUMED_KEY, window_s=caps.WINDOW_S, now=now)[0],
+        held_back=held_back,
     )

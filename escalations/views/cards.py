@@ -285,11 +285,16 @@ def _unacknowledge(request: DashboardRequest, escalation_id: int) -> HttpRespons
 @require_POST
 def reassign(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     to = request.POST.get("to", "")
+    to_self = to.strip() == request.user.get_username()
     return _card_act(
         request,
         escalation_id,
-        lambda: ownership_services.card_reassign(escalation_id=escalation_id, by=request.user, to=to),
-        done=f"Card handed to {to.strip()[:150]}; they are told.",
+        lambda: ownership_services.card_reassign(
+            escalation_id=escalation_id, by=request.user, to=to, takeover_of=request.POST.get("takeover")
+        ),
+        # Handing it to oneself while someone else holds it asks for the take-over's confirmation
+        # (409, the take-over panel open); otherwise the card is simply one's own now.
+        done="The card is yours now." if to_self else f"Card handed to {to.strip()[:150]}; they are told.",
     )
 
 

@@ -10,6 +10,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from escalations.roles import viewer_required
+from escalations.selectors.notifications import paging_caps
 from escalations.views import DashboardRequest
 from operations import figures, metrics
 from operations.audit.health import audit_protection_checks
@@ -32,6 +33,7 @@ def system(request: DashboardRequest) -> HttpResponse:
         "responses": _response_tables(responses),
         "per_responder": responses.per_responder,
         "notifications_failed": metrics.notifications_failed(now=snap.at),
+        "caps": paging_caps(now=snap.at),
         "slack_refusals": list(
             SlackRefusal.objects.filter(hour__gte=snap.at - timedelta(hours=24)).order_by("-hour", "reason")
         ),

@@ -2,10 +2,10 @@
 
 The request is checked whole first: every card named must exist, belong to the group, be open, and
 not be held by someone else (their "I'm on it" stands until they give the card back or someone
-takes it over on the card itself); at most BULK_MAX cards; the confirmation must state the count of
-cards named; the option must be one that is decided in bulk. Anything wrong refuses the whole
-request with every reason, recorded (a BulkDecision row and its `human.bulk_decision` entry), and
-nothing is applied.
+takes it over on the card itself; one acknowledged after this check is refused under its lock); at
+most BULK_MAX cards; the confirmation must state the count of cards named; the option must be one
+that is decided in bulk. Anything wrong refuses the whole request with every reason, recorded (a
+BulkDecision row and its `human.bulk_decision` entry), and nothing is applied.
 
 Then each member is decided on its own, exactly as a single decision (operations.decisions.services):
 its options computed by the server under its locks, the option applied only where it is offered at
@@ -167,12 +167,15 @@ def _whole_problems(*, group: CardGroup, members: list[Member], option_id: str, 
             why = f"{CLOSED} ({escalation.state})"
         elif escalation.assignee_id not in (None, user_id):
             # assignee_id is set, so the assignee is there (mypy does not tie the two fields).
-            holder = escalation.assignee.get_username()  # type: ignore[union-attr]
-            why = f"held by {holder}: take it over on the card, or leave it out"
+            why = held_by(escalation.assignee.get_username())  # type: ignore[union-attr]
         else:
             continue
         problems.append({"escalation_id": member.escalation_id, "why": why})
     return problems
+
+
+def held_by(holder: str) -> str:
+    return f"held by {holder}: take it over on the card, or leave it out"
 
 
 def preview_bulk(*, group: CardGroup, members: list[Member], option_id: str, user: User) -> BulkPreview:
@@ -329,6 +332,11 @@ def _decide_member(
         card_version=member.version,
         comment=comment,
     )
+    holder = locked[1].assignee
+    if holder is not None and holder.pk != getattr(user, "pk", None) and not isinstance(checked, Refused):
+        # Acknowledged by someone else since the whole was checked: read again under the lock, and
+        # their "I'm on it" stands, as it does when the request is checked.
+        checked = Refused(card=checked.card, why=held_by(holder.get_username()))
     if isinstance(checked, Refused):
         decision = humans.refuse(
             card=checked.card,

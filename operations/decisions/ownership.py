@@ -68,21 +68,28 @@ def _take_slot(user: User) -> None:
         raise TooManyDecisions(retry_after_s=wait_s)
 
 
+def _locked(escalation_id: int) -> Escalation:
+    return Escalation.objects.select_for_update(of=("self",)).select_related("assignee").get(pk=escalation_id)
+
+
+def _held_by_other(escalation: Escalation, user: User) -> bool:
+    return escalation.state == Escalation.State.OPEN and escalation.assignee_id not in (None, getattr(user, "pk", None))
+
+
+def _take_over(escalation: Escalation, *, user: User, takeover_of: object) -> Escalation:
+    """With the card locked: acknowledge it for `user`, unless someone else holds it and `takeover_of`
+    does not name that very holder (then TakeoverNeeded asks again and nothing is written)."""
+    if _held_by_other(escalation, user) and str(takeover_of or "") != str(escalation.assignee_id):
+        raise TakeoverNeeded(escalation)
+    return ownership.acknowledge(escalation_id=escalation.pk, user=user, now=timezone.now())
+
+
 def card_acknowledge(*, escalation_id: int, user: User, takeover_of: object = None) -> Escalation:
     """ "I'm on it". When someone else holds the card, `takeover_of` must name that holder (their user
     id, as the page showed them); otherwise TakeoverNeeded asks again and nothing is written."""
     _take_slot(user)
     with transaction.atomic():
-        escalation = Escalation.objects.select_for_update(of=("self",)).select_related("assignee").get(pk=escalation_id)
-        holder_id = escalation.assignee_id
-        if (
-            escalation.state == Escalation.State.OPEN
-            and holder_id is not None
-            and holder_id != getattr(user, "pk", None)
-            and str(takeover_of or "") != str(holder_id)
-        ):
-            raise TakeoverNeeded(escalation)
-        return ownership.acknowledge(escalation_id=escalation_id, user=user, now=timezone.now())
+        return _take_over(_locked(escalation_id), user=user, takeover_of=takeover_of)
 
 
 def card_unacknowledge(*, escalation_id: int, user: User) -> Escalation:
@@ -91,8 +98,13 @@ def card_unacknowledge(*, escalation_id: int, user: User) -> Escalation:
     return ownership.unacknowledge(escalation_id=escalation_id, user=user, now=timezone.now())
 
 
-def card_reassign(*, escalation_id: int, by: User, to: object) -> Escalation:
-    """Hand the card to the responder named `to` (a username); NotAResponder names a refusal."""
+def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: object = None) -> Escalation:
+    """Hand the card to the responder named `to` (a username); NotAResponder names a refusal.
+
+    Handing a card someone else holds to oneself is taking it over from them: the same
+    confirmation (`takeover_of` names the holder, else TakeoverNeeded), the same act and the same
+    message to the holder as a take-over, never a silent way around them.
+    """
     _take_slot(by)
     name = to.strip()[:150] if isinstance(to, str) else ""
     if not name:
@@ -100,9 +112,13 @@ def card_reassign(*, escalation_id: int, by: User, to: object) -> Escalation:
     target = get_user_model().objects.filter(username=name).first()
     if target is None:
         raise NotAResponder(f"to: there is no account named {name!r}.")
-    if Escalation.objects.filter(pk=escalation_id, assignee=target, state=Escalation.State.OPEN).exists():
-        raise OwnershipRefused(f"to: {name} already holds this card; nothing was changed.")
-    return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now())
+    with transaction.atomic():
+        escalation = _locked(escalation_id)
+        if target.pk == getattr(by, "pk", None) and _held_by_other(escalation, by):
+            return _take_over(escalation, user=by, takeover_of=takeover_of)
+        if escalation.state == Escalation.State.OPEN and escalation.assignee_id == target.pk:
+            raise OwnershipRefused(f"to: {name} already holds this card; nothing was changed.")
+        return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now())
 
 
 def card_note(*, escalation_id: int, user: User, text: object) -> CardActivity:
@@ -116,22 +132,25 @@ def acknowledge_group(*, group_id: int, user: User) -> tuple[int, list[str]]:
     """Acknowledge every open card of a group that nobody else holds (one act against the limit).
 
     Returns how many cards became the person's and the names of those who hold the others: a card
-    someone else holds is taken over on the card itself, never in bulk.
+    someone else holds is taken over on the card itself, never in bulk. Who holds a card is read
+    under the card's lock, so an acknowledgement that lands while the group is being acknowledged
+    is never taken over.
     """
     _take_slot(user)
     user_id = getattr(user, "pk", None)
     acknowledged, others = 0, set()
-    cards = Escalation.objects.filter(group_id=group_id, state=Escalation.State.OPEN).select_related("assignee")
-    for escalation in cards.order_by("opened_at", "pk"):
-        if escalation.assignee_id not in (None, user_id):
-            # assignee_id is set, so the assignee is there (mypy does not tie the two fields).
-            others.add(escalation.assignee.get_username())  # type: ignore[union-attr]
-            continue
-        if escalation.acknowledged_by_id == user_id:
-            continue
-        try:
+    cards = Escalation.objects.filter(group_id=group_id, state=Escalation.State.OPEN).order_by("opened_at", "pk")
+    for escalation_id in cards.values_list("pk", flat=True):
+        with transaction.atomic():
+            escalation = _locked(escalation_id)
+            if escalation.state != Escalation.State.OPEN:
+                continue  # decided meanwhile
+            if _held_by_other(escalation, user):
+                # assignee_id is set, so the assignee is there (mypy does not tie the two fields).
+                others.add(escalation.assignee.get_username())  # type: ignore[union-attr]
+                continue
+            if escalation.acknowledged_by_id == user_id:
+                continue
             ownership.acknowledge(escalation_id=escalation.pk, user=user, now=timezone.now())
-        except OwnershipRefused:
-            continue  # decided meanwhile
         acknowledged += 1
     return acknowledged, sorted(others)

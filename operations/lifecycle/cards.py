@@ -30,6 +30,7 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
     (django-q2's ORM broker), so they go out only if the card really opened, and from a worker.
     """
     now = timezone.now()
+    detail = capped_detail(detail)
     fingerprint = ""
     if reason is Reason.AUTHORIZATION_DENIED:
         # Recorded (and published) by the worker that was refused: the credential it sent.
@@ -66,6 +67,13 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
         at=now,
     )
     return escalation
+
+
+def capped_detail(detail: str) -> str:
+    """Why the card opened, at most the column's length: an explanation quoting a provider's 10 kB
+    state is cut (with "…") on the card, in its audit entry and in every message about it."""
+    limit = Escalation._meta.get_field("detail").max_length or len(detail)
+    return detail if len(detail) <= limit else detail[: limit - 1] + "…"
 
 
 def _group_for(*, account: str, reason: Reason, now: datetime) -> tuple[CardGroup | None, bool]:

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('operations', '0027_provider_job_watch_key'),
+        ('operations', '0028_oncall_trust'),
     ]
 
     operations = [

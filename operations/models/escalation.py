@@ -50,7 +50,9 @@ class Escalation(models.Model):
 
     operation = models.ForeignKey("operations.Operation", on_delete=models.CASCADE, related_name="escalations")
     reason = models.CharField(max_length=32, choices=choices_of(Reason))
-    detail = models.TextField()
+    # Why it stopped, in pollerdash's words, which may quote the provider (an unknown state it sent):
+    # at most 1000 characters (operations.lifecycle.cards.open_card cuts it), whatever it sent.
+    detail = models.CharField(max_length=1000)
     state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
     version = models.PositiveIntegerField(default=1)
     opened_at = models.DateTimeField()

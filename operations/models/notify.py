@@ -19,6 +19,11 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from operations.notify import rules
+from operations.notify.policy import RunStatus, TargetKind
+from operations.notify.recipients import Channel
+from operations.vocabulary import choices_of
+
 
 class EscalationPolicy(models.Model):
     """Who is told about a card, in which order, and how long each level has to acknowledge."""
@@ -59,17 +64,12 @@ class PolicyLevel(models.Model):
 
 
 class PolicyTarget(models.Model):
-    class Kind(models.TextChoices):  # operations.notify.policy.TargetKind
-        USER = "user"
-        GROUP = "group"
-        EMAIL = "email"
-        SLACK_WEBHOOK = "slack_webhook"
-        SLACK_CHANNEL = "slack_channel"
-        PAGERDUTY = "pagerduty"
+    # One vocabulary with the pure policy code (a copy here once drifted from its twin).
+    Kind = TargetKind
 
     level = models.ForeignKey(PolicyLevel, on_delete=models.CASCADE, related_name="targets")
     position = models.PositiveSmallIntegerField()
-    kind = models.CharField(max_length=16, choices=Kind.choices)
+    kind = models.CharField(max_length=16, choices=choices_of(TargetKind))
     # PROTECT: deleting a person or group a policy pages must be a conscious edit of the policy first.
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
@@ -125,11 +125,7 @@ class PolicyTarget(models.Model):
 class PolicyRun(models.Model):
     """The policy's progress on one card; its fields are exactly operations.notify.policy.RunState."""
 
-    class Status(models.TextChoices):
-        RUNNING = "running"
-        ACKNOWLEDGED = "acknowledged"
-        EXHAUSTED = "exhausted"
-        ENDED = "ended"
+    Status = RunStatus
 
     escalation = models.OneToOneField(
         "operations.Escalation", on_delete=models.CASCADE, primary_key=True, related_name="policy_run"
@@ -137,12 +133,16 @@ class PolicyRun(models.Model):
     policy_name = models.CharField(max_length=100)
     # The policy as it was when the card opened: an edit never rewrites what a running card does.
     snapshot = models.JSONField()
-    status = models.CharField(max_length=16, choices=Status.choices)
+    status = models.CharField(max_length=16, choices=choices_of(RunStatus))
     round = models.PositiveSmallIntegerField(default=0)
     level = models.SmallIntegerField(default=-1)
     repetition = models.PositiveSmallIntegerField(default=0)
     next_step_at = models.DateTimeField(null=True, blank=True)
     step_seq = models.PositiveIntegerField(default=0)
+    # When the current round began (a give-back restarts it at most once per NOTIFY_RESTART_MIN_S),
+    # and, while acknowledged, when its next step was due (a give-back that does not restart resumes it).
+    round_started_at = models.DateTimeField(null=True, blank=True)
+    held_step_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:
@@ -155,20 +155,10 @@ class PolicyRun(models.Model):
 class NotificationDelivery(models.Model):
     """One message to one recipient about one card: pending until a worker sent it, failed or skipped."""
 
-    class State(models.TextChoices):
-        PENDING = "pending"
-        SENT = "sent"
-        FAILED = "failed"
-        SKIPPED = "skipped"
-
-    class Event(models.TextChoices):
-        LEVEL = "level"  # email, Slack post or PagerDuty trigger of a policy level
-        ACKNOWLEDGED = "acknowledged"  # PagerDuty acknowledge; a Slack app message updated in place
-        ENDED = "ended"  # PagerDuty resolve; a Slack app message updated in place
-        REASSIGNED = "reassigned"  # the responder a card was handed to is told
-        TAKEN_OVER = "taken_over"  # the responder a card was taken over from is told
-        AWAITING_SECOND = "awaiting_second"  # an acceptance needs a second responder
-        SLACK_REPLY = "slack_reply"  # the answer to a click in Slack, through its response_url
+    # The outbox rules' own enums (operations.notify.rules), not copies: two copies once drifted
+    # and a taken-over card could no longer be decided (issue 24).
+    State = rules.State
+    Event = rules.Event
 
     escalation = models.ForeignKey("operations.Escalation", on_delete=models.CASCADE, related_name="notifications")
     round = models.PositiveSmallIntegerField()
@@ -176,12 +166,12 @@ class NotificationDelivery(models.Model):
     level = models.SmallIntegerField()
     # The last level's repetition; for messages outside the levels, a per-card counter.
     repetition = models.PositiveIntegerField()
-    channel = models.CharField(max_length=16)  # email / slack_webhook / slack_channel / pagerduty / slack_reply
+    channel = models.CharField(max_length=16, choices=choices_of(Channel))
     # An email address, a channel id or the NAME of the variable holding a secret; never a secret.
     address = models.CharField(max_length=254)
     display = models.CharField(max_length=150)  # "alice (oncall)", "PagerDuty", "Slack"
-    event = models.CharField(max_length=16, choices=Event.choices)
-    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    event = models.CharField(max_length=16, choices=choices_of(rules.Event))
+    state = models.CharField(max_length=16, choices=choices_of(rules.State), default=rules.State.PENDING.value)
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     # A follow-up waits for the row before it in its stream (trigger -> acknowledge -> resolve).
@@ -200,6 +190,12 @@ class NotificationDelivery(models.Model):
     # hand-over ("alice handed you this card"), a take-over, an acceptance to confirm; for a
     # slack_reply, "replace" (the message shows the card's new state) or the ephemeral text.
     note = models.CharField(max_length=500, blank=True)
+    # The person whose act caused the message (a give-back's restart, a hand-over, a take-over, an
+    # acceptance to confirm): it counts against their NOTIFY_MAX_PER_ACTOR_PER_HOUR, not everyone's
+    # NOTIFY_MAX_PER_HOUR. Null: the policy's own schedule (or an account deleted since).
+    caused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         verbose_name_plural = "notification deliveries"

@@ -246,7 +246,10 @@ class RunStatus(StrEnum):
 class RunState:
     """What the database keeps per card. `level` is the index of the last level sent (-1: none
     yet); `round` grows each time an unacknowledge restarts the policy; `step_seq` grows with
-    every change and is the compare-and-set fence of the row."""
+    every change and is the compare-and-set fence of the row. `round_started_at`: when the current
+    round began (None for runs older than it: their next give-back restarts); `held_step_at`: while
+    acknowledged, when the next step would have been due, so a give-back that does not restart the
+    round resumes it on its own schedule."""
 
     status: RunStatus
     round: int
@@ -254,11 +257,21 @@ class RunState:
     repetition: int
     next_step_at: datetime | None
     step_seq: int
+    round_started_at: datetime | None = None
+    held_step_at: datetime | None = None
 
     @classmethod
     def start(cls, *, now: datetime) -> RunState:
         _aware(now)
-        return cls(status=RunStatus.RUNNING, round=0, level=-1, repetition=0, next_step_at=now, step_seq=0)
+        return cls(
+            status=RunStatus.RUNNING,
+            round=0,
+            level=-1,
+            repetition=0,
+            next_step_at=now,
+            step_seq=0,
+            round_started_at=now,
+        )
 
     def due(self, now: datetime) -> bool:
         return self.status is RunStatus.RUNNING and self.next_step_at is not None and self.next_step_at <= now
@@ -320,18 +333,38 @@ def policy_step(*, state: RunState, policy: Policy, now: datetime) -> StepPlan:
 
 def policy_acknowledge(*, state: RunState) -> RunState:
     """Someone is on it: no further level goes out. Outbox rows of this run not yet attempted
-    are marked skipped by the caller in the same transaction."""
+    are marked skipped by the caller in the same transaction. When the next step was due is kept
+    (`held_step_at`), for a give-back that resumes the round instead of restarting it."""
     if state.status is not RunStatus.RUNNING:
         return state
-    return replace(state, status=RunStatus.ACKNOWLEDGED, next_step_at=None, step_seq=state.step_seq + 1)
+    return replace(
+        state,
+        status=RunStatus.ACKNOWLEDGED,
+        next_step_at=None,
+        held_step_at=state.next_step_at,
+        step_seq=state.step_seq + 1,
+    )
 
 
-def policy_unacknowledge(*, state: RunState, now: datetime) -> RunState:
-    """Nobody is on it any more: the policy starts again from its first level, as a new round
-    (so the outbox identity of every send differs from the first round's)."""
+def policy_unacknowledge(*, state: RunState, now: datetime, restart_min_s: float = 0) -> RunState:
+    """Nobody is on it any more: the policy starts again from its first level, as a new round (so
+    the outbox identity of every send differs from the first round's) - at most once per
+    `restart_min_s` per card. A give-back sooner after the round began resumes that round where
+    it was, nothing resent, its next step due when it was due before the acknowledgement (or at
+    once if that time has passed): toggling acknowledge and give back can neither page anyone
+    again and again nor hold the next level back."""
     _aware(now)
     if state.status is not RunStatus.ACKNOWLEDGED:
         return state
+    held = state.held_step_at
+    if held is not None and resumes(state=state, now=now, restart_min_s=restart_min_s):
+        return replace(
+            state,
+            status=RunStatus.RUNNING,
+            next_step_at=max(now, held),
+            held_step_at=None,
+            step_seq=state.step_seq + 1,
+        )
     return RunState(
         status=RunStatus.RUNNING,
         round=state.round + 1,
@@ -339,6 +372,19 @@ def policy_unacknowledge(*, state: RunState, now: datetime) -> RunState:
         repetition=0,
         next_step_at=now,
         step_seq=state.step_seq + 1,
+        round_started_at=now,
+    )
+
+
+def resumes(*, state: RunState, now: datetime, restart_min_s: float) -> bool:
+    """Whether a give-back now resumes the acknowledged round instead of restarting the policy:
+    the round began less than `restart_min_s` ago and had a step to come back to."""
+    return (
+        state.status is RunStatus.ACKNOWLEDGED
+        and state.round_started_at is not None
+        and state.held_step_at is not None
+        and state.level >= 0
+        and now - state.round_started_at < timedelta(seconds=restart_min_s)
     )
 
 

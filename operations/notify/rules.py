@@ -2,13 +2,16 @@
 rows not sent yet, and the order of PagerDuty and Slack follow-ups.
 
 The rows themselves (NotificationDelivery) live in the database; these are the decisions about
-them, pure, so the services (escalations/oncall/) stay thin and every rule has a unit test:
+them, pure, so the services (escalations/oncall/) stay thin and every rule has a unit test. `Event`
+and `State` are the one vocabulary of those rows: the model's choices are made from them
+(operations.models.notify), so a row the database can hold is always a row the rules can read.
 
 - `retry_delay_s`: when to try a failed attempt again (or give up);
 - `on_acknowledge` / `on_end`: rows to skip and follow-ups to add, in the transaction of the
   acknowledgement or decision, so "acknowledged" and "level 2 will not be sent" commit together;
 - `follow_up_ready`: a follow-up (PagerDuty acknowledge/resolve, Slack message update) waits for
-  the row it follows, so trigger -> acknowledge -> resolve arrive in order with one dedup_key.
+  the row it follows, so trigger -> acknowledge -> resolve arrive in order with one dedup_key;
+- `never_held_by_hourly_caps`: the messages the hourly caps may count but never hold back.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Event(StrEnum):
     ACKNOWLEDGED = "acknowledged"  # PagerDuty acknowledge; Slack message updated in place
     ENDED = "ended"  # PagerDuty resolve; Slack message updated in place
     REASSIGNED = "reassigned"  # the responder a card was handed to is told
+    TAKEN_OVER = "taken_over"  # the responder a card was taken over from is told
     AWAITING_SECOND = "awaiting_second"  # an acceptance needs a second responder
     SLACK_REPLY = "slack_reply"  # the answer to a click in Slack
 
@@ -113,7 +117,9 @@ def on_end(*, rows: Sequence[Row]) -> Changes:
 def _close_streams(*, rows: Sequence[Row], event: Event, why: str) -> Changes:
     """Level sends not attempted yet are skipped (an in-flight attempt cannot be recalled and is
     left alone). Each PagerDuty or Slack stream whose first message went out, or may have, gets
-    one follow-up of `event` ordered after its last row; email has no follow-up."""
+    one follow-up of `event`, ordered after the stream's last row that went out or may go out
+    (never after a row skipped here or earlier: a follow-up chained to a skipped re-trigger after a
+    give-back would itself be skipped, and the alert would stay open); email has no follow-up."""
     skip = [Skip(row.id, why) for row in rows if row.event is Event.LEVEL and row.unsent]
     skipped = {s.row_id for s in skip}
     streams: dict[tuple[Channel, str], list[Row]] = {}
@@ -122,21 +128,30 @@ def _close_streams(*, rows: Sequence[Row], event: Event, why: str) -> Changes:
             streams.setdefault((row.channel, row.address), []).append(row)
     add: list[FollowUp] = []
     for (channel, address), stream in streams.items():
-        opened = [
-            r
-            for r in stream
-            if r.event is Event.LEVEL and r.id not in skipped and r.state in (State.SENT, State.PENDING)
-        ]
+        live = [r for r in stream if r.id not in skipped and r.state in (State.SENT, State.PENDING)]
+        opened = [r for r in live if r.event is Event.LEVEL]
         if not opened:
             continue  # never reached anyone (failed or skipped): nothing to acknowledge or resolve
-        if any(r.event is event for r in stream):
-            continue  # already announced (an acknowledgement repeated, a decision retried)
+        if any(r.event is event and r.id > opened[-1].id for r in stream):
+            # Already announced since the stream's last level went out (an acknowledgement
+            # repeated, a decision retried); a level sent after a give-back is acknowledged anew.
+            continue
         if channel is Channel.SLACK_WEBHOOK:
             # An incoming webhook cannot edit what it posted; a click in Slack replaces the message
             # through its response_url instead (escalations/oncall/slack.py).
             continue
-        add.append(FollowUp(channel=channel, address=address, event=event, after_row_id=stream[-1].id))
+        add.append(FollowUp(channel=channel, address=address, event=event, after_row_id=live[-1].id))
     return Changes(skip=tuple(skip), add=tuple(add))
+
+
+def never_held_by_hourly_caps(*, event: Event, channel: Channel, slot: tuple[int, int, int]) -> bool:
+    """A new card's (or group's) first page - round 0, level 1, its first repetition - and every
+    PagerDuty trigger go out whatever the hourly caps say: a flood of other messages, or someone
+    spending the caps, must never be what keeps on-call from hearing about a new outage. PagerDuty
+    folds a card's triggers into one alert (one dedup_key), so they cannot flood a pager."""
+    if event is not Event.LEVEL:
+        return False
+    return channel is Channel.PAGERDUTY or slot == (0, 0, 0)
 
 
 class Readiness(StrEnum):

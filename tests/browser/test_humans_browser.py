@@ -39,8 +39,10 @@ def open_inline(page, esc: Escalation):
 
 
 def test_acknowledge_stops_the_reminders_for_that_card(
-    open_page, make_user, budget_card, make_profile, notify, mailoutbox, pump, artifacts
+    open_page, make_user, budget_card, make_profile, notify, mailoutbox, pump, artifacts, settings
 ) -> None:
+    # Every give-back restarts here; how often one may is tested in tests/escalations/test_paging_caps.py.
+    settings.NOTIFY_RESTART_MIN_S = 0
     alice = make_user("alice")
     mine = budget_card(purpose="Quarterly export for the finance team")
     other = budget_card(purpose="Nightly ledger export", provider=make_profile(slug="ledger", account="ledger"))
@@ -121,6 +123,48 @@ def test_reassign_notifies_the_responder_and_taking_it_back_asks_first(
     expect(card.locator(".owner-state")).to_contain_text("You acknowledged this card")
     pump()
     assert mailoutbox[-1].to == ["bob@example.test"] and "alice took over your card" in mailoutbox[-1].subject
+
+
+def test_handing_a_held_card_to_yourself_asks_the_take_over_question_then_the_card_can_be_decided(
+    open_page, make_user, budget_card, notify, mailoutbox, pump, artifacts
+) -> None:
+    """Issue 24 items 7 and 0: picking yourself in the hand-over form of a card someone else holds
+    asks the take-over's question, naming them, and they are told; the card taken over is then
+    decided while its policy runs (once a 500)."""
+    alice = make_user("alice")
+    alice.email = "alice@example.test"
+    alice.save()
+    bob = make_user("bob")
+    esc = budget_card()
+    pump()
+    mailoutbox.clear()
+
+    alices = open_page(alice)
+    open_inline(alices, esc).get_by_role("button", name="Acknowledge — I'm on it").click()
+    expect(alices.locator(f"#card-{esc.pk} .owner-state")).to_contain_text("You acknowledged this card")
+
+    page = open_page(bob)
+    card = open_inline(page, esc)
+    card.get_by_text("Hand to another responder…").click()
+    card.locator("select[name=to]").select_option("bob")
+    card.get_by_role("button", name="Hand over").click()
+    expect(card.locator(".flash-error")).to_contain_text("alice holds this card. Confirm that you take it over")
+    expect(card.locator(".takeover .warn")).to_contain_text("alice holds this card")
+    expect(card.locator(".owner-state")).to_contain_text("alice acknowledged this card")
+    assert Escalation.objects.get(pk=esc.pk).assignee == alice
+    shoot(page, artifacts, "humans-hand-to-self-asks")
+    card.get_by_role("button", name="Yes, take over from alice").click()
+    expect(card.locator(".owner-state")).to_contain_text("You acknowledged this card")
+    pump()
+    [told] = mailoutbox
+    assert told.to == ["alice@example.test"] and "bob took over your card" in told.subject
+
+    extend = card.get_by_role("button", name="Extend 15 min / 4 checks")
+    extend.click()
+    extend.click()
+    expect(card.locator(".card-title")).to_have_text("Decided")
+    pump()
+    assert PolicyRun.objects.get(pk=esc.pk).status == PolicyRun.Status.ENDED
 
 
 def test_a_note_appears_on_the_card_in_the_exports_and_in_the_report(

@@ -17,7 +17,16 @@ from escalations.selectors import inbox as inbox_selector
 from operations.decisions import bulk, ownership
 from operations.decisions.bulk import Member, decide_bulk
 from operations.decisions.services import TooManyDecisions, escalation_decide
-from operations.models import AuditEntry, Authorization, BulkDecision, Decision, Escalation, Operation, PolicyRun
+from operations.models import (
+    AuditEntry,
+    Authorization,
+    BulkDecision,
+    CardActivity,
+    Decision,
+    Escalation,
+    Operation,
+    PolicyRun,
+)
 from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db
@@ -406,3 +415,52 @@ def test_groups_and_single_cards_share_one_order_by_urgency_across_pages(
         f"card {singles[50].pk}",
         f"group {calm_group[0].group_id}",
     ]
+
+
+# --- "held by someone else" is read under the card's lock --------------------------------------------------
+
+
+def test_a_card_acknowledged_while_a_bulk_decision_is_checked_is_left_to_its_holder(
+    outage, alice, bob, monkeypatch
+) -> None:
+    """bob acknowledges a card after alice's bulk request was checked but before its cards were
+    locked: the bulk must not decide bob's card (the check is repeated under the lock)."""
+    check = bulk._whole_problems
+
+    def bob_acknowledges_meanwhile(**kwargs):
+        problems = check(**kwargs)
+        ownership.card_acknowledge(escalation_id=outage[1].pk, user=bob)
+        return problems
+
+    monkeypatch.setattr(bulk, "_whole_problems", bob_acknowledges_meanwhile)
+    result = decide_bulk(
+        sign_in=signed_in_now(),
+        group_id=outage[0].group_id,
+        user=alice,
+        option_id="close",
+        members=members(outage),
+        confirmed_count=5,
+    )
+    assert reload(outage[1]).state == "open" and reload(outage[1]).acknowledged_by == bob
+    assert [r["escalation_id"] for r in result.refused] == [outage[1].pk]
+    assert "held by bob" in result.refused[0]["why"]
+    assert {reload(c).state for c in outage if c != outage[1]} == {"decided"}
+
+
+def test_a_card_acknowledged_while_the_group_is_acknowledged_is_not_taken_over(outage, alice, bob, monkeypatch) -> None:
+    from operations.lifecycle import ownership as lifecycle_ownership
+
+    acknowledge = lifecycle_ownership.acknowledge
+    raced: list[int] = []
+
+    def bob_acknowledges_the_next_card_meanwhile(*, escalation_id, user, now):
+        if not raced and user == alice:
+            raced.append(outage[1].pk)
+            acknowledge(escalation_id=outage[1].pk, user=bob, now=now)
+        return acknowledge(escalation_id=escalation_id, user=user, now=now)
+
+    monkeypatch.setattr(lifecycle_ownership, "acknowledge", bob_acknowledges_the_next_card_meanwhile)
+    count, others = ownership.acknowledge_group(group_id=outage[0].group_id, user=alice)
+    assert (count, others) == (4, ["bob"])
+    assert reload(outage[1]).acknowledged_by == bob
+    assert not CardActivity.objects.filter(escalation=outage[1], username="alice").exists()

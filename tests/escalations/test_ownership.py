@@ -125,6 +125,68 @@ def test_reassign_hands_the_card_over_unacknowledged_and_tells_the_responder(
     assert f"https://pollerdash.example.test/operations/{esc.operation_id}/#card-{esc.pk}" in mail.body
 
 
+def test_handing_a_card_someone_else_holds_to_yourself_is_a_confirmed_take_over(
+    stopped, alice, bob, notify, mailoutbox, pump
+) -> None:
+    """Issue 24 item 7: `reassign` to oneself once took a card from its holder without asking and
+    without telling them. It asks the take-over's question, naming the holder, and tells them."""
+    alice.email = "alice@example.test"
+    alice.save()
+    esc = stopped()
+    ownership.card_acknowledge(escalation_id=esc.pk, user=alice)
+    pump()
+    mailoutbox.clear()
+    with pytest.raises(ownership.TakeoverNeeded, match="alice holds this card") as refused:
+        ownership.card_reassign(escalation_id=esc.pk, by=bob, to="bob")
+    assert refused.value.status == 409
+    assert reload(esc).assignee == alice and CardActivity.objects.filter(username="bob").count() == 0
+    # A confirmation for someone who no longer holds it is asked again.
+    with pytest.raises(ownership.TakeoverNeeded):
+        ownership.card_reassign(escalation_id=esc.pk, by=bob, to="bob", takeover_of=bob.pk)
+
+    ownership.card_reassign(escalation_id=esc.pk, by=bob, to="bob", takeover_of=alice.pk)
+    card = reload(esc)
+    assert (card.assignee, card.acknowledged_by) == (bob, bob)
+    [entry] = [e for e in entries(esc, "human.acknowledged") if e["actor"]["id"] == "bob"]
+    assert entry["data"]["previous_holder"] == "alice"
+    pump()
+    [told] = mailoutbox
+    assert told.to == ["alice@example.test"] and told.subject.startswith("[pollerdash] bob took over your card")
+
+
+def test_taking_a_card_nobody_holds_by_handing_it_to_yourself_tells_nobody(
+    stopped, alice, notify, mailoutbox, pump
+) -> None:
+    alice.email = "alice@example.test"
+    alice.save()
+    esc = stopped()
+    pump()
+    mailoutbox.clear()
+    ownership.card_reassign(escalation_id=esc.pk, by=alice, to="alice")
+    assert reload(esc).assignee == alice
+    pump()
+    assert mailoutbox == [] and not NotificationDelivery.objects.filter(escalation=esc, event="reassigned").exists()
+
+
+def test_the_hand_over_form_asks_the_take_over_question_when_you_pick_yourself(
+    stopped, alice, bob, client: Client, notify
+) -> None:
+    esc = stopped()
+    ownership.card_acknowledge(escalation_id=esc.pk, user=alice)
+    client.force_login(bob)
+    asked = client.post(reverse("escalation_reassign", args=[esc.pk]), {"to": "bob"}, headers=HTMX)
+    html = asked.content.decode()
+    assert asked.status_code == 409 and "alice holds this card. Confirm that you take it over" in html
+    assert '<details class="takeover" open>' in html and "Yes, take over from alice" in html
+    assert reload(esc).assignee == alice
+    page = client.post(reverse("escalation_reassign", args=[esc.pk]), {"to": "bob"})
+    assert page.status_code == 409 and reload(esc).assignee == alice
+    confirmed = client.post(reverse("escalation_acknowledge", args=[esc.pk]), {"takeover": str(alice.pk)}, headers=HTMX)
+    assert confirmed.status_code == 200 and reload(esc).acknowledged_by == bob
+    [told] = NotificationDelivery.objects.filter(escalation=esc, event="taken_over")
+    assert told.display == "alice" and told.note.startswith("bob took over your card")
+
+
 def test_reassigning_to_someone_without_the_responder_role_is_refused(stopped, alice, viewer, make_user) -> None:
     esc = stopped()
     inactive = make_user("gone", is_active=False)

@@ -60,3 +60,25 @@ def test_rows_written_under_the_old_schema_read_through_the_domain_models(django
     assert Authorization.objects.get(number=2).escalation == card
     assert Escalation._meta.db_table == "escalations_escalation" and Decision._meta.db_table == "escalations_decision"
     assert ContentType.objects.filter(app_label="operations", model="escalation").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_card_opened_before_the_cap_keeps_the_first_1000_characters_of_why_it_stopped():
+    """Escalation.detail became varchar(1000) (issue 24 item 9): a longer one written before is cut
+    with an ellipsis by the migration, which PostgreSQL would otherwise refuse."""
+    old = _migrate([("operations", "0025_profile_backoff_multiplier_range")])
+    profile = old.get_model("operations", "ProviderProfile").objects.create(
+        slug="acme", name="ACME", status_url="https://acme.test/{job_id}", account="acme"
+    )
+    op = old.get_model("operations", "Operation").objects.create(
+        id="op_01JLONGDETAIL000000000000", provider=profile, account="acme", provider_job_id="j1",
+        deadline_at=T, max_status_requests=3, max_transport_failures=3, created_at=T, updated_at=T,
+    )  # fmt: skip
+    Card = old.get_model("operations", "Escalation")
+    long = Card.objects.create(operation=op, reason="unknown_state", detail="x" * 10_000, opened_at=T)
+    short = Card.objects.create(operation=op, reason="unknown_state", detail="y" * 1000, opened_at=T, state="decided")
+
+    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    assert Escalation.objects.get(pk=long.pk).detail == "x" * 999 + "…"
+    assert Escalation.objects.get(pk=short.pk).detail == "y" * 1000

@@ -188,6 +188,37 @@ def test_acknowledge_stops_and_unacknowledge_starts_a_new_round_from_level_one()
     assert [(n.round, n.level, n.target.ref) for n in plan.notify] == [(1, 0, "alice")]
 
 
+def test_a_give_back_soon_after_the_round_began_resumes_it_without_resending():
+    """Issue 24 item 3: each give-back restarted the policy at level 1, so toggling acknowledge and
+    give back paged everyone again and again. Within restart_min_s of the round's start a
+    give-back resumes the round on its own schedule instead."""
+    state = policy_step(state=RunState.start(now=T0), policy=TWO_LEVELS, now=T0).state
+    acked = policy_acknowledge(state=state)
+    assert acked.held_step_at == T0 + timedelta(seconds=300)
+    resumed = policy_unacknowledge(state=acked, now=T0 + timedelta(seconds=60), restart_min_s=300)
+    assert (resumed.status, resumed.round, resumed.level) == (RunStatus.RUNNING, 0, 0)
+    assert resumed.next_step_at == T0 + timedelta(seconds=300)
+    assert policy_step(state=resumed, policy=TWO_LEVELS, now=T0 + timedelta(seconds=60)).notify == ()
+    # Level 2 when it was due all along: toggling neither resends level 1 nor holds level 2 back.
+    plan = policy_step(state=resumed, policy=TWO_LEVELS, now=T0 + timedelta(seconds=300))
+    assert {(n.round, n.level) for n in plan.notify} == {(0, 1)}
+    # A step that fell due while the card was held goes out as soon as it is given back.
+    late = policy_unacknowledge(state=acked, now=T0 + timedelta(seconds=299), restart_min_s=600)
+    assert late.next_step_at == T0 + timedelta(seconds=300)
+
+
+def test_a_give_back_once_restart_min_s_has_passed_restarts_the_round():
+    state = policy_step(state=RunState.start(now=T0), policy=TWO_LEVELS, now=T0).state
+    acked = policy_acknowledge(state=state)
+    later = T0 + timedelta(seconds=300)
+    restarted = policy_unacknowledge(state=acked, now=later, restart_min_s=300)
+    assert (restarted.round, restarted.level, restarted.round_started_at) == (1, -1, later)
+    assert [(n.round, n.level) for n in policy_step(state=restarted, policy=TWO_LEVELS, now=later).notify] == [(1, 0)]
+    # A run stored before rounds had a start restarts on its first give-back, as it always did.
+    old = RunState(RunStatus.ACKNOWLEDGED, round=0, level=0, repetition=0, next_step_at=None, step_seq=3)
+    assert policy_unacknowledge(state=old, now=T0, restart_min_s=300).round == 1
+
+
 def test_naive_datetimes_are_refused():
     with pytest.raises(ValueError, match="timezone-aware"):
         RunState.start(now=datetime(2026, 12, 1, 19, 0))  # noqa: DTZ001 - the point of the test
@@ -220,11 +251,14 @@ moves = st.lists(
 )
 
 
-def simulate(policy: Policy, script: list[tuple[str, int]]):
-    """Run a policy through a script; return every send as (round, level, repetition, at)."""
+def simulate(policy: Policy, script: list[tuple[str, int]], *, restart_min_s: float = 0, starts: list | None = None):
+    """Run a policy through a script; return every send as (round, level, repetition, at).
+    `starts` collects when each round began."""
     state = RunState.start(now=T0)
     now = T0
     sends: list[tuple[int, int, int, datetime]] = []
+    starts = [] if starts is None else starts
+    starts.append(T0)
     ended = False
     for move, seconds in script:
         if move == "tick":
@@ -241,7 +275,10 @@ def simulate(policy: Policy, script: list[tuple[str, int]]):
             if move == "ack":
                 state = policy_acknowledge(state=state)
             elif move == "unack":
-                state = policy_unacknowledge(state=state, now=now)
+                before = state
+                state = policy_unacknowledge(state=state, now=now, restart_min_s=restart_min_s)
+                if state.round != before.round:
+                    starts.append(now)
             else:
                 state = policy_end(state=state)
             ended = ended or move == "end"
@@ -273,6 +310,10 @@ def test_no_level_is_ever_sent_twice_in_a_round(policy, script):
 @given(policy=policies, script=moves)
 def test_within_a_round_levels_go_in_order_without_skipping_and_each_gets_its_whole_wait(policy, script):
     sends, _ = simulate(policy, script)
+    assert_rounds_in_order(policy, sends)
+
+
+def assert_rounds_in_order(policy: Policy, sends: list[tuple[int, int, int, datetime]]) -> None:
     by_round: dict[int, list[tuple[int, int, datetime]]] = {}
     for r, lvl, rep, at in sends:
         by_round.setdefault(r, []).append((lvl, rep, at))
@@ -285,6 +326,18 @@ def test_within_a_round_levels_go_in_order_without_skipping_and_each_gets_its_wh
         for (lvl, _, at), (_, _, next_at) in zip(steps, steps[1:], strict=False):
             assert next_at - at >= timedelta(seconds=policy.levels[lvl].wait_s)
         assert len(steps) <= policy.total_sends
+
+
+@settings(max_examples=300, deadline=None)
+@given(policy=policies, script=moves, restart_min_s=st.integers(0, 900))
+def test_rounds_begin_at_least_restart_min_s_apart_and_a_resumed_round_never_resends(policy, script, restart_min_s):
+    starts: list[datetime] = []
+    sends, _ = simulate(policy, script, restart_min_s=restart_min_s, starts=starts)
+    assert all(b - a >= timedelta(seconds=restart_min_s) for a, b in zip(starts, starts[1:], strict=False))
+    slots = [(r, lvl, rep) for r, lvl, rep, _ in sends]
+    assert len(slots) == len(set(slots))
+    assert len(sends) <= len(starts) * policy.total_sends
+    assert_rounds_in_order(policy, sends)
 
 
 @settings(max_examples=200, deadline=None)

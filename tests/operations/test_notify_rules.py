@@ -105,6 +105,30 @@ def test_a_decision_after_an_acknowledgement_resolves_after_the_acknowledge_and_
     assert again.add == ()
 
 
+def test_a_decision_after_a_give_back_resolves_the_alert_even_though_the_re_trigger_is_skipped():
+    """Acknowledged, given back (a new round's trigger written, not sent yet), then decided: the
+    resolve follows the last message that went out, not the skipped re-trigger, so the alert closes."""
+    rows = [
+        row(2, Channel.PAGERDUTY, Event.LEVEL, State.SENT, 1, "ONCALL_PD_A"),
+        row(5, Channel.PAGERDUTY, Event.ACKNOWLEDGED, State.SENT, 1, "ONCALL_PD_A"),
+        row(7, Channel.PAGERDUTY, Event.LEVEL, State.PENDING, 0, "ONCALL_PD_A"),  # round 2, not sent
+    ]
+    changes = on_end(rows=rows)
+    assert changes.skip == (Skip(7, "the card was closed before it was sent"),)
+    assert changes.add == (FollowUp(Channel.PAGERDUTY, "ONCALL_PD_A", Event.ENDED, 5),)
+
+
+def test_a_level_sent_after_a_give_back_is_acknowledged_anew():
+    rows = [
+        row(2, Channel.PAGERDUTY, Event.LEVEL, State.SENT, 1, "ONCALL_PD_A"),
+        row(5, Channel.PAGERDUTY, Event.ACKNOWLEDGED, State.SENT, 1, "ONCALL_PD_A"),
+        row(7, Channel.PAGERDUTY, Event.LEVEL, State.SENT, 1, "ONCALL_PD_A"),  # the re-trigger went out
+    ]
+    assert on_acknowledge(rows=rows).add == (FollowUp(Channel.PAGERDUTY, "ONCALL_PD_A", Event.ACKNOWLEDGED, 7),)
+    acknowledged = [*rows, row(8, Channel.PAGERDUTY, Event.ACKNOWLEDGED, State.PENDING, 0, "ONCALL_PD_A")]
+    assert on_acknowledge(rows=acknowledged).add == ()
+
+
 def test_a_follow_up_waits_for_its_predecessor_and_is_dropped_if_the_trigger_never_landed():
     trigger = row(2, Channel.PAGERDUTY, Event.LEVEL, State.PENDING, 1)
     assert follow_up_ready(predecessor=trigger)[0] is Readiness.WAIT
