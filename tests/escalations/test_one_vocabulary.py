@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from escalations.oncall import email, pagerduty, slack_blocks
+from escalations.oncall.channels import email, pagerduty, slack_blocks
 from escalations.oncall.facts import card_facts, card_status
 from operations.audit.story import story_line
 from operations.credentials import credentials_publish_all

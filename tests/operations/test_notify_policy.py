@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from operations.notify.kinds import Kind
 from operations.notify.policy import (
     Directory,
     Level,
@@ -17,7 +18,6 @@ from operations.notify.policy import (
     RunState,
     RunStatus,
     Target,
-    TargetKind,
     policy_acknowledge,
     policy_end,
     policy_step,
@@ -52,8 +52,16 @@ def test_a_valid_policy_is_read_whole():
     )
     assert isinstance(policy, Policy)
     assert [len(level.targets) for level in policy.levels] == [2, 2]
-    assert policy.levels[1].targets[1] == Target(TargetKind.PAGERDUTY, "ONCALL_PD_PAYMENTS")
+    assert policy.levels[1].targets[1] == Target(Kind.PAGERDUTY, "ONCALL_PD_PAYMENTS")
     assert Policy.from_json(policy.to_json()) == policy
+
+
+def test_slack_reply_is_a_channel_not_a_target():
+    problems = problems_of({"name": "p", "levels": [{"wait_s": 60, "targets": [{"slack_reply": "x"}]}]})
+    assert problems == [
+        "levels[0].targets[0]: 'slack_reply' is not a target kind"
+        " (user, group, email, slack_webhook, slack_channel, pagerduty)"
+    ]
 
 
 def test_every_problem_is_named_at_once():
@@ -145,8 +153,8 @@ TWO_LEVELS = Policy(
     name="p",
     repeat_last_level=1,
     levels=(
-        Level(wait_s=300, targets=(Target(TargetKind.USER, "alice"),)),
-        Level(wait_s=600, targets=(Target(TargetKind.GROUP, "oncall"), Target(TargetKind.PAGERDUTY, "ONCALL_PD_KEY"))),
+        Level(wait_s=300, targets=(Target(Kind.USER, "alice"),)),
+        Level(wait_s=600, targets=(Target(Kind.GROUP, "oncall"), Target(Kind.PAGERDUTY, "ONCALL_PD_KEY"))),
     ),
 )
 
@@ -227,7 +235,7 @@ def test_naive_datetimes_are_refused():
 # --- properties ----------------------------------------------------------------------------------------------
 
 targets = st.sampled_from(
-    [Target(TargetKind.USER, "alice"), Target(TargetKind.EMAIL, "x@example.com"), Target(TargetKind.PAGERDUTY, "PD")]
+    [Target(Kind.USER, "alice"), Target(Kind.EMAIL, "x@example.com"), Target(Kind.PAGERDUTY, "PD")]
 )
 levels = st.builds(
     Level,
