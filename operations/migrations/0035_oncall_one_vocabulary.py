@@ -1,6 +1,7 @@
-# On-call's one vocabulary (operations.notify.kinds): the target kinds and channels, the check
-# constraint generated from the kinds; and messages about no card (a callback that gave up, a
-# business deadline near) as outbox rows naming their operation.
+# On-call's one vocabulary (operations.notify.kinds): the target kinds and channels (Microsoft
+# Teams among them: teams_webhook), the check constraint generated from the kinds; and messages
+# about no card (a callback that gave up, a business deadline near) as outbox rows naming their
+# operation.
 
 import django.db.models.deletion
 from django.conf import settings
@@ -27,6 +28,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AlterField(
             model_name='notificationdelivery',
+            name='channel',
+            field=models.CharField(choices=[('email', 'email'), ('slack_webhook', 'slack_webhook'), ('slack_channel', 'slack_channel'), ('pagerduty', 'pagerduty'), ('teams_webhook', 'teams_webhook'), ('slack_reply', 'slack_reply')], max_length=16),
+        ),
+        migrations.AlterField(
+            model_name='notificationdelivery',
             name='escalation',
             field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='notifications', to='operations.escalation'),
         ),
@@ -34,6 +40,11 @@ class Migration(migrations.Migration):
             model_name='notificationdelivery',
             name='event',
             field=models.CharField(choices=[('level', 'level'), ('acknowledged', 'acknowledged'), ('ended', 'ended'), ('reassigned', 'reassigned'), ('taken_over', 'taken_over'), ('awaiting_second', 'awaiting_second'), ('slack_reply', 'slack_reply'), ('callback_failed', 'callback_failed'), ('business_deadline_near', 'business_deadline_near')], max_length=32),
+        ),
+        migrations.AlterField(
+            model_name='policytarget',
+            name='kind',
+            field=models.CharField(choices=[('user', 'user'), ('group', 'group'), ('email', 'email'), ('slack_webhook', 'slack_webhook'), ('slack_channel', 'slack_channel'), ('pagerduty', 'pagerduty'), ('teams_webhook', 'teams_webhook')], max_length=16),
         ),
         migrations.AddConstraint(
             model_name='notificationdelivery',
@@ -45,6 +56,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='policytarget',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind__in', ['user']), ('group__isnull', True), ('email', ''), ('env', ''), ('channel', ''), ('user__isnull', False)), models.Q(('kind__in', ['group']), ('user__isnull', True), ('email', ''), ('env', ''), ('channel', ''), ('group__isnull', False)), models.Q(('kind__in', ['email']), ('user__isnull', True), ('group__isnull', True), ('env', ''), ('channel', ''), models.Q(('email', ''), _negated=True)), models.Q(('kind__in', ['pagerduty', 'slack_webhook']), ('user__isnull', True), ('group__isnull', True), ('email', ''), ('channel', ''), models.Q(('env', ''), _negated=True)), models.Q(('kind__in', ['slack_channel']), ('user__isnull', True), ('group__isnull', True), ('email', ''), ('env', ''), models.Q(('channel', ''), _negated=True)), _connector='OR'), name='target_fields_match_kind'),
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind__in', ['user']), ('group__isnull', True), ('email', ''), ('env', ''), ('channel', ''), ('user__isnull', False)), models.Q(('kind__in', ['group']), ('user__isnull', True), ('email', ''), ('env', ''), ('channel', ''), ('group__isnull', False)), models.Q(('kind__in', ['email']), ('user__isnull', True), ('group__isnull', True), ('env', ''), ('channel', ''), models.Q(('email', ''), _negated=True)), models.Q(('kind__in', ['pagerduty', 'slack_webhook', 'teams_webhook']), ('user__isnull', True), ('group__isnull', True), ('email', ''), ('channel', ''), models.Q(('env', ''), _negated=True)), models.Q(('kind__in', ['slack_channel']), ('user__isnull', True), ('group__isnull', True), ('email', ''), ('env', ''), models.Q(('channel', ''), _negated=True)), _connector='OR'), name='target_fields_match_kind'),
         ),
     ]

@@ -24,6 +24,7 @@ class Kind(StrEnum):
     SLACK_WEBHOOK = "slack_webhook"  # ref: the NAME of the ONCALL_ variable holding the webhook URL
     SLACK_CHANNEL = "slack_channel"  # ref: a channel id, posted with the Slack app's bot token
     PAGERDUTY = "pagerduty"  # ref: the NAME of the ONCALL_ variable holding the routing key
+    TEAMS_WEBHOOK = "teams_webhook"  # ref: the NAME of the ONCALL_ variable holding a Teams Workflows URL
     SLACK_REPLY = "slack_reply"  # not a target: the answer to a click in Slack, through its response_url
 
 
@@ -45,6 +46,7 @@ TARGETS: Mapping[Kind, Ref] = {
     Kind.SLACK_WEBHOOK: Ref.ENV,
     Kind.SLACK_CHANNEL: Ref.CHANNEL,
     Kind.PAGERDUTY: Ref.ENV,
+    Kind.TEAMS_WEBHOOK: Ref.ENV,
 }
 # What a message row is sent through: people (users, groups) are mailed.
 CHANNELS = frozenset(kind for kind in Kind if kind not in (Kind.USER, Kind.GROUP))
@@ -57,6 +59,7 @@ LABELS: Mapping[Kind, str] = {
     Kind.SLACK_WEBHOOK: "Slack",
     Kind.SLACK_CHANNEL: "Slack",
     Kind.PAGERDUTY: "PagerDuty",
+    Kind.TEAMS_WEBHOOK: "Microsoft Teams",
     Kind.SLACK_REPLY: "Slack reply",
 }
 

@@ -130,6 +130,20 @@ def fake_slack(settings: object, monkeypatch: pytest.MonkeyPatch) -> object:
 
 
 @pytest.fixture
+def fake_teams(settings: object, monkeypatch: pytest.MonkeyPatch) -> object:
+    """A Teams Workflows webhook that checks every Adaptive Card message; ONCALL_TEAMS is its URL."""
+    from demo.faketeams import FakeTeams
+    from tests.support import CANARY_TEAMS_SIG
+
+    receiver = FakeTeams(signature=CANARY_TEAMS_SIG).start()
+    host = receiver.base_url.removeprefix("http://")
+    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]  # type: ignore[attr-defined]
+    monkeypatch.setenv("ONCALL_TEAMS", receiver.webhook_url())
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
 def make_policy(db: None) -> Callable[..., object]:
     """Save a policy through the store (validated whole, as loadpolicies and the admin do)."""
     from operations.notify import store

@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from escalations.oncall.channels import email, pagerduty, slack_blocks
+from escalations.oncall.channels import email, pagerduty, slack_blocks, teams_webhook
 from escalations.oncall.facts import card_facts, card_status
 from operations.audit.story import story_line
 from operations.credentials import credentials_publish_all
@@ -230,7 +230,7 @@ def test_every_option_and_outcome_reads_in_words_on_every_surface(
     for seq, body in AuditEntry.objects.order_by("pk").values_list("seq", "body"):
         problems += words_problems(f"story entry {seq}", story_line(seq=seq, body=bytes(body)).text)
 
-    # What on-call is sent about each card: email, Slack, PagerDuty (with the card's status as it is now).
+    # What on-call is sent about each card: email, Slack, PagerDuty, Teams (with the card's status as it is now).
     now = timezone.now()
     for esc in Escalation.objects.all():
         facts = card_facts(escalation=esc, now=now)
@@ -241,6 +241,8 @@ def test_every_option_and_outcome_reads_in_words_on_every_surface(
         problems += words_problems(f"slack {esc.pk}", json.dumps(blocks, ensure_ascii=False))
         event = pagerduty.trigger_event(facts=facts, instance="test")
         problems += words_problems(f"pagerduty {esc.pk}", json.dumps(event, ensure_ascii=False), machine_ids=True)
+        card = teams_webhook.card_card(facts=facts, head="Decision needed", now=now)
+        problems += words_problems(f"teams {esc.pk}", json.dumps(card, ensure_ascii=False))
 
     # And what was actually sent: each card's "Decision needed", the acceptance waiting for a second responder.
     assert any("Second responder needed" in message.subject for message in mailoutbox)

@@ -56,11 +56,26 @@ def test_a_valid_policy_is_read_whole():
     assert Policy.from_json(policy.to_json()) == policy
 
 
+def test_a_teams_target_names_the_variable_that_holds_its_workflows_url():
+    raw = {"name": "chat", "levels": [{"wait_s": 60, "targets": [{"teams_webhook": "ONCALL_TEAMS_PAYMENTS"}]}]}
+    policy = validate_policy(raw, directory=DIRECTORY)
+    assert isinstance(policy, Policy)
+    assert policy.levels[0].targets == (Target(Kind.TEAMS_WEBHOOK, "ONCALL_TEAMS_PAYMENTS"),)
+    # The Workflows URL carries its own signature (sig=...): pasted here, it is refused, never echoed.
+    pasted = "https://prod-01.westeurope.logic.azure.com/workflows/abc/triggers/manual/paths/invoke?sig=s3cr3t"
+    problems = problems_of({"name": "chat", "levels": [{"wait_s": 60, "targets": [{"teams_webhook": pasted}]}]})
+    assert problems == [
+        "levels[0].targets[0].teams_webhook: must name an environment variable (ONCALL_ then A-Z, 0-9, _),"
+        " not hold the secret itself"
+    ]
+    assert not any("s3cr3t" in problem for problem in problems)
+
+
 def test_slack_reply_is_a_channel_not_a_target():
     problems = problems_of({"name": "p", "levels": [{"wait_s": 60, "targets": [{"slack_reply": "x"}]}]})
     assert problems == [
         "levels[0].targets[0]: 'slack_reply' is not a target kind"
-        " (user, group, email, slack_webhook, slack_channel, pagerduty)"
+        " (user, group, email, slack_webhook, slack_channel, pagerduty, teams_webhook)"
     ]
 
 
@@ -111,7 +126,7 @@ def test_a_pasted_secret_is_refused_without_being_echoed():
         (
             {"name": "p", "levels": [{"wait_s": 60, "targets": [{"phone": "+1555"}]}]},
             "levels[0].targets[0]: 'phone' is not a target kind"
-            " (user, group, email, slack_webhook, slack_channel, pagerduty)",
+            " (user, group, email, slack_webhook, slack_channel, pagerduty, teams_webhook)",
         ),
         (
             {"name": "p", "levels": [{"wait_s": 60, "targets": [{"user": "alice"}, {"user": "alice"}]}]},

@@ -11,6 +11,7 @@ is handed back to its follow-ups as `Message.updates`).
     slack_channel.py  SlackChannel    the Slack app: chat.postMessage, updated by chat.update; users.info
     slack_reply.py    SlackReply      the answer to a click, through its response_url
     pagerduty.py      PagerDuty       Events API v2: trigger, then acknowledge and resolve
+    teams_webhook.py  TeamsWebhook    an Adaptive Card to a Teams Workflows webhook
 
 A new channel: its kind in operations/notify/kinds.py (and, for a policy target, the kind of value it
 names there, which the policy loader checks), its module here, one line in `registry`, a migration for

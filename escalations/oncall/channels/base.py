@@ -28,7 +28,7 @@ from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 
@@ -229,7 +229,9 @@ def host_port(url: str) -> str:
 
 def secret(name: str) -> str:
     """The value of a target's variable (NAME, or the file NAME_FILE names), read now and scrubbed from
-    every log line from then on. Only ONCALL_* variables, and the legacy NOTIFY_WEBHOOK_URL setting."""
+    every log line and stored text from then on. Only ONCALL_* variables, and the legacy
+    NOTIFY_WEBHOOK_URL setting. A webhook URL's secret is also a part of it (a Slack hook's token, a
+    Teams workflow's `sig`), which a receiver may quote back alone: those parts are scrubbed too."""
     if name == LEGACY_WEBHOOK_ENV:
         value = settings.NOTIFY_WEBHOOK_URL
     elif not name.startswith(ENV_PREFIX) or name.endswith("_FILE"):
@@ -243,4 +245,22 @@ def secret(name: str) -> str:
     if not value:
         raise Unsendable(f"{name} is not set")
     register_secret(value)
+    for part in _url_parts(value):
+        register_secret(part)
     return value
+
+
+# Shorter parts of a URL are words ("services", "invoke", an API version), not secrets.
+SECRET_PART_MIN = 16
+
+
+def _url_parts(value: str) -> list[str]:
+    """The path segments and query values of a URL long enough to be a token; [] for anything else."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return []
+    if parts.scheme not in ("http", "https"):
+        return []
+    pieces = [*parts.path.split("/"), *(v for values in parse_qs(parts.query).values() for v in values)]
+    return [piece for piece in pieces if len(piece) >= SECRET_PART_MIN]

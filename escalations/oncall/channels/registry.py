@@ -16,10 +16,12 @@ from escalations.oncall.channels.pagerduty import PagerDuty
 from escalations.oncall.channels.slack_channel import SlackChannel
 from escalations.oncall.channels.slack_reply import SlackReply
 from escalations.oncall.channels.slack_webhook import SlackWebhook
+from escalations.oncall.channels.teams_webhook import TeamsWebhook
 from operations.notify.kinds import Kind
 
 CHANNELS: Mapping[Kind, Channel] = {
-    channel.kind: channel for channel in (EmailChannel(), SlackWebhook(), SlackChannel(), SlackReply(), PagerDuty())
+    channel.kind: channel
+    for channel in (EmailChannel(), SlackWebhook(), SlackChannel(), SlackReply(), PagerDuty(), TeamsWebhook())
 }
 # The channels whose messages have follow-ups (operations.notify.rules.on_acknowledge, on_end).
 FOLLOWED_UP = frozenset(kind for kind, channel in CHANNELS.items() if channel.follow_ups)
