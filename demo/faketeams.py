@@ -191,13 +191,14 @@ class _State:
 class _Handler(FakeHandler):
     server_version = "fake-teams-workflows/1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path.partition("?")[0] != "/":
             return self._error(404, "NotFound", "no such page")
+        # Set by FakeReceiver.start (demo/fakehttp.py) on the server object.
         receiver: FakeTeams = self.server.receiver  # type: ignore[attr-defined]
         self.reply(200, page(receiver.received()), content_type="text/html; charset=utf-8")
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         # Set by FakeReceiver.start (demo/fakehttp.py) on the server object.
         state: _State = self.server.receiver.state  # type: ignore[attr-defined]
         parts = urlsplit(self.path)

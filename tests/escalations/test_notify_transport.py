@@ -109,3 +109,38 @@ def test_the_webhook_of_messages_outside_cards_keeps_the_notification_url_rules(
         row.detail
         == "the Slack webhook in NOTIFY_WEBHOOK_URL must be https (or its host:port listed in NOTIFY_ALLOWED_HOSTS)"
     )
+
+
+@pytest.mark.django_db
+def test_a_message_about_no_card_is_retried_capped_and_recorded_like_every_message(
+    fake_slack, settings, make_operation, pump, clock, mailoutbox
+):
+    """Before 2.5 a failed-callback message was one attempt per channel, a 5xx lost it and nothing
+    said so; it is an outbox row now: retried, counted against NOTIFY_MAX_PER_HOUR, recorded."""
+    from tests.support import CANARY_SLACK_HOOK
+
+    settings.NOTIFY_EMAILS = ["oncall@example.test"]
+    settings.NOTIFY_WEBHOOK_URL = fake_slack.webhook_url(CANARY_SLACK_HOOK)
+    settings.NOTIFY_MAX_PER_HOUR = 4
+    fake_slack.answer("500")
+    op = make_operation("slow_success__id=retried")
+    notices.queue_callback_failed(
+        operation_id=op.pk, callback_id="evt_1", event_type="operation.completed", reason="x", now=timezone.now()
+    )
+    assert sorted(pump()) == ["retry", "sent"]
+    clock.shift(60)
+    assert pump() == ["sent"]
+    [post] = [p for p in fake_slack.posted("webhook") if p.status == 200]
+    link = f"{settings.SITE_URL}/operations/{op.pk}/"
+    assert post.body["pollerdash"] == {"event": "escalation.callback_failed", "url": link}
+    assert post.body["text"].startswith(f"*Callback not delivered* for <{link}|{op.pk}>")
+    [mail] = mailoutbox
+    assert mail.subject == f"[pollerdash] Callback not delivered: {op.pk}"
+    # The hour's cap counts every attempt (3 so far): one more message fits, the rest are held back.
+    for n in (2, 3):
+        notices.queue_callback_failed(
+            operation_id=op.pk, callback_id=f"evt_{n}", event_type="operation.completed", reason="x", now=timezone.now()
+        )
+    assert sorted(pump()) == ["sent", "skipped", "skipped", "skipped"]
+    states = NotificationDelivery.objects.filter(operation=op, state="skipped").values_list("detail", flat=True)
+    assert set(states) == {"NOTIFY_MAX_PER_HOUR (4) reached"}
