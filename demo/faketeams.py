@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import html
 import json
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from demo.fakehttp import FakeHandler, FakeReceiver
+from demo.fakehttp import FakeHandler, ScriptedReceiver
 
 MESSAGE_MAX = 28 * 1024
 CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
@@ -91,29 +90,26 @@ def _element_errors(element: object, *, where: str) -> list[str]:
     if kind == "TextBlock" and not _text(element.get("text")):
         return [f"{where}: a TextBlock needs 'text'"]
     if kind == "RichTextBlock":
-        inlines = element.get("inlines")
-        if not isinstance(inlines, list) or not inlines:
-            return [f"{where}: a RichTextBlock needs 'inlines'"]
-        return [
-            f"{where}.inlines[{i}]: a TextRun with 'text' (or a string)"
-            for i, inline in enumerate(inlines)
-            if not (
-                _text(inline)
-                or (isinstance(inline, dict) and inline.get("type") == "TextRun" and _text(inline.get("text")))
-            )
-        ]
+        return _each(element, "inlines", where=where, ok=_text_run, problem="a TextRun with 'text' (or a string)")
     if kind == "FactSet":
-        facts = element.get("facts")
-        if not isinstance(facts, list) or not facts:
-            return [f"{where}: a FactSet needs 'facts'"]
-        return [
-            f"{where}.facts[{i}]: 'title' and 'value' must be strings"
-            for i, fact in enumerate(facts)
-            if not (
-                isinstance(fact, dict) and isinstance(fact.get("title"), str) and isinstance(fact.get("value"), str)
-            )
-        ]
+        return _each(element, "facts", where=where, ok=_fact, problem="'title' and 'value' must be strings")
     return []
+
+
+def _each(element: dict, key: str, *, where: str, ok: Callable[[object], bool], problem: str) -> list[str]:
+    """A non-empty list under `key`, every item of which is `ok`."""
+    items = element.get(key)
+    if not isinstance(items, list) or not items:
+        return [f"{where}: a {element['type']} needs '{key}'"]
+    return [f"{where}.{key}[{i}]: {problem}" for i, item in enumerate(items) if not ok(item)]
+
+
+def _text_run(inline: object) -> bool:
+    return _text(inline) or (isinstance(inline, dict) and inline.get("type") == "TextRun" and _text(inline.get("text")))
+
+
+def _fact(fact: object) -> bool:
+    return isinstance(fact, dict) and isinstance(fact.get("title"), str) and isinstance(fact.get("value"), str)
 
 
 def _action_errors(action: object, *, where: str) -> list[str]:
@@ -180,14 +176,6 @@ def _card_lines(card: dict[str, Any]) -> list[str]:
     return lines
 
 
-@dataclass
-class _State:
-    signature: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    script: deque[str] = field(default_factory=deque)
-    log: list[Received] = field(default_factory=list)
-
-
 class _Handler(FakeHandler):
     server_version = "fake-teams-workflows/1"
 
@@ -200,14 +188,15 @@ class _Handler(FakeHandler):
 
     def do_POST(self) -> None:
         # Set by FakeReceiver.start (demo/fakehttp.py) on the server object.
-        state: _State = self.server.receiver.state  # type: ignore[attr-defined]
+        receiver: FakeTeams = self.server.receiver  # type: ignore[attr-defined]
+        script = receiver.script
         parts = urlsplit(self.path)
         if not (parts.path.startswith(PATH_PREFIX) and parts.path.endswith(PATH_SUFFIX)):
             return self._error(404, "NotFound", "no such workflow")
         raw = self.read_body(cap=MESSAGE_MAX * 4)
         if raw is None:
             return self._error(413, "RequestEntityTooLarge", "the message is too large")
-        signed = parse_qs(parts.query).get("sig") == [state.signature]
+        signed = parse_qs(parts.query).get("sig") == [receiver.signature]
         try:
             message = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -215,19 +204,19 @@ class _Handler(FakeHandler):
         errors = ["the body is not JSON"] if message is None else validate(message)
         if len(raw) > MESSAGE_MAX:
             errors.append(f"the message is {len(raw)} bytes; Teams takes at most {MESSAGE_MAX}")
-        with state.lock:
+        with script.lock:
             if not signed:
                 step = "401"
             elif errors:
                 step = "400"
             else:
-                step = state.script.popleft() if state.script else "202"
+                step = script.steps.popleft() if script.steps else "202"
             echo = step == "400:echo"
             code, _, retry_after = ("400", "", "") if echo else step.partition(":")
             status = int(code) if code.isdigit() else None
-            state.log.append(
+            script.log.append(
                 Received(
-                    len(state.log) + 1,
+                    len(script.log) + 1,
                     time.time(),
                     status,
                     signed,
@@ -255,33 +244,19 @@ class _Handler(FakeHandler):
         self.reply(status, body, content_type="application/json", headers=headers)
 
 
-class FakeTeams(FakeReceiver):
+class FakeTeams(ScriptedReceiver[Received]):
     handler = _Handler
     thread_name = "fake-teams"
 
     def __init__(self, *, signature: str) -> None:
         super().__init__()
-        self.state = _State(signature=signature)
+        self.signature = signature
 
     def webhook_url(self, signature: str | None = None, *, workflow: str = "0123abcd") -> str:
         """A Workflows trigger URL on this receiver (its own signature unless another is given)."""
-        sig = self.state.signature if signature is None else signature
+        sig = self.signature if signature is None else signature
         return f"{self.base_url}{PATH_PREFIX}{workflow}{PATH_SUFFIX}?api-version=2016-06-01&sig={sig}"
-
-    def answer(self, *steps: str) -> None:
-        """Queue how the next valid messages are answered (then 202 again)."""
-        with self.state.lock:
-            self.state.script.extend(steps)
-
-    def received(self) -> list[Received]:
-        with self.state.lock:
-            return list(self.state.log)
 
     def cards(self) -> list[dict[str, Any]]:
         """The Adaptive Cards of the messages answered 202, oldest first."""
         return [r.card for r in self.received() if r.status == 202]
-
-    def reset(self) -> None:
-        with self.state.lock:
-            self.state.script.clear()
-            self.state.log.clear()

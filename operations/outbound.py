@@ -128,35 +128,32 @@ class Rules:
     digest: bool = False  # the body's SHA-256 (a provider's check records it)
 
 
+PROVIDER_AGENT = "pollerdash/0.1 (+status poller)"
+JSON = "application/json"
+# On-call's receivers: a pager or chat that never answers frees the worker after the read timeout,
+# well inside django-q2's task timeout.
+ONCALL_CONNECT_TIMEOUT_S = 3.0
+ONCALL_READ_TIMEOUT_S = 5.0
+
+
 def rules(purpose: Purpose) -> Rules:
     """The purpose's rules, read from the settings now."""
     if purpose is Purpose.PROVIDER:
-        return Rules(
-            connect_s=settings.POLL_HTTP_CONNECT_TIMEOUT_S,
-            read_s=settings.POLL_HTTP_READ_TIMEOUT_S,
-            total_s=settings.POLL_HTTP_TOTAL_TIMEOUT_S,
-            cap=settings.POLL_BODY_CAP_BYTES,
-            over_cap_is_error=True,
-            compressed_is_error=True,
-            user_agent="pollerdash/0.1 (+status poller)",
-            accept="application/json",
-            digest=True,
+        limits = (
+            settings.POLL_HTTP_CONNECT_TIMEOUT_S,
+            settings.POLL_HTTP_READ_TIMEOUT_S,
+            settings.POLL_HTTP_TOTAL_TIMEOUT_S,
         )
+        return Rules(*limits, settings.POLL_BODY_CAP_BYTES, True, True, PROVIDER_AGENT, JSON, digest=True)
     if purpose is Purpose.CALLBACK:
         timeout = settings.CALLBACK_TIMEOUT_S
         return Rules(timeout, timeout, None, 0, False, False, "pollerdash-webhooks/1")
     if purpose is Purpose.OIDC:
         connect_s, read_s = settings.OIDC_TIMEOUT
-        return Rules(connect_s, read_s, None, 256 * 1024, True, True, "pollerdash-oidc/1", "application/json")
+        return Rules(connect_s, read_s, None, 256 * 1024, True, True, "pollerdash-oidc/1", JSON)
     if purpose is Purpose.SLACK_LOOKUP:
         return Rules(1.0, 2.0, None, 64 * 1024, False, False, "pollerdash-notify/1")
     return Rules(ONCALL_CONNECT_TIMEOUT_S, ONCALL_READ_TIMEOUT_S, None, 64 * 1024, False, False, "pollerdash-notify/1")
-
-
-# On-call's receivers: a pager or chat that never answers frees the worker after the read timeout,
-# well inside django-q2's task timeout.
-ONCALL_CONNECT_TIMEOUT_S = 3.0
-ONCALL_READ_TIMEOUT_S = 5.0
 
 
 def send(

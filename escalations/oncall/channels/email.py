@@ -80,18 +80,14 @@ class Email:
     html: str
 
 
-def card_email(
-    *, facts: CardFacts, first: bool, now: datetime, last: bool = False, head: str = "", intro: str = ""
-) -> Email:
-    """The email of a level send: the first says "Decision needed", later ones how long it waited.
-
-    `last`: no more messages follow for this card (NOTIFY_MAX_PER_CARD). `head` and `intro`:
-    pollerdash's own words for a message outside the levels (a card handed to someone, taken over
-    from them, an acceptance to confirm).
-    """
+def card_email(message: Message, *, facts: CardFacts) -> Email:
+    """The email of a message about a card: the first says "Decision needed", later ones how long it
+    waited; a message outside the levels (a card handed to someone, taken over from them, an
+    acceptance to confirm) has pollerdash's own head and first sentence. The last message about a
+    card (NOTIFY_MAX_PER_CARD) says so."""
+    first, now, last, intro = message.first, message.now, message.last, message.intro
     waited = human_duration(now - facts.opened_at)
-    if not head:
-        head = "Decision needed" if first else f"Still undecided after {waited}"
+    head = message.head or ("Decision needed" if first else f"Still undecided after {waited}")
     what = f"{facts.reason_label} - {facts.provider_slug} ({facts.operation_id})"
     group_line = ""
     if facts.group_size > 1:
@@ -208,14 +204,7 @@ class EmailChannel(Channel):
         if message.notice is not None:
             email = notice_email(message.notice)
         elif message.card is not None:
-            email = card_email(
-                facts=message.card,
-                first=message.first,
-                now=message.now,
-                last=message.last,
-                head=message.head,
-                intro=message.intro,
-            )
+            email = card_email(message, facts=message.card)
         else:
             raise Unsendable("an email needs a card or a notice")
         mail = EmailMultiAlternatives(email.subject, email.text, settings.DEFAULT_FROM_EMAIL, [message.address])
