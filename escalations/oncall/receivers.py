@@ -1,8 +1,8 @@
 """The domain's events, turned into policy steps and queued messages (connected in escalations.apps).
 
 Each receiver runs inside the transaction of the change it announces, under its row locks, and
-only writes rows (the run, outbox rows, a queued task): what it decides commits with the change or
-not at all, and workers send it afterwards.
+only writes rows (the run, outbox rows): what it decides commits with the change or not at all, and
+workers send it afterwards (the dispatcher hands them due rows).
 
 Every process imports this module at start-up (escalations.apps), so it imports no sending code
 (the channels and the HTTP client), and the policy code (runs and outbox, with the policy rules,
