@@ -113,7 +113,7 @@ def test_the_webhook_of_messages_outside_cards_keeps_the_notification_url_rules(
 
 @pytest.mark.django_db
 def test_a_message_about_no_card_is_retried_capped_and_recorded_like_every_message(
-    fake_slack, settings, make_operation, pump, clock, mailoutbox
+    fake_slack, settings, make_operation, pump, clock, mailoutbox, admin_client
 ):
     """Before 2.5 a failed-callback message was one attempt per channel, a 5xx lost it and nothing
     said so; it is an outbox row now: retried, counted against NOTIFY_MAX_PER_HOUR, recorded."""
@@ -144,3 +144,6 @@ def test_a_message_about_no_card_is_retried_capped_and_recorded_like_every_messa
     assert sorted(pump()) == ["sent", "skipped", "skipped", "skipped"]
     states = NotificationDelivery.objects.filter(operation=op, state="skipped").values_list("detail", flat=True)
     assert set(states) == {"NOTIFY_MAX_PER_HOUR (4) reached"}
+    # The admin's records list them with their operation (they are on no card).
+    listed = admin_client.get("/admin/operations/notificationdelivery/").content.decode()
+    assert listed.count(op.pk) >= 6 and "callback_failed" in listed
