@@ -15,5 +15,5 @@ is handed back to its follow-ups as `Message.updates`).
 
 A new channel: its kind in operations/notify/kinds.py (and, for a policy target, the kind of value it
 names there, which the policy loader checks), its module here, one line in `registry`, a migration for
-the model's choices, and its tests (docs/architecture.md, "Where does a new channel go").
+the model's choices, and its tests (docs/architecture.md, "Where does a new … go?").
 """
