@@ -58,6 +58,14 @@ def agent_token_issue(*, name: str) -> IssuedToken:
     )
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header value, or None for any other value."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
 def agent_authenticate(*, token: str) -> Agent | None:
     """The agent a bearer token belongs to, or None for an unknown or revoked token."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:

@@ -19,5 +19,6 @@ django_application = get_asgi_application()
 # The agent API runs on the event loop and a fixed database thread pool: no thread per open wait,
 # no thread or connection per request (operations/api/asgi.py).
 from operations.api.asgi import with_threadless_api  # noqa: E402 - needs the app registry loaded above
+from operations.api.mcp_http import with_mcp  # noqa: E402 - MCP at /mcp (streamable HTTP), on the same loop
 
-application = with_threadless_api(django_application)
+application = with_mcp(with_threadless_api(django_application))
