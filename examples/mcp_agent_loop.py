@@ -75,7 +75,9 @@ def extra(result: types.Result) -> dict[str, Any]:
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-async def run(*, url: str, token: str, provider: str, job: str, max_status_requests: int | None) -> int:
+async def run(
+    *, url: str, token: str, provider: str, job: str, max_status_requests: int | None, deadline: str | None
+) -> int:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=90))
     async with (
         http,
@@ -84,6 +86,8 @@ async def run(*, url: str, token: str, provider: str, job: str, max_status_reque
         arguments: dict[str, Any] = {"provider": provider, "provider_job_id": job}
         if max_status_requests is not None:
             arguments["max_status_requests"] = max_status_requests
+        if deadline is not None:
+            arguments["deadline"] = deadline
         answer = await mcp.session.call_tool("watch_job", arguments, allow_claimed=True)
         if not isinstance(answer, CreateTaskResult):
             # Already done (or refused): the ordinary tool answer is the final one.
@@ -117,6 +121,7 @@ def main() -> None:
     parser.add_argument("--provider", default="fake-export")
     parser.add_argument("--job", required=True, help="the provider's job id (the demo: slow_success__polls=5__run=1)")
     parser.add_argument("--max-status-requests", type=int, default=None)
+    parser.add_argument("--deadline", default=None, help="RFC 3339 with offset, e.g. 2026-12-06T12:00:00Z")
     args = parser.parse_args()
     url, token = os.environ.get("POLLERDASH_URL", "").rstrip("/"), os.environ.get("POLLERDASH_TOKEN", "")
     if not url or not token:
@@ -124,7 +129,12 @@ def main() -> None:
     sys.exit(
         asyncio.run(
             run(
-                url=url, token=token, provider=args.provider, job=args.job, max_status_requests=args.max_status_requests
+                url=url,
+                token=token,
+                provider=args.provider,
+                job=args.job,
+                max_status_requests=args.max_status_requests,
+                deadline=args.deadline,
             )
         )
     )
