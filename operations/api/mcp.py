@@ -27,7 +27,7 @@ from operations.api.lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
 from operations.api.mcp_caller import McpCaller, caller_in
 from operations.api.mcp_legacy_tasks import legacy_tasks, task_result
 from operations.api.mcp_listen import listen
-from operations.api.mcp_results import error_result, headline, operation_result, problem_of
+from operations.api.mcp_results import database_unavailable, error_result, headline, operation_result, problem_of
 from operations.api.mcp_tasks import TaskParams, TasksExtension
 from operations.api.parsing import parse_deadline, parse_limit, parse_timeout
 from operations.api.problems import not_found
@@ -52,7 +52,7 @@ def build_server() -> MCPServer:
         instructions=INSTRUCTIONS,
         version="1",
         extensions=[TasksExtension()],
-        middleware=[legacy_tasks],
+        middleware=[database_unavailable, legacy_tasks],
         # subscriptions/listen is served below, for task status only.
         subscriptions=False,
     )

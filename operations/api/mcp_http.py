@@ -25,11 +25,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
 from operations.agents import agent_authenticate, bearer_token
 from operations.api.mcp_caller import SCOPE_KEY, McpCaller
+from operations.api.mcp_results import logger, unavailable
 from operations.api.problems import PROBLEM_CONTENT_TYPE, ApiProblem, problem_body
 from operations.api.wait import run_db
 
@@ -190,7 +192,12 @@ class McpEndpoint:
             await send_problem(send, ApiProblem("body_too_large", f"Request bodies are limited to {limit} bytes."))
             return
         token = bearer_token(_header(scope, b"authorization") or "")
-        agent = await run_db(agent_authenticate, token=token) if token else None
+        try:
+            agent = await run_db(agent_authenticate, token=token) if token else None
+        except DatabaseError as exc:
+            logger.warning("MCP: database unavailable (%s)", exc)
+            await send_problem(send, unavailable())
+            return
         if agent is None or token is None:
             await send_problem(
                 send,

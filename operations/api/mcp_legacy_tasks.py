@@ -112,7 +112,7 @@ async def task_result(ctx: ServerRequestContext[Any, Any], params: TaskParams) -
         if not await caller.still_valid():
             raise MCPError(code=UNAUTHENTICATED, message=REVOKED)
         view = await run_db(load_task, agent_id=caller.agent_id, task_id=view.task_id)
-    if view is None:
+    if view is None or view.result is None:
         raise task_not_found()
     result = dict(view.result)
     result["_meta"] = {**(result.get("_meta") or {}), RELATED_TASK: {"taskId": view.task_id}}

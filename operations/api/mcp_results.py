@@ -8,12 +8,19 @@ extension, operations/api/mcp_tasks.py) is the same answer `wait_job` gives.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.db import DatabaseError
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
+from mcp_types import INTERNAL_ERROR
 
 from operations import quotas, registration
 from operations.api.problems import ApiProblem, not_found, problem_body, quota_exceeded
+
+logger = logging.getLogger("operations.api.mcp")
 
 
 def headline(obj: dict[str, Any], *, timed_out: bool = False) -> str:
@@ -67,9 +74,32 @@ def error_result(problem: ApiProblem) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=body, is_error=True)
 
 
+def unavailable() -> ApiProblem:
+    """The database is restarting or unreachable: what the JSON API answers (503), in MCP's words too."""
+    return ApiProblem(
+        "unavailable", "The database is not reachable right now; retry in a few seconds.", headers={"Retry-After": "5"}
+    )
+
+
+async def database_unavailable(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Server middleware: a database outage under any method answers -32603 with the API's
+    `unavailable` code and a retry time, and logs one line instead of a traceback."""
+    try:
+        return await call_next(ctx)
+    except DatabaseError as exc:
+        problem = problem_of(exc)
+        assert problem is not None
+        raise MCPError(
+            code=INTERNAL_ERROR, message=problem.detail, data={"code": problem.code, "retry_after_s": 5}
+        ) from None
+
+
 def problem_of(exc: Exception) -> ApiProblem | None:
     if isinstance(exc, ApiProblem):
         return exc
+    if isinstance(exc, DatabaseError):
+        logger.warning("MCP: database unavailable (%s)", exc)
+        return unavailable()
     if isinstance(exc, registration.OperationNotFound):
         return not_found(str(exc))
     if isinstance(exc, registration.OperationConflict):

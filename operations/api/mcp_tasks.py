@@ -24,6 +24,7 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -35,7 +36,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS, CallToolRequ
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-from operations import registration, selectors, services
+from operations import fastsql, registration, selectors, services
 from operations.api import mcp_state
 from operations.api import selectors as api_selectors
 from operations.api.mcp_caller import caller_in
@@ -75,8 +76,8 @@ class TaskView:
     poll_ms: int | None
     sequence: int
     digest: str
-    # What wait_job answers now (the task's `result` once it is done; tasks/result of 2025-11-25).
-    result: dict[str, Any]
+    # What wait_job answers once the job is done (the task's `result`; tasks/result of 2025-11-25).
+    result: dict[str, Any] | None
 
 
 def declares_tasks(meta: Any) -> bool:
@@ -137,8 +138,12 @@ def utc_words(value: datetime) -> str:
 
 
 def task_view(op: Operation, escalation: Escalation | None, *, now: datetime) -> TaskView:
+    """`op` needs only the TASK_COLUMNS while the job runs; once it is done, all of it (the result)."""
     status = task_status(op)
-    obj = operation_object(op, open_escalation=escalation, now=now)
+    result = None
+    if status != WORKING:
+        obj = operation_object(op, open_escalation=escalation, now=now)
+        result = operation_result(obj).model_dump(by_alias=True, mode="json", exclude_none=True)
     return TaskView(
         task_id=op.pk,
         status=status,
@@ -149,15 +154,44 @@ def task_view(op: Operation, escalation: Escalation | None, *, now: datetime) ->
         poll_ms=poll_interval_ms(op, now=now),
         sequence=op.sequence,
         digest=mcp_state.task_digest(task_id=op.pk, created_at=op.created_at),
-        result=operation_result(obj).model_dump(by_alias=True, mode="json", exclude_none=True),
+        result=result,
     )
+
+
+# What a running task reads of its operation: `tasks/get` is the call an agent repeats most, so a
+# running task costs one plain statement of these columns (operations/fastsql.py) and nothing else.
+TASK_COLUMNS = (
+    "id",
+    "status",
+    "error",
+    "next_poll_at",
+    "deadline_at",
+    "business_deadline_at",
+    "created_at",
+    "updated_at",
+    "sequence",
+    "status_requests_used",
+    "max_status_requests",
+)
+
+
+@cache
+def _task_sql() -> str:
+    columns = ", ".join(fastsql.column(Operation, name) for name in TASK_COLUMNS)
+    return f"SELECT {columns} FROM {fastsql.table(Operation)} WHERE id = %s AND agent_id = %s"
 
 
 def load_task(*, agent_id: int, task_id: str) -> TaskView | None:
     """The agent's own operation as a task; None for an unknown id or another agent's (run with run_db)."""
     if len(task_id) > TASK_ID_MAX:
         return None
-    op = api_selectors.agent_operation(agent_id=agent_id, operation_id=task_id)
+    row = fastsql.fetchone(_task_sql(), [task_id, agent_id])
+    if row is None:
+        return None
+    op: Operation | None = fastsql.instance(Operation, TASK_COLUMNS, row)
+    if op is not None and op.status in TERMINAL_STATUSES:
+        # Done: the task's result is the whole Operation object.
+        op = api_selectors.agent_operation(agent_id=agent_id, operation_id=task_id)
     if op is None:
         return None
     return task_view(op, selectors.open_escalation(operation=op), now=timezone.now())

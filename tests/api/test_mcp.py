@@ -737,3 +737,22 @@ def test_a_deadline_sooner_than_the_next_check_shortens_the_poll_interval(make_o
     assert poll_interval_ms(op, now=now) == 30_000
     op.status = "succeeded"
     assert poll_interval_ms(op, now=now) is None
+
+
+def test_a_database_outage_is_answered_as_the_api_answers_it_never_a_500(live_api, agent, profile, monkeypatch):
+    from django.db import OperationalError
+
+    import operations.api.mcp_http as mcp_http
+    import operations.api.mcp_tasks as mcp_tasks
+
+    def down(**kwargs: object) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(mcp_tasks, "load_task", down)
+    answer = post(live_api.url, agent.token, envelope("tasks/get", {"taskId": "op_01ARZ3NDEKTSV4RRFFQ69G5FAV"}))
+    assert answer.json()["error"]["code"] == -32603
+    assert answer.json()["error"]["data"] == {"code": "unavailable", "retry_after_s": 5}
+    monkeypatch.setattr(mcp_http, "agent_authenticate", down)
+    refused = post(live_api.url, agent.token, envelope("tools/list"))
+    assert refused.status_code == 503 and refused.json()["code"] == "unavailable"
+    assert refused.headers["retry-after"] == "5"
