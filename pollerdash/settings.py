@@ -280,6 +280,9 @@ LOGGING: dict[str, Any] = {
         "httpcore": {"level": "WARNING"},
         # django-axes logs every sign-in at INFO; failures and lockouts (WARNING) remain.
         "axes": {"level": "WARNING"},
+        # The MCP SDK logs every stateless /mcp request at INFO ("Terminating session"); its
+        # warnings and errors remain.
+        "mcp": {"level": "WARNING"},
     },
 }
 
