@@ -6,7 +6,8 @@ unknown or a revoked token) before the MCP server sees it, after the checks the 
 too: the Host against ALLOWED_HOSTS (400 `host_not_allowed`), an Origin, when a browser sends
 one, against SITE_URL and CSRF_TRUSTED_ORIGINS (403 `origin_not_allowed`: DNS rebinding), no
 query string (400 `unknown_field`: a token belongs in the header, where no log writes it) and the
-API's body cap (413 `body_too_large`). Every answer is `Cache-Control: no-store`.
+API's body cap (413 `body_too_large`); only POST is served (405 `method_not_allowed`: there is no
+standalone stream and no session to delete). Every answer is `Cache-Control: no-store`.
 
 The SDK's session manager runs stateless: each request is served on its own, from the database
 and the deployment's key, so a second web replica answers any request (a task's state travels in
@@ -184,6 +185,14 @@ class McpEndpoint:
                     "origin_not_allowed",
                     "Requests from this web origin are refused; MCP clients send no Origin, or the site's own.",
                 ),
+            )
+            return
+        if scope.get("method") != "POST":
+            # Stateless: there is no standalone stream to open (GET) and no session to end (DELETE).
+            await send_problem(
+                send,
+                ApiProblem("method_not_allowed", f"{scope.get('method')} is not allowed here; use POST."),
+                headers={"Allow": "POST"},
             )
             return
         length = _header(scope, b"content-length")

@@ -32,7 +32,14 @@ from django.utils import timezone
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS, CallToolRequestParams, RequestParams
+from mcp.shared.inbound import decode_header_value
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    RequestParams,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
@@ -285,6 +292,11 @@ async def _verified_task(ctx: ServerRequestContext[Any, Any], params: TaskParams
     unexpired. A client of the extension's published schema sends none: the bearer token alone then
     decides, as it does for every other call."""
     caller = caller_in(ctx.request)
+    headers = getattr(ctx.request, "headers", None) or {}
+    named = headers.get("mcp-name")
+    if named is not None and decode_header_value(named) != params.task_id:
+        # The routing header a balancer reads must name the task the body asks about.
+        raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match the request body's taskId")
     view = await run_db(load_task, agent_id=caller.agent_id, task_id=params.task_id)
     if view is None:
         return None

@@ -756,3 +756,29 @@ def test_a_database_outage_is_answered_as_the_api_answers_it_never_a_500(live_ap
     refused = post(live_api.url, agent.token, envelope("tools/list"))
     assert refused.status_code == 503 and refused.json()["code"] == "unavailable"
     assert refused.headers["retry-after"] == "5"
+
+
+def test_only_post_is_served_and_no_stream_is_held_open(live_api, agent):
+    for method in ("GET", "DELETE", "PUT"):
+        for version in ("2025-11-25", "2026-07-28", None):
+            headers = {"Authorization": f"Bearer {agent.token}", "Accept": "text/event-stream, application/json"}
+            if version:
+                headers["MCP-Protocol-Version"] = version
+            answer = httpx.request(method, f"{live_api.url}/mcp", headers=headers, timeout=10)
+            assert answer.status_code == 405 and answer.headers["allow"] == "POST", (method, version)
+            assert answer.json()["code"] == "method_not_allowed"
+
+
+def test_the_mcp_name_header_must_name_the_task_the_body_asks_about(live_api, agent, profile):
+    from operations.registration import operation_register
+
+    op = operation_register(
+        provider_slug=profile.slug,
+        provider_job_id=job_id("never_finishes"),
+        registered_by="agent:report-bot",
+        agent=agent.agent,
+    )
+    body = envelope("tasks/get", {"taskId": op.pk})
+    assert post(live_api.url, agent.token, body).json()["result"]["status"] == "working"
+    crossed = post(live_api.url, agent.token, body, **{"Mcp-Name": "op_01ARZ3NDEKTSV4RRFFQ69G5FAV"})
+    assert crossed.json()["error"]["code"] == -32020
