@@ -51,7 +51,6 @@ from operations.api.mcp_results import operation_result
 from operations.api.wait import run_db
 from operations.decisions.cards import reason_label
 from operations.decisions.words import finished_words, waiting_for_decision_words, watching_words
-from operations.lifecycle.agents import WATCH_CANCELLED
 from operations.models import Escalation, Operation
 from operations.representation import NEEDS_ATTENTION_RETRY_S, RETRY_AFTER_MAX_S, operation_object, rfc3339
 from operations.vocabulary import TERMINAL_STATUSES, Status
@@ -97,7 +96,7 @@ def declares_tasks(meta: Any) -> bool:
 def task_status(op: Operation) -> str:
     if op.status not in TERMINAL_STATUSES:
         return WORKING
-    if op.status == Status.CLOSED and (op.error or {}).get("code") == WATCH_CANCELLED:
+    if op.status == Status.CLOSED and (op.error or {}).get("code") == services.WATCH_CANCELLED:
         return CANCELLED
     return COMPLETED
 
