@@ -19,6 +19,8 @@ from operations.models import Agent
 
 SCOPE_KEY = "pollerdash.mcp_caller"
 REVOKED = "Your token was revoked or is unknown; nothing more is sent on it."
+# A server-defined JSON-RPC code (-32000 to -32099): the bearer token stopped being valid mid-call.
+UNAUTHENTICATED_CODE = -32001
 
 
 @dataclass(frozen=True)

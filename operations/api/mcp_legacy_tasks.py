@@ -20,7 +20,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
-from operations.api.mcp_caller import REVOKED, caller_in
+from operations.api.mcp_caller import REVOKED, UNAUTHENTICATED_CODE, caller_in
 from operations.api.mcp_results import error_result
 from operations.api.mcp_tasks import TASK_TOOLS, WORKING, TaskParams, TaskView, legacy_task, load_task, task_not_found
 from operations.api.problems import ApiProblem, not_found
@@ -29,8 +29,6 @@ from operations.api.wait import run_db, wait_for_change
 VERSION = "2025-11-25"
 CAPABILITY: dict[str, Any] = {"cancel": {}, "requests": {"tools": {"call": {}}}}
 RELATED_TASK = "io.modelcontextprotocol/related-task"
-# A server-defined JSON-RPC code (-32000 to -32099): the bearer token stopped being valid mid-call.
-UNAUTHENTICATED = -32001
 
 
 async def legacy_tasks(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -110,7 +108,7 @@ async def task_result(ctx: ServerRequestContext[Any, Any], params: TaskParams) -
         except ApiProblem as exc:
             raise MCPError(code=INVALID_PARAMS, message=exc.detail, data={"code": exc.code}) from None
         if not await caller.still_valid():
-            raise MCPError(code=UNAUTHENTICATED, message=REVOKED)
+            raise MCPError(code=UNAUTHENTICATED_CODE, message=REVOKED)
         view = await run_db(load_task, agent_id=caller.agent_id, task_id=view.task_id)
     if view is None or view.result is None:
         raise task_not_found()

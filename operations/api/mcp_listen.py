@@ -34,8 +34,7 @@ from mcp_types import (
     SubscriptionsListenResult,
 )
 
-from operations.api.mcp_caller import REVOKED, McpCaller, caller_in
-from operations.api.mcp_legacy_tasks import UNAUTHENTICATED
+from operations.api.mcp_caller import REVOKED, UNAUTHENTICATED_CODE, McpCaller, caller_in
 from operations.api.mcp_tasks import EXTENSION_ID, WORKING, TaskView, declares_tasks, detailed_task, load_tasks
 from operations.api.problems import ApiProblem
 from operations.api.wait import TIMED_OUT, run_db, wait_for_change
@@ -90,7 +89,7 @@ async def listen(ctx: ServerRequestContext[Any, Any], params: SubscriptionsListe
     while following:
         changed = await _next_change(caller, following)
         if not await caller.still_valid():
-            raise MCPError(code=UNAUTHENTICATED, message=REVOKED)
+            raise MCPError(code=UNAUTHENTICATED_CODE, message=REVOKED)
         if not changed:
             continue
         fresh = await run_db(load_tasks, agent_id=caller.agent_id, task_ids=changed)
