@@ -10,10 +10,11 @@ database and prints:
   requests/s, next to the reference measured in the same run — a request without a token through
   the API's stack (`GET /api/v1/operations/{id}` answered 401, the reference of bench/api.py) — and
   their ratio to it (targets: >= 0.5 of the reference, p95 <= 25 ms); the 401 of /mcp is shown too;
-- N pending tasks (1,000 by default), each polled by its own client at the `pollIntervalMilliseconds`
-  the server answers, while a stand-in for the dispatcher moves every due operation's next check
-  5-30 s ahead (as a poll would): tasks/get per second, p50/p95 latency, and the web process's CPU
-  time per tasks/get (user + system, from /proc).
+- N pending tasks (1,000 by default), each polled over its own connection (plain sockets, so the
+  figure is the server's) at the `pollIntervalMilliseconds` the server answers, while a stand-in for
+  the dispatcher moves every due operation's next check 5-30 s ahead (as a poll would): tasks/get
+  per second, p50/p95 latency (each task's first request, which opens its connection, apart), and
+  the web process's CPU time per tasks/get (user + system, from /proc).
 
 Figures only; nothing is asserted. The load generator runs in this process, on the same machine, so
 on a small or busy machine it competes with the server for CPU: the load average is printed first.
@@ -204,34 +205,69 @@ def move_due_checks(stop: threading.Event) -> None:
     connection.close()
 
 
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection on plain sockets: 1,000 of these measure the server, not a
+    client library's pool (httpx's pool bookkeeping grows with its connections)."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.host, self.port, self.token = host, port, token
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> dict:
+        try:
+            return await self._post(body, headers)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            # uvicorn closes a keep-alive connection idle for 5 s: a task polled less often than that
+            # opens a new one, as any client would.
+            self.close()
+            return await self._post(body, headers)
+
+    async def _post(self, body: bytes, headers: dict[str, str]) -> dict:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        lines = ["POST /mcp HTTP/1.1", f"Host: {self.host}", f"Authorization: Bearer {self.token}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines.append(f"Content-Length: {len(body)}")
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        await self.writer.drain()
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        return json.loads(await self.reader.readexactly(length))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
 async def bench_pending(
     url: str, token: str, ids: list[str], states: dict[str, str], pid: int, *, seconds: float, spread: float = 10.0
 ) -> None:
-    import httpx
-
     latencies: list[float] = []
     first: list[float] = []
     intervals: list[int] = []
     errors: list[str] = []
     stop_at = time.monotonic() + seconds
-    auth = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=len(ids), max_keepalive_connections=len(ids))
+    host, port = url.removeprefix("http://").split(":")
 
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-
-        async def poller(index: int, task_id: str) -> None:
-            state = states[task_id]
-            # Spread the first requests over the first 10 s, as tasks created over time would be.
-            await asyncio.sleep(spread * index / len(ids))
-            opened = False
+    async def poller(index: int, task_id: str) -> None:
+        state = states[task_id]
+        connection = RawConnection(host, int(port), token)
+        # Spread the first requests over the first 10 s, as tasks created over time would be.
+        await asyncio.sleep(spread * index / len(ids))
+        opened = False
+        try:
             while time.monotonic() < stop_at:
                 body, headers = envelope(task_id, state)
                 started = time.perf_counter()
-                response = await client.post("/mcp", content=body, headers={**headers, **auth})
+                answer = await connection.post(body, headers)
                 # The first request of each task opens its connection; the rest are the steady state.
                 (latencies if opened else first).append(time.perf_counter() - started)
                 opened = True
-                answer = response.json()
                 if "result" not in answer:
                     # An outage (503 or -32603 unavailable) is counted, and asked again a second later.
                     errors.append(str(answer.get("code") or answer.get("error", {}).get("data")))
@@ -242,10 +278,12 @@ async def bench_pending(
                 interval = result.get("pollIntervalMilliseconds", 1000)
                 intervals.append(interval)
                 await asyncio.sleep(min(interval / 1000, max(0.0, stop_at - time.monotonic())))
+        finally:
+            connection.close()
 
-        cpu_before, started = cpu_seconds(pid), time.monotonic()
-        await asyncio.gather(*(poller(index, task_id) for index, task_id in enumerate(ids)))
-        elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
+    cpu_before, started = cpu_seconds(pid), time.monotonic()
+    await asyncio.gather(*(poller(index, task_id) for index, task_id in enumerate(ids)))
+    elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
     count = len(latencies) + len(first)
     print(
         f"{len(ids)} pending tasks polled at their own interval for {elapsed:.0f} s (first requests spread over "
