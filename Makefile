@@ -77,6 +77,7 @@ bench: $(STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/dispatch.py
 	SECRET_KEY=bench $(BIN)/python bench/audit.py
 	SECRET_KEY=bench $(BIN)/python bench/api.py
+	SECRET_KEY=bench $(BIN)/python bench/mcp.py
 	SECRET_KEY=bench $(BIN)/python bench/dashboard.py
 	SECRET_KEY=bench $(BIN)/python bench/retention.py
 

@@ -281,6 +281,9 @@ LOGGING: dict[str, Any] = {
         "httpcore": {"level": "WARNING"},
         # django-axes logs every sign-in at INFO; failures and lockouts (WARNING) remain.
         "axes": {"level": "WARNING"},
+        # The MCP SDK logs every stateless /mcp request at INFO ("Terminating session"); its
+        # warnings and errors remain.
+        "mcp": {"level": "WARNING"},
     },
 }
 
@@ -441,6 +444,14 @@ API_EVENTS_MAX_S = env_float("API_EVENTS_MAX_S", 300.0)
 AGENT_MAX_OPEN_OPERATIONS = env_int("AGENT_MAX_OPEN_OPERATIONS", 1000)
 AGENT_REGISTRATIONS_PER_MINUTE = env_int("AGENT_REGISTRATIONS_PER_MINUTE", 120)
 AGENT_CARDS_PER_HOUR = env_int("AGENT_CARDS_PER_HOUR", 30)
+
+# MCP over Streamable HTTP at /mcp (docs/DESIGN.md section 9, "MCP"): a task's requestState is
+# valid this long beyond the poll interval it came with; a subscriptions/listen stream checks the
+# caller's token again at least this often (and before each notification), so a revoked token's
+# stream ends within it; one stream follows at most this many tasks.
+MCP_TASK_STATE_TTL_S = env_int("MCP_TASK_STATE_TTL_S", 3600)
+MCP_STREAM_RECHECK_S = env_float("MCP_STREAM_RECHECK_S", 15.0)
+MCP_LISTEN_MAX_TASKS = env_int("MCP_LISTEN_MAX_TASKS", 100)
 
 # host:port pairs exempt from the public-https rule (a bare host: https on 443 only); a malformed
 # entry stops start-up with its name (operations/addresses.py).

@@ -183,3 +183,28 @@ def option_title(option_id: str) -> str:
         return "(no option)"
     shown = text if len(text) <= _TITLE_SHOWN else text[: _TITLE_SHOWN - 1] + "…"
     return f"unknown option “{shown}”"
+
+
+# --- An agent's view of its job in words (the MCP task's statusMessage, docs/DESIGN.md section 9) ---
+
+
+def waiting_for_decision_words(*, reason_label: str, card_id: int | None) -> str:
+    """ "waiting for an on-call decision: request budget spent (card 42)": the card's reason as the
+    dashboard names it (`reason_label`, "Request budget spent"), for a job a person now decides on."""
+    reason = f"{reason_label[:1].lower()}{reason_label[1:]}"
+    card = f" (card {card_id})" if card_id is not None else ""
+    return f"waiting for an on-call decision: {reason}{card}"
+
+
+def watching_words(*, checks_used: int, checks_max: int, next_check_utc: str | None) -> str:
+    """ "watching: 3 of 20 status checks used, next check 12:03:04 UTC" (`next_check_utc` already in
+    the dashboard's UTC form; None while a check is due or under way)."""
+    when = f"next check {next_check_utc}" if next_check_utc else "a check is due now"
+    return f"watching: {checks_used} of {checks_max} status checks used, {when}"
+
+
+def finished_words(*, status: str, cancelled_by_agent: bool) -> str:
+    """ "finished: succeeded"; an agent's own cancel reads "cancelled by the agent"."""
+    if cancelled_by_agent:
+        return "cancelled by the agent"
+    return f"finished: {status.replace('_', ' ')}"
