@@ -73,7 +73,11 @@ def _database_checks() -> list[HealthCheck]:
             HealthCheck(
                 "append-only triggers",
                 False,
-                "SQLite has no append-only triggers: use PostgreSQL for a protected audit log",
+                # A newcomer meets this first in `make demo`, which runs on SQLite by choice (one file,
+                # nothing to install): say so, and what a deployment uses instead.
+                "SQLite has no append-only triggers. SQLite is for trying pollerdash on one machine "
+                "(make demo uses it); deployments use PostgreSQL, whose triggers refuse UPDATE, DELETE "
+                "and TRUNCATE on the audit tables (docs/deployment.md)",
             )
         ]
     checks: list[HealthCheck] = []
