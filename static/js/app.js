@@ -439,8 +439,14 @@
     details.parentElement.querySelectorAll("details.opt-explicit[open]").forEach(function (other) {
       if (other !== details) other.open = false;
     });
+    // One comment box at a time: the card's own is hidden while a confirmation is open (CSS), so
+    // what was already typed there moves into the confirmation's.
+    const own = details.querySelector("textarea");
+    const card = details.closest(".options") && details.closest(".options").parentElement;
+    const shared = card && card.querySelector(".card-comment textarea");
+    if (own && shared && shared.value && !own.value) own.value = shared.value;
     // The comment first: keys typed into it are text, never shortcuts.
-    const field = details.querySelector("textarea") || details.querySelector(".btn-confirm");
+    const field = own || details.querySelector(".btn-confirm");
     if (field) field.focus();
   }, true);
 

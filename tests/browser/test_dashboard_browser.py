@@ -215,3 +215,19 @@ def test_a_responder_over_the_decision_rate_is_told_on_the_card_and_nothing_is_r
     shoot(page, artifacts, "card-too-many-decisions")
     assert not Decision.objects.exists()
     assert Escalation.objects.get(pk=esc.pk).state == "open"
+
+
+def test_a_confirmation_shows_one_comment_box_and_keeps_what_was_typed(open_page, make_user, budget_card) -> None:
+    esc = budget_card()
+    page = open_page(make_user("alice"))
+    page.locator(f"#esc-{esc.pk}").get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    comments = card.locator("textarea[name=comment]")
+    expect(comments.filter(visible=True)).to_have_count(1)
+    card.locator(f"#comment-{esc.pk}").fill("vendor confirmed the job is dead")
+    card.locator(".opt-explicit summary").filter(has_text="Close").click()
+    # One box at a time: the confirmation's own, holding what was typed in the card's.
+    expect(comments.filter(visible=True)).to_have_count(1)
+    expect(card.locator(".opt-explicit[open] textarea[name=comment]")).to_have_value("vendor confirmed the job is dead")
+    card.get_by_role("button", name="Keep the card open").click()
+    expect(card.locator(f"#comment-{esc.pk}")).to_be_visible()
