@@ -165,6 +165,16 @@
       note.textContent = "times in " + zoneName(now);
       note.title = "Times are shown in your time zone" + (zone ? " (" + zone + ")" : "") + "; hover one for UTC. Exports and printable reports stay in UTC.";
     }
+    // Filters typed in local dates and times (the history's range) say which zone they mean.
+    const zoneField = document.querySelector("[data-tz-input]");
+    if (zoneField && !zoneField.value) {
+      let named = "";
+      try { named = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { named = ""; }
+      if (named) {
+        zoneField.value = named;
+        document.querySelectorAll("[data-tz-label]").forEach(function (label) { label.textContent = "(" + named + ")"; });
+      }
+    }
   };
 
   function refreshTimes(root) {
