@@ -157,3 +157,17 @@ def run_like_the_dispatcher(clock, rng, *, until: datetime) -> None:
         if when > timezone.now():
             clock.move_to(when, tick=False)
         poll_once(operation_id=op.pk, fence=op.fence, rng=rng)
+
+
+def readme_shell_blocks(text: str) -> dict[str, list[str]]:
+    """The README's ```sh blocks by the heading above them (a heading may hold several)."""
+    import re
+
+    blocks: dict[str, list[str]] = {}
+    heading = ""
+    for part in re.split(r"^(#+ .*|```sh\n(?:.*\n)*?```)$", text, flags=re.M):
+        if part.startswith("#"):
+            heading = part.lstrip("#").strip()
+        elif part.startswith("```sh"):
+            blocks.setdefault(heading, []).append(part[len("```sh\n") : -len("```")])
+    return blocks

@@ -25,6 +25,7 @@ import pytest
 from django.contrib.auth.hashers import check_password
 
 from demo.receivers import SLACK_PEOPLE
+from tests.support import readme_shell_blocks
 
 pytestmark = [pytest.mark.integration, pytest.mark.sqlite]
 
@@ -82,6 +83,7 @@ class Demo:
         env = {k: v for k, v in os.environ.items() if k not in (*PORT_NAMES, "DATABASE_URL", "SECRET_KEY")}
         env.pop("POLLERDASH_VAR_DIR", None)
         env.pop("LOG_LEVEL", None)
+        self.env = env
         with log.open("wb") as out:
             # -o: the shared venv counts as installed (the copy's pyproject.toml is newer).
             self.make = subprocess.Popen(
@@ -143,6 +145,17 @@ def test_make_demo_reruns_on_new_ports_keeps_its_data_shows_the_hand_offs_and_st
         assert f"open {first.url('WEB_PORT')}" in text
         assert "Traceback" not in text
         assert "login" in get(first.url("WEB_PORT", "/accounts/login/")).lower()
+        # The README's API example, typed in a second terminal while the demo runs.
+        (example,) = readme_shell_blocks((checkout / "README.md").read_text())["Try the API"]
+        ran = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", example],
+            cwd=checkout,
+            env=first.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0 and '"done":true' in ran.stdout.replace(" ", ""), ran.stdout + ran.stderr
         # A card opens and pages: the demo's PagerDuty shows the trigger and Slack an Acknowledge.
         wait_for(lambda: "triggered" in get(first.url("PAGERDUTY_PORT")), timeout=120, what="a page", log=first.log)
         slack = wait_for(
