@@ -70,7 +70,8 @@ def slack_users(team_id: str) -> dict[str, dict[str, Any]]:
 def _page(title: str, body: str) -> bytes:
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f'<meta http-equiv="refresh" content="{PAGE_REFRESH_S}"><title>{html.escape(title)}</title>'
+        f'<meta http-equiv="refresh" content="{PAGE_REFRESH_S}"><link rel="icon" href="data:,">'
+        f"<title>{html.escape(title)}</title>"
         f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
     ).encode()
 

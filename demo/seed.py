@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import secrets
 import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -231,12 +233,20 @@ def _repoint(spec: ProfileSpec, provider_url: str) -> ProfileSpec:
     return replace(spec, **values)
 
 
-def seed_scenarios() -> list[Operation]:
+def seed_scenarios(*, pause: Callable[[], object] | None = None) -> list[Operation]:
+    """Register every scenario: in one transaction, or with `pause` one at a time, pausing between.
+
+    The running demo registers them one by one, as agents would: fourteen first polls falling
+    due in the same instant would queue behind the demo's two workers, and /system/ would then
+    warn of a dispatch lag the demo itself caused."""
     now = timezone.now()
     batch = uuid.uuid4().hex[:6]
     created = []
-    with transaction.atomic():
+    with transaction.atomic() if pause is None else nullcontext():
         for index, scenario in enumerate(SCENARIOS):
+            if pause is not None and index:
+                pause()
+                now = timezone.now()
             created.append(
                 operation_register(
                     provider_slug=scenario.provider,

@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -193,6 +194,12 @@ def test_make_demo_reruns_on_new_ports_keeps_its_data_shows_the_hand_offs_and_st
     database = checkout / "var" / "pollerdash.sqlite3"
     with sqlite3.connect(database) as db:
         seeded = db.execute("SELECT count(*) FROM operations_operation").fetchone()[0]
+        first_due = sorted(
+            row[0] for row in db.execute("SELECT min(due_at) FROM operations_statuscheck GROUP BY operation_id")
+        )
+    # Registered one at a time, as agents would: no burst of first polls due at the same instant
+    # (fourteen at once queued behind the demo's two workers and /system/ warned of dispatch lag).
+    assert len(first_due) >= 10 and max(Counter(first_due).values()) == 1
 
     second = Demo(checkout, dict(zip(PORT_NAMES, free_ports(5), strict=True)), tmp_path / "second.log")
     try:

@@ -27,6 +27,7 @@ from demo import seed as demo
 
 TOKEN_FILE_NAME = "demo-agent-token"
 SETTLE_TIMEOUT_S = 300
+SEED_SPACING_S = 0.5
 ROLES = {
     "responder": "decides",
     "responder2": "a second responder (accepting output needs two)",
@@ -59,13 +60,17 @@ class Command(BaseCommand):
                         return
                     raise CommandError(f"{url} did not answer within 120 s; see the other processes' lines above")
         started = time.monotonic()
-        welcome = self._set_up(provider_url=provider_url, no_scenarios=no_scenarios)
+        seed = not no_scenarios and not demo.scenarios_seeded()
+        welcome = self._set_up(provider_url=provider_url, no_scenarios=no_scenarios, seed=seed)
         self.stdout.write(
             f"\n{_took()}pollerdash is up: open {settings.SITE_URL}/   (Ctrl-C stops everything)\n{welcome}"
         )
+        self.stdout.flush()
+        if seed:
+            # Served: one at a time, once the URL is printed (seed.seed_scenarios says why).
+            demo.seed_scenarios(pause=(lambda: stop.wait(SEED_SPACING_S)) if serve else None)
         if not serve:
             return
-        self.stdout.flush()
         if not no_scenarios and demo.scenarios_waiting():
             while demo.scenarios_waiting() and time.monotonic() - started < SETTLE_TIMEOUT_S:
                 if stop.wait(2):
@@ -80,7 +85,7 @@ class Command(BaseCommand):
             self.stdout.flush()
         stop.wait()
 
-    def _set_up(self, *, provider_url: str, no_scenarios: bool) -> str:
+    def _set_up(self, *, provider_url: str, no_scenarios: bool, seed: bool) -> str:
         roles = demo.ensure_roles()
         demo.load_demo_profiles(provider_url=provider_url)
         logins = {
@@ -94,10 +99,10 @@ class Command(BaseCommand):
         token = demo.ensure_demo_token(path=token_file)
         if no_scenarios:
             data = "no scenarios (--no-scenarios)"
-        elif demo.scenarios_seeded():
+        elif not seed:
             data = "the demo operations of an earlier run, kept (`make demo-reset` starts again from an empty database)"
         else:
-            data = f"{len(demo.seed_scenarios())} demo operations seeded; cards arrive within about two minutes"
+            data = f"{len(demo.SCENARIOS)} demo operations, registered now; cards arrive within about two minutes"
         site = settings.SITE_URL
         lines = [
             "  sign in as (passwords are new at every `make demo`):",
