@@ -14,6 +14,7 @@ import threading
 import time
 
 import httpx
+import requests
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -36,6 +37,25 @@ class DiscoveryError(Exception):
 
 _lock = threading.Lock()
 _cache: dict[str, tuple[float, dict]] = {}
+
+
+def unreachable(exc: Exception) -> str:
+    """Why talking to the provider failed, in words a person acts on (not "[Errno 111] ..."), for
+    httpx (discovery) and requests (the library's token, userinfo and key calls) alike."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"it answered HTTP {exc.response.status_code}"
+    if isinstance(exc, httpx.TimeoutException | requests.Timeout):
+        return "it did not answer in time"
+    text = str(exc).lower()
+    if "name or service not known" in text or "nodename nor servname" in text or "name resolution" in text:
+        return "its host name does not resolve"
+    if "certificate" in text or "ssl" in text or "tls" in text:
+        return "its TLS certificate was refused"
+    if "refused" in text or "errno 111" in text:
+        return "nothing accepts connections at that address (connection refused): is the provider running?"
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return f"it answered HTTP {exc.response.status_code}"
+    return f"the connection failed ({type(exc).__name__})"
 
 
 def forget() -> None:
@@ -77,7 +97,7 @@ def document() -> dict:
                     )
         doc = json.loads(body)
     except httpx.HTTPError as exc:
-        raise DiscoveryError(f"could not read the discovery document of {issuer}: {exc}") from exc
+        raise DiscoveryError(f"could not read the discovery document of {issuer}: {unreachable(exc)}") from exc
     except ValueError as exc:
         raise DiscoveryError(f"the discovery document of {issuer} is not JSON") from exc
     # OpenID Connect Discovery 1.0 section 4.3: the document must name exactly the issuer we asked.

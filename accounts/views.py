@@ -136,7 +136,8 @@ class CallbackView(OIDCAuthenticationCallbackView):
         except SuspiciousOperation as exc:
             return _failure(request, str(exc), status=403)
         except PROVIDER_ERRORS as exc:
-            return _failure(request, f"the identity provider could not be reached: {str(exc)[:300]}", status=502)
+            words = str(exc) if isinstance(exc, discovery.DiscoveryError) else discovery.unreachable(exc)
+            return _failure(request, f"the identity provider could not be reached: {words}", status=502)
 
     def login_success(self) -> HttpResponse:
         response = super().login_success()

@@ -90,8 +90,13 @@ def _database_checks() -> list[HealthCheck]:
             HealthCheck(
                 "append-only triggers",
                 False,
+                # A newcomer meets this first in `make demo`, which runs on SQLite by choice (one file,
+                # nothing to install): say so, and what a deployment uses instead.
                 "SQLite has no append-only triggers and no roles: whoever can write the database file can "
-                "change entries, checkpoints and the archive ledger; use PostgreSQL for a protected audit log",
+                "change entries, checkpoints and the archive ledger. SQLite is for trying pollerdash on one "
+                "machine (make demo uses it); deployments use PostgreSQL, whose triggers refuse UPDATE, DELETE "
+                "and TRUNCATE on the audit tables and whose roles keep the archive ledger the owner's "
+                "(docs/deployment.md)",
             )
         ]
     checks: list[HealthCheck] = []

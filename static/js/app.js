@@ -165,6 +165,16 @@
       note.textContent = "times in " + zoneName(now);
       note.title = "Times are shown in your time zone" + (zone ? " (" + zone + ")" : "") + "; hover one for UTC. Exports and printable reports stay in UTC.";
     }
+    // Filters typed in local dates and times (the history's range) say which zone they mean.
+    const zoneField = document.querySelector("[data-tz-input]");
+    if (zoneField && !zoneField.value) {
+      let named = "";
+      try { named = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { named = ""; }
+      if (named) {
+        zoneField.value = named;
+        document.querySelectorAll("[data-tz-label]").forEach(function (label) { label.textContent = "(" + named + ")"; });
+      }
+    }
   };
 
   function refreshTimes(root) {
@@ -471,8 +481,14 @@
     details.parentElement.querySelectorAll("details.opt-explicit[open]").forEach(function (other) {
       if (other !== details) other.open = false;
     });
+    // One comment box at a time: the card's own is hidden while a confirmation is open (CSS), so
+    // what was already typed there moves into the confirmation's.
+    const own = details.querySelector("textarea");
+    const card = details.closest(".options") && details.closest(".options").parentElement;
+    const shared = card && card.querySelector(".card-comment textarea");
+    if (own && shared && shared.value && !own.value) own.value = shared.value;
     // The comment first: keys typed into it are text, never shortcuts.
-    const field = details.querySelector("textarea") || details.querySelector(".btn-confirm");
+    const field = own || details.querySelector(".btn-confirm");
     if (field) field.focus();
   }, true);
 
