@@ -14,12 +14,16 @@ from django.test import override_settings
 from demo import seed
 from operations.agents import agent_authenticate
 from operations.models import EscalationPolicy, Operation, ProviderProfile
+from tests.support import bind_provider_origins
 
 pytestmark = pytest.mark.django_db
 DEMO_SLACK = {"SLACK_BOT_TOKEN": "xoxb-demo-test", "SLACK_SIGNING_SECRET": "demo-test-secret"}
 
 
 def run_demo(provider_url: str) -> str:
+    """`manage.py demo` as `make demo` runs it: var/demo.env binds the demo's credential to the fake
+    provider's address (PROVIDER_CREDENTIAL_ORIGINS)."""
+    bind_provider_origins(provider_url)
     out = io.StringIO()
     call_command("demo", provider_url=provider_url, stdout=out)
     return out.getvalue()
