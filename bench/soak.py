@@ -491,12 +491,13 @@ def main() -> None:
     parser.add_argument("--max-delay", type=float, default=MAX_DELAY_S, help="profile max_delay_s")
     parser.add_argument("--jitter-floor", type=float, default=JITTER_FLOOR, help="profile jitter_floor")
     parser.add_argument("--keep-logs", action="store_true", help="keep var/soak/<time>/ when the run passes too")
+    if parser.parse_known_args()[0].short:
+        parser.set_defaults(**SHORT)  # the short form's values, unless a flag says otherwise
     args = parser.parse_args()
-    if args.short:
-        for name, value in SHORT.items():
-            setattr(args, name, value)
     BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S = args.base, args.multiplier, args.max_delay
     JITTER_FLOOR = args.jitter_floor
+    # Stopped from outside (CI's time limit, Ctrl-C): the fleet and the private cluster go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     OUT = RUNS_DIR / time.strftime("%Y%m%d-%H%M%S")
     OUT.mkdir(parents=True, exist_ok=True)
 

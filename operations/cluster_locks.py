@@ -101,6 +101,12 @@ class KernelLock:
             pass
 
 
+def _as_lock(lock: KernelLock) -> Any:
+    # Typing: the stubs name multiprocessing's own locks, but a shared value takes any object with
+    # acquire and release (multiprocessing.sharedctypes.synchronized).
+    return lock
+
+
 class ClusterQueue(Queue):
     """django-q2's queue (a multiprocessing queue with a size counter), its locks KernelLocks."""
 
@@ -110,13 +116,13 @@ class ClusterQueue(Queue):
         # the cluster shares these, as it would have shared the semaphores they replace.
         self._rlock = KernelLock()
         self._wlock = KernelLock()
-        self.size.count = Value("i", 0, lock=KernelLock())
+        self.size.count = Value("i", 0, lock=_as_lock(KernelLock()))
 
 
 def timer() -> Any:
     """A worker's timer (django-q2: -1 idle, seconds left while busy, 0 to be killed), whose lock
     the sentinel takes every guard cycle."""
-    return Value("f", -1, lock=KernelLock())
+    return Value("f", -1, lock=_as_lock(KernelLock()))
 
 
 class Sentinel(cluster.Sentinel):
@@ -148,5 +154,4 @@ def install() -> None:
     so replacing that global is the one hook django-q2 offers; every process runs apps' ready(),
     and only qcluster starts a cluster.
     """
-    # Typing: the module attribute is django-q2's class; ours is a subclass of it.
-    cluster.Sentinel = Sentinel  # type: ignore[misc]
+    cluster.Sentinel = Sentinel
