@@ -280,10 +280,14 @@ def timeline(samples: list[dict[str, Any]]) -> list[str]:
             cpu = sum(p["cpu"] for p in seen) / len(seen) if seen else 0
             procs.append(f"{alive:>2}/{len(seen)} {n:>2} {cpu:>4.0f}%")
         events = []
+        kills = [event for row in rows for event in row.get("events", []) if event["kind"] == "kill"]
+        if kills:
+            idle = sum(1 for event in kills if not event.get("leases"))
+            events.append(f"{len(kills)} kill{'s' * (len(kills) != 1)} ({idle} of a worker holding no lease)")
         for row in rows:
             for event in row.get("events", []):
-                detail = event.get("pid") or event.get("seconds") or ""
-                events.append(f"{event['kind']}@{event['t']:.0f}s{f'({detail})' if detail else ''}")
+                if event["kind"] != "kill":
+                    events.append(f"{event['kind']}@{event['t']:.0f}s")
         finished = [row["finished"] for row in rows if row.get("finished") is not None]
         lines.append(
             f"{minute:>3}  {_fmt(sum(requests) / len(requests) if requests else None, '6.1f')}"
