@@ -194,12 +194,14 @@ def kill_a_leaseholder(recorder: Recorder) -> int | None:
         for owner in owners:
             pid = int(owner.rsplit(":", 1)[1])
             before = proc_state(pid)
+            if before is None:
+                continue  # gone already (killed earlier, not yet reaped by its sentinel)
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 continue
             held = Operation.objects.filter(lease_owner=owner, lease_expires_at__gt=timezone.now()).count()
-            wchan = before.wchan if before else "?"
+            wchan = before.wchan
             recorder.event("kill", pid=pid, wchan=wchan, leases=held)
             say(
                 f"    killed worker {pid} at {time.time() - recorder.started:.0f} s (wchan {wchan}; {held} leases held)"
