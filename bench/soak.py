@@ -470,6 +470,16 @@ def report(result: dict, provider_url: str) -> dict[str, int]:
     }
 
 
+def reported_stalls(out: Path) -> str:
+    """When the dispatcher's heartbeat said the fleet had stalled (operations.liveness), by sample."""
+    seconds = [
+        sample["t"]
+        for sample in load_samples(out / "timeline.jsonl")
+        if sample.get("beats", {}).get("dispatcher", {}).get("stalled")
+    ]
+    return f"{len(seconds)} s of the run, from {seconds[0]:.0f} s" if seconds else "never"
+
+
 # CI's form (make soak-short): a few thousand operations, a kill every 15 s from the 10th second, the
 # PostgreSQL restart at 35 %, jobs of a median 20 s; about 3 minutes on this class of machine.
 SHORT = {"ops": 3000, "seconds": 120.0, "kill_every": 15.0, "first_kill": 10.0, "restart_at": 0.35, "median": 20.0}
@@ -521,6 +531,7 @@ def main() -> None:
             failures = {name: count for name, count in invariants.items() if count}
             stalls = ", ".join(f"{t:.0f} s" for t in result["stalls"]) or "none"
             say(f"stalls (operations due, no status request for {STALL_S} s or more) began at: {stalls}")
+            say(f"the dispatcher's heartbeat reported the fleet stalled: {reported_stalls(OUT)}")
         finally:
             provider.terminate()
             provider.wait(timeout=10)
