@@ -9,7 +9,11 @@ due, the last status request long ago, tasks waiting with no worker taking any.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -208,3 +212,27 @@ def test_an_older_heartbeat_without_the_stall_field_reads_as_healthy(idle_fleet)
     )
     (process,) = metrics.snapshot(now=T0).processes
     assert process.healthy
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_a_stall_alert_time_that_is_not_positive_is_refused_at_start(value, tmp_path):
+    env = {
+        **os.environ,
+        "SECRET_KEY": "test-only-not-secret",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "STALL_ALERT_S": value,
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'pollerdash.settings'); django.setup()",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "STALL_ALERT_S" in result.stderr and "is not a positive number of seconds" in result.stderr
