@@ -47,7 +47,7 @@ from django_q.brokers import Broker, get_broker
 from django_q.models import Failure, OrmQ
 from django_q.tasks import async_task
 
-from operations import events, fastsql, pacing
+from operations import events, fastsql, liveness, pacing
 from operations.audit import integrate
 from operations.callbacks.delivery import dispatch_due_callbacks
 from operations.lifecycle.business import warn_business_deadline
@@ -398,8 +398,25 @@ def idle_sleep_s(*, now: datetime | None = None) -> float:
     return max(min(settings.DISPATCH_MIN_SLEEP_S, cap), min([cap, *waits]))
 
 
+def check_progress(*, name: str, was_stalled: bool, now: datetime | None = None) -> list[str]:
+    """Is the fleet working (operations.liveness)? Returns its problems, for the heartbeat: a
+    dispatcher that keeps passing while nothing is polled is alive, not healthy.
+
+    Logs an ERROR when the fleet stalls (and again every heartbeat while it stays stalled, so the
+    log shows how long it lasted) and a WARNING when it works again.
+    """
+    problems = liveness.fleet_progress(now=now).problems()
+    if problems:
+        logger.error("%s: the fleet has stalled. %s", name, " ".join(problems))
+    elif was_stalled:
+        logger.warning("%s: the fleet is working again", name)
+    return problems
+
+
 def record_heartbeat(*, name: str, started_at: datetime, info: dict, now: datetime | None = None) -> None:
-    """Say this process is alive (the system panel lists processes by their last heartbeat)."""
+    """Say this process is alive (the system panel lists processes by their last heartbeat).
+
+    `info["stalled"]` (check_progress's problems, empty when none) says whether it is healthy."""
     now = now or timezone.now()
     ProcessHeartbeat.objects.update_or_create(
         name=name,

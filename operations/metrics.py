@@ -23,7 +23,7 @@ from django_q.models import OrmQ
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from operations import figures
+from operations import figures, liveness
 from operations.audit import integrate
 from operations.audit.health import audit_protection_checks
 from operations.lifecycle.claims import due_unclaimed
@@ -84,6 +84,13 @@ class Process:
     last_seen_at: datetime
     seen_ago_s: float
     alive: bool
+    # What the process reported wrong with its last heartbeat (a dispatcher: the fleet's stalls).
+    problems: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        """Alive and making progress: a process that beats while nothing moves is not healthy."""
+        return self.alive and not self.problems
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ class Snapshot:
     oldest_waiting_s: float | None
     open_escalations: dict[str, int]  # every reason, zeros included
     operations_by_status: dict[str, int]  # the statuses that are not done
+    progress: liveness.FleetProgress
 
     @property
     def live_processes(self) -> dict[str, int]:
@@ -108,6 +116,14 @@ class Snapshot:
         for process in self.processes:
             if process.alive:
                 counts[process.kind] = counts.get(process.kind, 0) + 1
+        return counts
+
+    @property
+    def healthy_processes(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(self.live_processes, 0)
+        for process in self.processes:
+            if process.healthy:
+                counts[process.kind] += 1
         return counts
 
 
@@ -175,6 +191,7 @@ def snapshot(*, now: datetime | None = None) -> Snapshot:
         oldest_waiting_s=None if waiting["oldest"] is None else (now - waiting["oldest"]).total_seconds(),
         open_escalations=_open_escalations(),
         operations_by_status=_not_done(),
+        progress=liveness.fleet_progress(now=now),
     )
 
 
@@ -188,9 +205,15 @@ def _processes(now: datetime) -> list[Process]:
             last_seen_at=row.last_seen_at,
             seen_ago_s=(now - row.last_seen_at).total_seconds(),
             alive=row.last_seen_at >= now - PROCESS_ALIVE_WITHIN,
+            problems=_problems(row.info),
         )
         for row in rows
     ]
+
+
+def _problems(info: object) -> tuple[str, ...]:
+    reported = info.get("stalled") if isinstance(info, dict) else None
+    return tuple(str(problem) for problem in reported) if isinstance(reported, list) else ()
 
 
 def _open_escalations() -> dict[str, int]:
@@ -269,6 +292,28 @@ class PollerdashCollector(Collector):
             "Processes with a fresh heartbeat, by kind",
             "kind",
             snap.live_processes or {"dispatcher": 0},
+        )
+        yield _labelled(
+            "pollerdash_healthy_processes",
+            "Processes with a fresh heartbeat that report no stall, by kind (alive is not enough)",
+            "kind",
+            snap.healthy_processes or {"dispatcher": 0},
+        )
+        progress = snap.progress
+        yield _gauge(
+            "pollerdash_polling_stalled",
+            "1 when operations have been due STALL_ALERT_S or longer and no status request was sent for as long",
+            int(progress.polling_stalled),
+        )
+        yield _gauge(
+            "pollerdash_task_queue_stalled",
+            "1 when a task has waited STALL_ALERT_S or longer and no worker took any for as long",
+            int(progress.queue_stalled),
+        )
+        yield _gauge(
+            "pollerdash_seconds_since_last_poll",
+            "Seconds since the last status request was sent (absent before the first)",
+            progress.since_last_poll_s,
         )
         yield from figures.histograms()
         yield _labelled(

@@ -342,6 +342,13 @@ DISPATCH_SWEEP_EVERY_S = env_float("DISPATCH_SWEEP_EVERY_S", 0.5)
 # small because every django-q2 dequeue scans the whole (unindexed) queue table.
 DISPATCH_MAX_QUEUED = env_int("DISPATCH_MAX_QUEUED", 250)
 DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
+# The fleet has stalled when operations have been due this long with no status request sent for as
+# long, or a task has waited this long with no worker taking any (operations/liveness.py): the
+# dispatcher logs an ERROR and its heartbeat is not healthy; /system/ and /metrics show it red.
+# Keep it above django-q2's task timeout (Q_TIMEOUT): a worker may rightly hold one task that long.
+STALL_ALERT_S = env_float("STALL_ALERT_S", 60.0)
+if not STALL_ALERT_S > 0:  # 0 would call every due operation a stall
+    raise ValueError(f"STALL_ALERT_S: {STALL_ALERT_S:g} is not a positive number of seconds")
 # A pass that claims more polls than this groups them into tasks of up to DISPATCH_POLLS_PER_TASK
 # (one worker sends a group's requests together and writes its outcomes in one transaction),
 # because django-q2's fixed cost per task (queue row, dequeue, acknowledgement) is as large as a

@@ -25,7 +25,9 @@ from tests.support import T0, run_like_the_dispatcher
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / "docs" / "img" if os.environ.get("README_SCREENSHOTS") == "1" else ROOT / "test-artifacts" / "readme-img"
+IMAGES = (
+    ROOT / "docs" / "img" if os.environ.get("README_SCREENSHOTS") == "1" else ROOT / "test-artifacts" / "readme-img"
+)
 CLIP = {"x": 0, "y": 0, "width": 1280, "height": 1250}
 
 
