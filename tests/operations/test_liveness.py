@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.test import override_settings
 from django.urls import reverse
 from django_q.conf import Conf
 from django_q.models import OrmQ
@@ -178,7 +179,9 @@ def test_the_panel_shows_a_healthy_idle_fleet_healthy(idle_fleet, client, django
 
 
 def _metrics(client) -> dict[str, float]:  # noqa: ANN001
-    text = client.get("/metrics").content.decode()
+    # Scraped as a Prometheus on the same machine would (METRICS_ALLOW_LOOPBACK=1, docs/deployment.md).
+    with override_settings(METRICS_ALLOW_LOOPBACK=True):
+        text = client.get("/metrics").content.decode()
     return {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
