@@ -91,7 +91,7 @@ def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
     now = now or timezone.now()
     rows = list(
         Operation.objects.filter(status__in=_POLLABLE, deadline_at__lte=now)
-        .filter(unleased(now))
+        .filter(unleased(now=now))
         .order_by("deadline_at")
         .values_list("pk", "fence", "deadline_at", "next_poll_at")[:limit]
     )
@@ -117,7 +117,7 @@ def _sweep_business_deadlines(*, now: datetime, limit: int) -> int:
     if limit <= 0:
         return 0
     columns = ("pk", "fence", "business_deadline_at", "deadline_at", "status_requests_used", "max_status_requests")
-    passed = _binding_business_deadlines().filter(business_deadline_at__lte=now).filter(unleased(now))
+    passed = _binding_business_deadlines().filter(business_deadline_at__lte=now).filter(unleased(now=now))
     rows = list(passed.order_by("business_deadline_at").values_list(*columns)[:limit])
     escalated = 0
     for pk, fence, business_at, deadline_at, used, budget in rows:
