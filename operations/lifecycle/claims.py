@@ -1,8 +1,10 @@
 """Who owns the next poll: claims, expired leases, releases, the charge before a request, deferrals.
 
 The fence is bumped on every claim and every reschedule, so a stale worker's write is refused; the
-lease expires so a dead worker's claim is taken over. The hot statements (the charge) are plain SQL
-(operations/fastsql.py says why).
+lease expires so a dead worker's claim is taken over. What each writes is a transition of
+operations/lifecycle/transitions.py (CLAIM, CHARGE, RELEASE, DEFER): one poll's charge and a
+group's are the same change. The hot statements (the claim, the charge) are plain SQL
+(operations/fastsql.py says why, and writes the statement shapes PostgreSQL and SQLite differ on).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ the audit entry, and (when the decision says so) the card or the completion even
 
 Under the fence nobody else changes what the decision was computed from: a late answer (the claim
 was taken over) writes nothing about the operation; an answer that arrives after the operation
-ended another way is kept as evidence and a warning, never as a second completion.
+ended another way is kept as evidence and a warning, never as a second completion (LATE_ANSWER).
+The outcome is a transition of operations/lifecycle/transitions.py (RESUME to wait, ESCALATE,
+FINISH), the same change whether one poll writes it or a group's one statement does.
 """
 
 from __future__ import annotations
@@ -391,7 +393,7 @@ def _update_many(rows: list[tuple[Outcome, Change]], *, lock: bool) -> set[str]:
     """One UPDATE of many operations with the same changed columns; the ids it changed. Each row is
     guarded as a single outcome is (`charged_guard`): its charge's fence, and a status in CHARGED."""
     names, increments = rows[0][1].shape()
-    charged, charged_params = status_in(CHARGED, alias="o.")
+    charged, charged_params = status_in(statuses=CHARGED, alias="o.")
     return {
         str(pk)
         for pk in fastsql.update_rows(

@@ -199,7 +199,7 @@ def _names(statuses: Iterable[Status]) -> str:
     return ", ".join(sorted(str(status) for status in statuses))
 
 
-def status_in(statuses: Iterable[Status], *, alias: str = "") -> tuple[str, list[object]]:
+def status_in(*, statuses: Iterable[Status], alias: str = "") -> tuple[str, list[object]]:
     """`status IN (...)` for a plain statement (`alias`: the table's, with its dot)."""
     wanted = sorted(str(status) for status in statuses)
     return f"{alias}{fastsql.column(Operation, 'status')} IN ({', '.join(['%s'] * len(wanted))})", [*wanted]
@@ -211,7 +211,7 @@ def fence_guard(*, fence: int, statuses: Iterable[Status] = ANY_STATUS) -> tuple
     params: list[object] = [fence]
     wanted = frozenset(statuses)
     if wanted != ANY_STATUS:
-        status_sql, status_params = status_in(wanted)
+        status_sql, status_params = status_in(statuses=wanted)
         sql += f" AND {status_sql}"
         params += status_params
     return sql, params
