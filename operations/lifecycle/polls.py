@@ -166,14 +166,11 @@ _CHECK_RESPONSE_FIELDS = [
 ]
 
 
-# How a poll's outcome is written: the transition its decision takes from `running` (the status
-# its charge wrote), with the answer's observations as the act's own facts.
-_OUTCOME = {Action.WAIT: RESUME, Action.ESCALATE: ESCALATE, Action.COMPLETE: FINISH}
-
-
 def _decision_change(*, op: Operation, decision: Decision, answer: Answer) -> Change:
-    """The operation's change after a decision, computed from the fenced snapshot and checked
-    against the status table (a decision naming a status its transition does not write is refused)."""
+    """The operation's change after a decision, computed from the fenced snapshot: the transition
+    the decision takes from `running` (the status its charge wrote) - RESUME to wait, ESCALATE or
+    FINISH - with the answer's observations as the act's own facts. Checked against the status
+    table first: a decision naming a status its transition does not write is refused."""
     observed: dict[str, object] = {
         "last_http_status": answer.http_status,
         "last_polled_at": answer.received_at,

@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 from types import MappingProxyType
 from typing import Any
 
@@ -96,7 +97,8 @@ class Column:
     name: str
 
 
-@dataclass(frozen=True)
+# `eq=False`: a transition is itself (hashed by identity), so its rendered SET list can be kept.
+@dataclass(frozen=True, eq=False)
 class Transition:
     name: str
     sources: frozenset[Status]  # the statuses it may start from
@@ -107,12 +109,14 @@ class Transition:
 
     def given(self, *, also: Mapping[str, object] | None = None, **values: object) -> Change:
         """This transition with a use's values (and the facts of its own act, `also`)."""
-        if set(values) != self.gives:
+        if values.keys() != self.gives:
             raise TypeError(f"{self.name} takes {sorted(self.gives)}, not {sorted(values)}")
-        extra = dict(also or {})
-        if _OWNED & extra.keys() or self.sets.keys() & extra.keys():
-            raise TypeError(f"{self.name} writes {sorted((_OWNED | self.sets.keys()) & extra.keys())} itself")
-        return Change(transition=self, values=MappingProxyType({**self.sets, **values, **extra}))
+        if also:
+            if (_OWNED | self.sets.keys()) & also.keys():
+                raise TypeError(f"{self.name} writes {sorted((_OWNED | self.sets.keys()) & also.keys())} itself")
+            values.update(also)
+        written = values.get("status", self.sets.get("status"))
+        return Change(transition=self, own=values, status=None if written is None else Status(str(written)))
 
 
 @dataclass(frozen=True)
@@ -120,35 +124,38 @@ class Change:
     """A transition with the values of one use: what one row's write sets and increments."""
 
     transition: Transition
-    values: Mapping[str, object]
+    own: Mapping[str, object]  # the use's values and its act's facts (the transition's are `sets`)
+    status: Status | None  # the status it writes; None when it keeps the row's
 
     @property
-    def status(self) -> Status | None:
-        """The status this change writes; None when it keeps the row's."""
-        written = self.values.get("status")
-        return None if written is None else Status(str(written))
+    def values(self) -> dict[str, object]:
+        """Every value it sets, the transition's first."""
+        return {**self.transition.sets, **self.own}
 
     @property
     def fields(self) -> list[str]:
         """Every column the change writes (for `save(update_fields=...)`)."""
-        return [*self.values, *self.transition.increments]
+        return [*self.transition.sets, *self.own, *self.transition.increments]
+
+    @property
+    def increments(self) -> tuple[str, ...]:
+        return self.transition.increments
 
     def check(self, *, was: str) -> None:
         """Refuse, loudly, a change from a status the transition or the table does not allow."""
-        transition, status = self.transition, Status(was)
-        if status not in transition.sources:
-            raise TransitionRefused(f"{transition.name} from {status}: it starts from {_names(transition.sources)}")
-        written = self.status
-        if written is None:
-            return
-        if written not in transition.targets or written not in ALLOWED[status]:
-            raise TransitionRefused(f"{transition.name} from {status} to {written} is not an allowed change")
+        transition, written = self.transition, self.status
+        if was not in transition.sources:
+            raise TransitionRefused(f"{transition.name} from {was}: it starts from {_names(transition.sources)}")
+        if written is not None and (written not in transition.targets or written not in ALLOWED[Status(was)]):
+            raise TransitionRefused(f"{transition.name} from {was} to {written} is not an allowed change")
 
     def apply(self, *, op: Operation) -> None:
         """The change on the instance (checked first): values set, counters moved by one."""
         self.check(was=op.status)
-        for name, value in self.values.items():
+        for name, value in self.transition.sets.items():
             setattr(op, name, getattr(op, value.name) if isinstance(value, Column) else value)
+        for name, value in self.own.items():
+            setattr(op, name, value)
         for name in self.transition.increments:
             setattr(op, name, getattr(op, name) + 1)
 
@@ -162,37 +169,56 @@ class Change:
 
     def sql_set(self) -> tuple[str, list[object]]:
         """`col = %s, ..., counter = counter + 1` and its parameters, for a plain UPDATE."""
-        parts, params = [], []
-        for name, value in self.values.items():
-            if isinstance(value, Column):
-                parts.append(f"{fastsql.column(Operation, name)} = {fastsql.column(Operation, value.name)}")
-                continue
-            parts.append(f"{fastsql.column(Operation, name)} = %s")
-            params.append(fastsql.prep(Operation, name, _plain(value)))
-        parts += [
-            f"{fastsql.column(Operation, name)} = {fastsql.column(Operation, name)} + 1" for name in self.increments
-        ]
+        fixed, fixed_params = _fixed_set(self.transition)
+        parts, params = [fixed], [*fixed_params]
+        for name, value in self.own.items():
+            parts.append(f"{_column(name)} = %s")
+            params.append(_prepared(name, value))
         return ", ".join(parts), params
 
     def sql_values(self) -> list[object]:
-        """The values it sets, in order, as the backend stores them (a group's statement carries
-        them per row; the counters are in its text)."""
-        if any(isinstance(value, Column) for value in self.values.values()):
+        """Every value it sets, in `shape` order, as the backend stores them (a group's statement
+        carries them per row; the counters are in its text)."""
+        if any(isinstance(value, Column) for value in self.transition.sets.values()):
             raise TypeError(f"{self.transition.name} copies a column: write it with sql_set")
-        return [fastsql.prep(Operation, name, _plain(value)) for name, value in self.values.items()]
-
-    @property
-    def increments(self) -> tuple[str, ...]:
-        return self.transition.increments
+        return [_prepared(name, value) for name, value in self.values.items()]
 
     def shape(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The columns it writes, as a group's statement is keyed: (set, incremented)."""
-        return tuple(self.values), self.transition.increments
+        return (*self.transition.sets, *self.own), self.transition.increments
 
 
-def _plain(value: object) -> object:
-    # A plain string, as the column stores it (and fastsql.prep passes it through as it is).
-    return str(value) if isinstance(value, StrEnum) else value
+_columns: dict[str, str] = {}
+
+
+def _column(name: str) -> str:
+    # A plain dict in front of fastsql.column: a poll renders a few dozen names.
+    found = _columns.get(name)
+    if found is None:
+        found = _columns[name] = fastsql.column(Operation, name)
+    return found
+
+
+def _prepared(name: str, value: object) -> object:
+    # A plain string for an enum member, as the column stores it (fastsql.prep then passes it
+    # through as it is, instead of through Django's conversions).
+    return fastsql.prep(Operation, name, str(value) if isinstance(value, StrEnum) else value)
+
+
+@cache
+def _fixed_set(transition: Transition) -> tuple[str, tuple[object, ...]]:
+    """The part of a transition's SET list every use shares (its `sets` and its counters), rendered
+    once per process: the values are constants, prepared for this process's backend."""
+    parts: list[str] = []
+    params: list[object] = []
+    for name, value in transition.sets.items():
+        if isinstance(value, Column):
+            parts.append(f"{_column(name)} = {_column(value.name)}")
+        else:
+            parts.append(f"{_column(name)} = %s")
+            params.append(_prepared(name, value))
+    parts += [f"{_column(name)} = {_column(name)} + 1" for name in transition.increments]
+    return ", ".join(parts), tuple(params)
 
 
 def _names(statuses: Iterable[Status]) -> str:
