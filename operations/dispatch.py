@@ -27,7 +27,8 @@ passes in between (`run_pass(claims_only=True)`). Every step returns how much wo
 tests call one step at a time and the loop goes round again at once while a step stopped at its
 batch limit, sleeping otherwise (`idle_sleep_s`, or the shortest sleep after a pass that claimed).
 `record_heartbeat` and `housekeeping` run on their own cadence. Locks are taken in the order used
-everywhere else: provider account rows (sorted by name), then operation rows, then the audit head.
+everywhere else: provider account rows (sorted by name), then operation rows; an audit entry is a
+plain insert that takes no lock (operations.audit.entries).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Min, QuerySet
 from django.utils import timezone
 from django_q.brokers import Broker, get_broker
@@ -91,7 +92,7 @@ def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
     now = now or timezone.now()
     rows = list(
         Operation.objects.filter(status__in=_POLLABLE, deadline_at__lte=now)
-        .filter(unleased(now))
+        .filter(unleased(now=now))
         .order_by("deadline_at")
         .values_list("pk", "fence", "deadline_at", "next_poll_at")[:limit]
     )
@@ -117,7 +118,7 @@ def _sweep_business_deadlines(*, now: datetime, limit: int) -> int:
     if limit <= 0:
         return 0
     columns = ("pk", "fence", "business_deadline_at", "deadline_at", "status_requests_used", "max_status_requests")
-    passed = _binding_business_deadlines().filter(business_deadline_at__lte=now).filter(unleased(now))
+    passed = _binding_business_deadlines().filter(business_deadline_at__lte=now).filter(unleased(now=now))
     rows = list(passed.order_by("business_deadline_at").values_list(*columns)[:limit])
     escalated = 0
     for pk, fence, business_at, deadline_at, used, budget in rows:
@@ -227,10 +228,9 @@ _LOCKED_NAMES = ("id", "name", "paused_until", "pause_reason")
 
 def _lock_accounts(accounts: list[str]) -> list[ProviderAccount]:
     # Sorted by name: two dispatchers never wait on each other in opposite orders.
-    lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
     rows = fastsql.fetchall(
         f"SELECT {', '.join(_LOCKED_NAMES)} FROM {fastsql.table(ProviderAccount)} "
-        f"WHERE name IN ({', '.join(['%s'] * len(accounts))}) ORDER BY name{lock}",
+        f"WHERE name IN ({', '.join(['%s'] * len(accounts))}) ORDER BY name{fastsql.lock_clause()}",
         accounts,
     )
     return [fastsql.instance(ProviderAccount, _LOCKED_NAMES, row) for row in rows]

@@ -16,14 +16,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import Count, Min
 from django.utils import timezone
 from django_q.models import OrmQ
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from operations import figures, liveness
+from operations import fastsql, figures, liveness
 from operations.audit import integrate
 from operations.audit.health import audit_protection_checks
 from operations.lifecycle.claims import due_unclaimed
@@ -128,35 +127,18 @@ class Snapshot:
 
 
 def dispatch_lag(*, now: datetime, window: timedelta = LAG_WINDOW) -> Lag:
-    recent = StatusCheck.objects.filter(sent_at__gte=now - window, due_at__isnull=False)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*), percentile_cont(%s) WITHIN GROUP (ORDER BY lag), max(lag) FROM ("
-                "  SELECT EXTRACT(EPOCH FROM started_at - due_at)::float8 AS lag FROM operations_statuscheck"
-                "  WHERE sent_at >= %s AND due_at IS NOT NULL) AS recent",
-                [list(QUANTILES), now - window],
-            )
-            samples, values, worst = cursor.fetchone()
-        if not samples:
-            return Lag(samples=0)
-        return Lag(samples=samples, quantiles=dict(zip(QUANTILES, values, strict=True)), max_s=worst)
-    # due_at is set on every row of `recent` (filtered above); the stubs type the column as nullable.
-    lags = sorted(
-        (started - due).total_seconds()  # type: ignore[operator]
-        for started, due in recent.values_list("started_at", "due_at")
+    """How late the window's checks started after they were due (computed by the database where it can)."""
+    samples, values, worst = fastsql.seconds_quantiles(
+        StatusCheck,
+        start="due_at",
+        end="started_at",
+        where=f"{fastsql.column(StatusCheck, 'sent_at')} >= %s AND {fastsql.column(StatusCheck, 'due_at')} IS NOT NULL",
+        params=[fastsql.prep(StatusCheck, "sent_at", now - window)],
+        quantiles=QUANTILES,
     )
-    if not lags:
+    if not samples:
         return Lag(samples=0)
-    return Lag(samples=len(lags), quantiles={q: _percentile(lags, q) for q in QUANTILES}, max_s=lags[-1])
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return Lag(samples=samples, quantiles=dict(zip(QUANTILES, values, strict=True)), max_s=worst)
 
 
 def snapshot(*, now: datetime | None = None) -> Snapshot:
