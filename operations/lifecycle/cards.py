@@ -31,7 +31,7 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
     (django-q2's ORM broker), so they go out only if the card really opened, and from a worker.
     """
     now = timezone.now()
-    detail = capped_detail(detail)
+    detail = _capped_detail(detail)
     fingerprint = ""
     if reason is Reason.AUTHORIZATION_DENIED:
         # Recorded (and published) by the worker that was refused: the credential it sent.
@@ -70,7 +70,7 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
     return escalation
 
 
-def capped_detail(detail: str) -> str:
+def _capped_detail(detail: str) -> str:
     """Why the card opened, at most the column's length: an explanation quoting a provider's 10 kB
     state is cut (with "…") on the card, in its audit entry and in every message about it."""
     limit = Escalation._meta.get_field("detail").max_length or len(detail)
