@@ -4,67 +4,64 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# What `make demo` needs (the runtime), and on top of it what the tests and linters need.
 STAMP := $(VENV)/.installed
-WEB_PORT ?= 8000
-PROVIDER_PORT ?= 8765
-# Where a callback receiver you start for the demo listens: the only local port callbacks may reach.
-CALLBACK_PORT ?= 8766
+DEV_STAMP := $(VENV)/.installed-dev
+# The demo's ports (demo/envfile.py has the defaults). One given here, as `make demo WEB_PORT=8101`
+# or in the environment, wins and is saved in var/demo.env; one not given keeps the previous run's.
+DEMO_PORTS := WEB_PORT PROVIDER_PORT CALLBACK_PORT PAGERDUTY_PORT SLACK_PORT
+DEMO_GIVEN := $(foreach p,$(DEMO_PORTS),$(if $(filter command line environment,$(origin $(p))),$(p)=$($(p))))
+DEMO_STARTED_AT := $(shell date +%s)
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench soak clean venv
+.PHONY: demo demo-reset test screenshots lint bench soak soak-short clean venv
 
 $(STAMP): pyproject.toml
 	@echo "Installing pollerdash into $(VENV) (log: var/install.log)"
 	@mkdir -p var
 	@$(PYTHON) -m venv $(VENV)
-	@{ $(BIN)/python -m pip install --upgrade pip && $(BIN)/python -m pip install -e '.[dev]'; } \
+	@{ $(BIN)/python -m pip install --upgrade pip && $(BIN)/python -m pip install -e .; } \
 	  > var/install.log 2>&1 || { tail -n 40 var/install.log; exit 1; }
 	@touch $(STAMP)
 
-venv: $(STAMP)
+$(DEV_STAMP): $(STAMP) pyproject.toml
+	@echo "Installing the test and lint tools into $(VENV) (log: var/install-dev.log)"
+	@$(BIN)/python -m pip install -e '.[dev]' > var/install-dev.log 2>&1 || { tail -n 40 var/install-dev.log; exit 1; }
+	@touch $(DEV_STAMP)
 
-var/demo.env:
-	@mkdir -p var
-	@printf '%s\n' \
-	  'DEBUG=1' \
-	  'SITE_URL=http://127.0.0.1:$(WEB_PORT)' \
-	  'WEB_PORT=$(WEB_PORT)' \
-	  'PROVIDER_PORT=$(PROVIDER_PORT)' \
-	  "PROVIDER_FAKE_TOKEN=demo-$$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" \
-	  'PROVIDER_CREDENTIAL_ORIGINS=PROVIDER_FAKE_TOKEN=http://127.0.0.1:$(PROVIDER_PORT)' \
-	  'AUDIT_SIGNING_KEY_FILE=var/audit-signing-key.pem' \
-	  'CALLBACK_ALLOWED_HOSTS=127.0.0.1:$(CALLBACK_PORT),localhost:$(CALLBACK_PORT)' \
-	  'NOTIFY_EMAILS=oncall@example.invalid' \
-	  'EMAIL_BACKEND=escalations.mailfiles.EmailBackend' \
-	  'EMAIL_FILE_PATH=var/mail' \
-	  'METRICS_ALLOW_LOOPBACK=1' \
-	  'Q_WORKERS=2' > $@
+venv: $(DEV_STAMP)
 
-# Credential variables carry the PROVIDER_ prefix: an older var/demo.env is renamed in place, and
-# gains the binding of the demo's credential to the fake provider (PROVIDER_CREDENTIAL_ORIGINS). Mail
-# goes to files under var/mail with one line printed per message (an older var/demo.env gains it),
-# so the one-time logins stay on screen. /metrics answers curl on this machine without a token
-# (METRICS_ALLOW_LOOPBACK=1, added to an older var/demo.env too).
-demo: $(STAMP) var/demo.env
-	@sed -i 's/^FAKE_PROVIDER_TOKEN=/PROVIDER_FAKE_TOKEN=/' var/demo.env
-	@grep -q '^PROVIDER_CREDENTIAL_ORIGINS=' var/demo.env || \
-	  echo 'PROVIDER_CREDENTIAL_ORIGINS=PROVIDER_FAKE_TOKEN=http://127.0.0.1:$(PROVIDER_PORT)' >> var/demo.env
-	@grep -q '^EMAIL_BACKEND=' var/demo.env || \
-	  printf '%s\n' 'EMAIL_BACKEND=escalations.mailfiles.EmailBackend' 'EMAIL_FILE_PATH=var/mail' >> var/demo.env
-	@grep -q '^METRICS_ALLOW_LOOPBACK=' var/demo.env || echo 'METRICS_ALLOW_LOOPBACK=1' >> var/demo.env
+# var/demo.env is rewritten at every run (ports, the URLs made from them; secrets kept); the demo's
+# own process (`manage.py demo --serve` in the Procfile) seeds once the web answers and prints the
+# URL and the logins. demo/launch.py runs the Procfile so Ctrl-C stops everything cleanly.
+demo: $(STAMP)
+	@$(BIN)/python -m demo.envfile var/demo.env $(DEMO_GIVEN)
 	@set -a && . ./var/demo.env && set +a && \
 	  $(BIN)/python manage.py migrate --no-input -v 0 && \
 	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \
-	  { [ -z "$$AUDIT_SIGNING_KEY_FILE" ] || [ -f "$$AUDIT_SIGNING_KEY_FILE" ] || \
-	    $(BIN)/python manage.py audit_keys --generate "$$AUDIT_SIGNING_KEY_FILE"; } && \
-	  $(BIN)/python manage.py demo --provider-url http://127.0.0.1:$(PROVIDER_PORT) && \
-	  echo "pollerdash is starting: open http://127.0.0.1:$(WEB_PORT)/ (Ctrl-C stops everything)" && \
-	  PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/honcho start -f Procfile -e var/demo.env
+	  { [ -f "$$AUDIT_SIGNING_KEY_FILE" ] || { $(BIN)/python manage.py audit_keys --generate "$$AUDIT_SIGNING_KEY_FILE" \
+	    > /dev/null && echo "created the demo's audit signing key, $$AUDIT_SIGNING_KEY_FILE"; }; } && \
+	  echo "starting pollerdash on $$SITE_URL: the logins follow once it answers (Ctrl-C stops everything)" && \
+	  DEMO_STARTED_AT=$(DEMO_STARTED_AT) PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/python -m demo.launch Procfile
 
-test: $(STAMP)
+# Start the demo again from an empty database (its SQLite file only; the settings and keys stay).
+demo-reset:
+	@if [ -n "$$DATABASE_URL" ]; then \
+	  echo "make demo-reset removes the demo's own SQLite database; DATABASE_URL names another: drop and recreate it yourself"; \
+	  exit 2; fi
+	@rm -f var/pollerdash.sqlite3 var/pollerdash.sqlite3-wal var/pollerdash.sqlite3-shm var/demo-agent-token
+	@rm -rf var/mail
+	@echo "demo data removed"
+	@$(MAKE) --no-print-directory demo
+
+test: $(DEV_STAMP)
 	SECRET_KEY=test-only-not-secret $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)
+# The README's pictures (docs/img/), taken by a browser test from the demo's own scenarios.
+screenshots: $(DEV_STAMP)
+	README_SCREENSHOTS=1 SECRET_KEY=test-only-not-secret $(BIN)/python -m pytest -q tests/browser/test_readme_screenshots.py
+
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
@@ -72,17 +69,24 @@ lint: $(STAMP)
 	SECRET_KEY=lint $(BIN)/python manage.py makemigrations --check --dry-run
 
 # Benchmarks print figures (they assert nothing); each uses its own scratch PostgreSQL database.
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/controller.py
 	SECRET_KEY=bench $(BIN)/python bench/dispatch.py
 	SECRET_KEY=bench $(BIN)/python bench/audit.py
 	SECRET_KEY=bench $(BIN)/python bench/api.py
+	SECRET_KEY=bench $(BIN)/python bench/mcp.py
 	SECRET_KEY=bench $(BIN)/python bench/dashboard.py
 	SECRET_KEY=bench $(BIN)/python bench/retention.py
 
 # The soak with faults: 10 minutes on a private PostgreSQL cluster it starts (initdb as postgres).
-soak: $(STAMP)
+# Exits 1 when an invariant is not 0; a failing run's logs stay under var/soak/<time>/.
+soak: $(DEV_STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/soak.py
+
+# CI's form: 3,000 operations over 2 minutes, a worker killed every 15 s, PostgreSQL restarted once
+# (about 3 minutes in all).
+soak-short: $(DEV_STAMP)
+	SECRET_KEY=bench $(BIN)/python bench/soak.py --short
 
 clean:
 	rm -rf $(VENV) var

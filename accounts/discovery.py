@@ -121,8 +121,24 @@ def fetch(
     if answer.transport_error == "protocol_error" and answer.transport_detail.endswith(f"({outbound.ENCODED})"):
         encoding = (answer.header("content-encoding") or "")[:40]
         raise ProviderError(f"{what} came compressed ({encoding}), not as asked")
-    if answer.transport_error is not None:
-        raise ProviderError(f"could not read {what}: {answer.transport_detail}")
-    if answer.http_status is None or not 200 <= answer.http_status < 300:
-        raise ProviderError(f"could not read {what}: it answered HTTP {answer.http_status}")
+    if answer.transport_error is not None or answer.http_status is None or not 200 <= answer.http_status < 300:
+        raise ProviderError(f"could not read {what}: {unreachable(answer)}")
     return answer
+
+
+# Why talking to the provider failed, in words a person acts on (not "[Errno 111] ...").
+_UNREACHABLE = {
+    "connect_error": "nothing accepts connections at that address (connection refused): is the provider running?",
+    "dns_error": "its host name does not resolve",
+    "tls_error": "its TLS certificate was refused",
+    "timeout": "it did not answer in time",
+    "connect_timeout": "it did not answer in time",
+}
+
+
+def unreachable(answer: outbound.Answer) -> str:
+    """What went wrong with a request to the provider, for the page that says single sign-on failed."""
+    if answer.transport_error is None:
+        return f"it answered HTTP {answer.http_status}"
+    words = _UNREACHABLE.get(answer.transport_error)
+    return words or f"the connection failed ({answer.error_type or answer.transport_error})"

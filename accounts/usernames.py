@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 
 from django.contrib.auth import get_user_model
-from django.db import connection
+
+from operations import fastsql
 
 MAX_LENGTH = 150
 _CHARACTERS = re.compile(r"[A-Za-z0-9._@+-]+")
@@ -42,6 +43,4 @@ def serialize_new_accounts() -> None:
     """Inside the creating transaction: two sign-ins creating `Bob` and `bob` at once must not both
     find the name free. SQLite's write transactions are already serial (IMMEDIATE); on PostgreSQL
     one transaction-scoped advisory lock makes the check and the insert one step."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('pollerdash:new-username'))")
+    fastsql.named_lock("pollerdash:new-username")

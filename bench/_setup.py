@@ -59,15 +59,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_fake_provider() -> tuple[subprocess.Popen, str]:
-    """The fake provider in its own process, as in production (it does not share our GIL)."""
+def start_fake_provider(*, log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """The fake provider in its own process, as in production (it does not share our GIL); its
+    output goes to `log` when given."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "demo.fakeprovider", "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with open(log or os.devnull, "ab") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "demo.fakeprovider", "--port", str(port)],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -1,7 +1,8 @@
 """Soak with faults: thousands of operations, a worker killed every minute, PostgreSQL restarted once.
 
     .venv/bin/python bench/soak.py                                # 10,000 operations, 10 minutes
-    .venv/bin/python bench/soak.py --ops 2000 --seconds 120       # a short run
+    .venv/bin/python bench/soak.py --short                        # CI's form: 3,000 in 2 minutes
+    .venv/bin/python bench/soak.py --ops 2000 --seconds 120       # a short run of your own
 
 Everything runs for real on this machine: a PRIVATE PostgreSQL cluster this script creates
 (initdb into a temporary directory, its own port; never the shared server), the fake provider,
@@ -18,12 +19,21 @@ lag p50/p95/p99 (StatusCheck started - due); requests per job against the pure b
 detection delay (job finished at the provider -> operation completed) p50/p95, in seconds and
 as a share of the job's duration, beside the pure schedule's own; and the invariants, each of
 which must be 0: requests beyond an operation's budget, requests the database never charged, two
-requests for one operation closer than its schedule allows, operations lost or stuck. Figures only; nothing is asserted.
+requests for one operation closer than its schedule allows, operations lost or stuck.
+
+It fails loudly: the exit status is 1 when any invariant is not 0 (stuck included). Every run
+writes under var/soak/<time>/: each process's output (qcluster, dispatcher, fake provider), the
+private cluster's log, `soak.log` (what it printed), `timeline.jsonl` (bench/soak_record.py: one
+sample a second of provider requests, due operations, leases, django-q2's queue and each
+process's liveness) and `stalls.txt` (where every process was when polling stopped). It prints a
+per-minute timeline at the end. A run that passes removes its directory (--keep-logs keeps it);
+a run that fails keeps it and says where.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -40,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile, start_fake_provider  # noqa: E402
+from bench.soak_record import STALL_S, Recorder, load_samples, proc_state, timeline  # noqa: E402
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # The soak profile's schedule (flags change it): 6 s growing 1.3x a wait up to 30 s, jitter in
@@ -49,6 +60,24 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S, JITTER_FLOOR = 6.0, 1.3, 30.0, 0.7
 BUDGET = 60
 FIXED_POLLER_S = 2.0
+# Where runs keep their evidence; a run's directory is named after its start time.
+RUNS_DIR = ROOT / "var" / "soak"
+# The fleet's processes start through this, so that SIGUSR1 makes each of them (and every process a
+# qcluster forks, which inherits the handler) print every thread's Python stack to its log.
+BOOT = (
+    "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+    "from django.core.management import execute_from_command_line; "
+    "execute_from_command_line(['manage.py', *sys.argv[1:]])"
+)
+OUT: Path | None = None  # the run's directory, once made
+
+
+def say(text: str = "") -> None:
+    """Print, and keep the line in the run's soak.log."""
+    print(text, flush=True)
+    if OUT is not None:
+        with (OUT / "soak.log").open("a") as log:
+            log.write(text + "\n")
 
 
 def load() -> str:
@@ -59,14 +88,19 @@ def load() -> str:
 class PrivateCluster:
     """A throwaway PostgreSQL cluster: initdb into a temporary directory, its own port."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, log: Path) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="pollerdash-soak-"))
+        self.log = log
         self.data = self.dir / "data"
         self.port = free_port()
         self.as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         if self.as_postgres:
             shutil.chown(self.dir, "postgres", "postgres")
         self._run(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "root", "--no-sync")
+        # The server writes its log as the postgres user, into the run's directory.
+        self.log.touch()
+        if self.as_postgres:
+            shutil.chown(self.log, "postgres", "postgres")
         self._ctl("start")
 
     def _run(self, *command: str) -> None:
@@ -75,8 +109,9 @@ class PrivateCluster:
     def _ctl(self, action: str) -> None:
         options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c max_connections=100"
         extra = ["-m", "fast"] if action in ("restart", "stop") else []
-        log = str(self.dir / "postgres.log")
-        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", *extra, action)
+        self._run(
+            str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.log), "-w", *extra, action
+        )
 
     @property
     def url(self) -> str:
@@ -93,21 +128,34 @@ class PrivateCluster:
 
 
 class Fleet:
-    def __init__(self, *, workers: int) -> None:
+    """One qcluster and one dispatcher, each writing its output to the run's directory.
+
+    WARNING and above: lease expiries, database errors and django-q2's reincarnations (CRITICAL),
+    without django-q2's two INFO lines per task."""
+
+    def __init__(self, *, workers: int, out: Path) -> None:
         env = dict(os.environ)
-        env.update(LOG_LEVEL="ERROR", Q_WORKERS=str(workers), PYTHONUNBUFFERED="1")
-        self.procs = [self._start(["qcluster"], env), self._start(["dispatch_polls"], env)]
+        env.update(LOG_LEVEL="WARNING", Q_WORKERS=str(workers), PYTHONUNBUFFERED="1")
+        self.procs = [
+            self._start(["qcluster"], env, out / "qcluster.log"),
+            self._start(["dispatch_polls"], env, out / "dispatcher.log"),
+        ]
+
+    @property
+    def roots(self) -> dict[str, int]:
+        return {"qcluster": self.procs[0].pid, "dispatcher": self.procs[1].pid}
 
     @staticmethod
-    def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "manage.py", *command],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+        with log.open("ab") as sink:
+            return subprocess.Popen(
+                [sys.executable, "-c", BOOT, *command],
+                cwd=ROOT,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def alive(self) -> bool:
         return all(proc.poll() is None for proc in self.procs)
@@ -123,8 +171,12 @@ class Fleet:
                 proc.wait(timeout=10)
 
 
-def kill_a_leaseholder() -> int | None:
-    """SIGKILL one worker process that holds a live lease right now (a poll in flight)."""
+def kill_a_leaseholder(recorder: Recorder) -> int | None:
+    """SIGKILL one worker process that holds a live lease right now (a poll in flight).
+
+    What the worker was doing in the kernel the moment before (its wchan) goes to the timeline: a
+    poll in flight sleeps on the network or the database; a worker that finished its poll between
+    the query and the kill waits for its next task on the task queue (anon_pipe_read)."""
     from django.utils import timezone
 
     from operations.models import Operation
@@ -141,11 +193,20 @@ def kill_a_leaseholder() -> int | None:
         )
         for owner in owners:
             pid = int(owner.rsplit(":", 1)[1])
+            before = proc_state(pid)
+            if before is None:
+                continue  # gone already (killed earlier, not yet reaped by its sentinel)
             try:
                 os.kill(pid, signal.SIGKILL)
-                return pid
             except (ProcessLookupError, PermissionError):
                 continue
+            held = Operation.objects.filter(lease_owner=owner, lease_expires_at__gt=timezone.now()).count()
+            wchan = before.wchan
+            recorder.event("kill", pid=pid, wchan=wchan, leases=held)
+            say(
+                f"    killed worker {pid} at {time.time() - recorder.started:.0f} s (wchan {wchan}; {held} leases held)"
+            )
+            return pid
         time.sleep(0.1)
     return None
 
@@ -222,7 +283,7 @@ def pure_schedule(duration_s: float, rng: random.Random) -> tuple[int, float]:
     return requests, t - duration_s
 
 
-def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, provider_url: str) -> dict:  # noqa: ANN001
+def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, provider_url: str, out: Path) -> dict:  # noqa: ANN001
     rng = random.Random(args.seed)
     start = time.time()
     arrive_s = args.seconds / 2
@@ -231,15 +292,18 @@ def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, 
         arrival = start + 2 + arrive_s * index / args.ops
         duration = min(max(rng.lognormvariate(math.log(args.median), args.sigma), 1.0), args.seconds / 2)
         jobs.append((index, arrival, arrival + duration))
-    print(
+    say(
         f"{args.ops:,} jobs arriving over {arrive_s:.0f} s; durations log-normal, median {args.median:.0f} s, "
         f"sigma {args.sigma}, clipped to {args.seconds / 2:.0f} s "
         f"({sum(1 for _, a, d in jobs if d - a >= args.seconds / 2 - 1e-6)} clipped)"
     )
-    fleet = Fleet(workers=args.workers)
+    fleet = Fleet(workers=args.workers, out=out)
+    recorder = Recorder(out=out, database_url=os.environ["DATABASE_URL"], provider_url=provider_url, roots=fleet.roots)
+    recorder.started = start
+    recorder.start()
     kills, restarted, pending = [], None, list(jobs)
-    next_kill = start + args.kill_every
-    restart_at = start + 0.4 * args.seconds
+    next_kill = start + (args.first_kill if args.first_kill is not None else args.kill_every)
+    restart_at = start + args.restart_at * args.seconds
     loads = [load()]
     try:
         while time.time() < start + args.seconds:
@@ -249,28 +313,38 @@ def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, 
                 register(profile, due)
                 pending = pending[len(due) :]
             if now >= next_kill:
-                kills.append(kill_a_leaseholder())
+                kills.append(kill_a_leaseholder(recorder))
                 next_kill += args.kill_every
             if restarted is None and now >= restart_at:
                 began = time.time()
                 cluster.restart()
                 restarted = time.time() - began
-                print(f"    PostgreSQL restarted at {began - start:.0f} s ({restarted:.1f} s); {load()}")
+                recorder.event("postgres_restart", seconds=round(restarted, 1))
+                say(f"    PostgreSQL restarted at {began - start:.0f} s ({restarted:.1f} s); {load()}")
                 from django.db import connections
 
                 connections.close_all()
             if abs(now - (start + args.seconds / 2)) < 0.5 and len(loads) == 1:
                 loads.append(load())
             time.sleep(0.2)
-        print(
+        say(
             f"    fault phase over at {time.time() - start:.0f} s: {len(kills)} workers killed "
             f"({sum(1 for k in kills if k)} held a lease); fleet alive: {fleet.alive()}; {load()}"
         )
         drained = drain(args, start)
         loads.append(load())
     finally:
+        recorder.stop()
         fleet.stop()
-    return {"jobs": jobs, "start": start, "kills": kills, "restart_s": restarted, "drained": drained, "loads": loads}
+    return {
+        "jobs": jobs,
+        "start": start,
+        "kills": kills,
+        "restart_s": restarted,
+        "drained": drained,
+        "loads": loads,
+        "stalls": recorder.stalls,
+    }
 
 
 def drain(args: argparse.Namespace, start: float) -> float:
@@ -292,7 +366,8 @@ def drain(args: argparse.Namespace, start: float) -> float:
     return time.time() - start
 
 
-def report(result: dict, provider_url: str) -> None:
+def report(result: dict, provider_url: str) -> dict[str, int]:
+    """Print the figures; return the invariants (each must be 0)."""
     import httpx
 
     from operations.models import Operation, StatusCheck
@@ -306,11 +381,11 @@ def report(result: dict, provider_url: str) -> None:
             at_provider[entry["job_id"]].append(entry["at"])
     times = sorted(t for ts in at_provider.values() for t in ts)
     span = (times[-1] - times[0]) if len(times) > 1 else float("nan")
-    print(f"status requests at the provider: {len(times):,} in {span:.0f} s = {len(times) / span:.1f} polls/s")
+    say(f"status requests at the provider: {len(times):,} in {span:.0f} s = {len(times) / span:.1f} polls/s")
 
     checks = list(StatusCheck.objects.filter(account="soak").values_list("started_at", "due_at"))
     lags = [(started - due).total_seconds() for started, due in checks if due is not None]
-    print(
+    say(
         f"dispatch lag (StatusCheck started - due), {len(lags):,} checks: p50 {percentile(lags, 50):.3f} s  "
         f"p95 {percentile(lags, 95):.3f} s  p99 {percentile(lags, 99):.3f} s  max {max(lags, default=0):.3f} s"
     )
@@ -336,7 +411,6 @@ def report(result: dict, provider_url: str) -> None:
     actual = pure = fixed = 0
     pure_shares: list[float] = []
     delays, shares, beyond, uncharged, too_close, lost, stuck, escalated = [], [], 0, 0, 0, 0, 0, 0
-    end = time.time()
     for name, (arrival, done) in jobs.items():
         op = ops.get(name)
         if op is None:
@@ -354,9 +428,11 @@ def report(result: dict, provider_url: str) -> None:
             delays.append(delay)
             shares.append(delay / duration)
         elif op["status"] in POLLABLE_STATUSES:
+            # Every job finished at the provider before the fault phase ended, and the drain waited
+            # its longest delay, a lease and a minute more: one still watched is stuck.
             if op["next_poll_at"] is None:
                 lost += 1
-            elif done < end - MAX_DELAY_S - 60:
+            else:
                 stuck += 1
         else:
             escalated += 1
@@ -368,31 +444,56 @@ def report(result: dict, provider_url: str) -> None:
             floor_s = JITTER_FLOOR * raw_delay(step)
             too_close += int(seen[i] - seen[i - 1] < floor_s - 0.001)
     done_jobs = len(delays)
-    print(f"operations: {len(jobs):,} created, {done_jobs:,} succeeded, {escalated} with a person or ended otherwise")
+    say(f"operations: {len(jobs):,} created, {done_jobs:,} succeeded, {escalated} with a person or ended otherwise")
     if done_jobs:
-        print(
+        say(
             f"requests per job: {actual / done_jobs:.2f} (pure backoff schedule {pure / done_jobs:.2f}: "
             f"ratio {actual / pure:.2f}; fixed {FIXED_POLLER_S:.0f} s poller {fixed / done_jobs:.2f}: "
             f"ratio {actual / fixed:.3f})"
         )
-        print(
+        say(
             f"detection delay (done at the provider -> completed): p50 {percentile(delays, 50):.2f} s  "
             f"p95 {percentile(delays, 95):.2f} s; as a share of the job's duration p50 {percentile(shares, 50):.0%}  "
             f"p95 {percentile(shares, 95):.0%} (the pure schedule alone: p50 {percentile(pure_shares, 50):.0%}  "
             f"p95 {percentile(pure_shares, 95):.0%})"
         )
-    print(
+    say(
         f"invariants (each must be 0): requests beyond budget {beyond}, requests never charged {uncharged}, "
         f"two requests closer than the schedule allows {too_close}, operations lost {lost}, stuck {stuck}"
     )
+    return {
+        "requests beyond budget": beyond,
+        "requests never charged": uncharged,
+        "two requests closer than the schedule allows": too_close,
+        "operations lost": lost,
+        "stuck": stuck,
+    }
+
+
+def reported_stalls(out: Path) -> str:
+    """When the dispatcher's heartbeat said the fleet had stalled (operations.liveness), by sample."""
+    seconds = [
+        sample["t"]
+        for sample in load_samples(out / "timeline.jsonl")
+        if sample.get("beats", {}).get("dispatcher", {}).get("stalled")
+    ]
+    return f"{len(seconds)} s of the run, from {seconds[0]:.0f} s" if seconds else "never"
+
+
+# CI's form (make soak-short): a few thousand operations, a kill every 15 s from the 10th second, the
+# PostgreSQL restart at 35 %, jobs of a median 20 s; about 3 minutes on this class of machine.
+SHORT = {"ops": 3000, "seconds": 120.0, "kill_every": 15.0, "first_kill": 10.0, "restart_at": 0.35, "median": 20.0}
 
 
 def main() -> None:
-    global BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S, JITTER_FLOOR  # the run's schedule, read throughout
+    global BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S, JITTER_FLOOR, OUT  # the run's schedule, read throughout
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="CI's short form: " + json.dumps(SHORT))
     parser.add_argument("--ops", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=600.0, help="length of the fault phase")
     parser.add_argument("--kill-every", type=float, default=60.0, help="seconds between worker kills")
+    parser.add_argument("--first-kill", type=float, default=None, help="first kill at (default: --kill-every)")
+    parser.add_argument("--restart-at", type=float, default=0.4, help="PostgreSQL restart, share of the fault phase")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--median", type=float, default=60.0, help="median job duration, seconds")
     parser.add_argument("--sigma", type=float, default=0.8, help="log-normal sigma of job durations")
@@ -401,29 +502,54 @@ def main() -> None:
     parser.add_argument("--multiplier", type=float, default=MULTIPLIER, help="profile backoff_multiplier")
     parser.add_argument("--max-delay", type=float, default=MAX_DELAY_S, help="profile max_delay_s")
     parser.add_argument("--jitter-floor", type=float, default=JITTER_FLOOR, help="profile jitter_floor")
+    parser.add_argument("--keep-logs", action="store_true", help="keep var/soak/<time>/ when the run passes too")
+    if parser.parse_known_args()[0].short:
+        parser.set_defaults(**SHORT)  # the short form's values, unless a flag says otherwise
     args = parser.parse_args()
     BASE_DELAY_S, MULTIPLIER, MAX_DELAY_S = args.base, args.multiplier, args.max_delay
     JITTER_FLOOR = args.jitter_floor
+    # Stopped from outside (CI's time limit, Ctrl-C): the fleet and the private cluster go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    OUT = RUNS_DIR / time.strftime("%Y%m%d-%H%M%S")
+    OUT.mkdir(parents=True, exist_ok=True)
 
-    print(
+    say(
         f"pollerdash soak: {load()}; profile schedule base {BASE_DELAY_S:g} s x {MULTIPLIER:g} a wait up to "
-        f"{MAX_DELAY_S:g} s, jitter floor {JITTER_FLOOR:g}"
+        f"{MAX_DELAY_S:g} s, jitter floor {JITTER_FLOOR:g}; evidence in {OUT.relative_to(ROOT)}/"
     )
-    cluster = PrivateCluster()
+    failures: dict[str, int] = {"the soak did not finish": 1}
+    cluster = PrivateCluster(log=OUT / "postgres.log")
     try:
         os.environ["BENCH_PG"] = cluster.url
         django_on_scratch_postgres("soak")
-        provider, provider_url = start_fake_provider()
+        provider, provider_url = start_fake_provider(log=OUT / "provider.log")
         try:
             profile = make_profile(provider_url)
-            result = run_with_faults(args, cluster, profile, provider_url)
-            print(f"stopped at {result['drained']:.0f} s; loads seen: {' | '.join(result['loads'])}")
-            report(result, provider_url)
+            result = run_with_faults(args, cluster, profile, provider_url, OUT)
+            say(f"stopped at {result['drained']:.0f} s; loads seen: {' | '.join(result['loads'])}")
+            invariants = report(result, provider_url)
+            failures = {name: count for name, count in invariants.items() if count}
+            stalls = ", ".join(f"{t:.0f} s" for t in result["stalls"]) or "none"
+            say(f"stalls (operations due, no status request for {STALL_S} s or more) began at: {stalls}")
+            say(f"the dispatcher's heartbeat reported the fleet stalled: {reported_stalls(OUT)}")
         finally:
             provider.terminate()
             provider.wait(timeout=10)
     finally:
         cluster.remove()
+        say()
+        say("timeline (per minute; req/s at the provider, the rest the most seen in that minute):")
+        for line in timeline(load_samples(OUT / "timeline.jsonl")):
+            say("  " + line)
+    if failures:
+        say(f"SOAK FAILED: {', '.join(f'{name} {count}' for name, count in failures.items())}")
+        say(f"logs kept in {OUT}")
+        sys.exit(1)
+    if args.keep_logs:
+        say(f"soak passed; logs kept in {OUT}")
+    else:
+        shutil.rmtree(OUT, ignore_errors=True)
+        print("soak passed; every invariant 0")
 
 
 if __name__ == "__main__":

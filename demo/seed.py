@@ -7,27 +7,35 @@ each escalation reason, all driven by the real dispatcher and workers.
 
 from __future__ import annotations
 
+import os
 import secrets
 import tomllib
 import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from operations.agents import agent_token_issue
-from operations.models import Agent, Operation
+from demo.receivers import email_of
+from operations.agents import agent_authenticate, agent_token_issue
+from operations.models import Escalation, Operation
+from operations.notify.store import load_policies_file, policies_save
 from operations.people import one_change
 from operations.profiles import parse_profiles, profiles_apply
 from operations.registration import operation_register
 
 DEMO_PROFILES = Path(__file__).resolve().parent.parent / "demo" / "profiles.toml"
+DEMO_POLICIES = Path(__file__).resolve().parent.parent / "demo" / "policies.toml"
 FAKE_DEFAULT_URL = "http://127.0.0.1:8765"
+DEMO_REGISTERED_BY = "operator:demo"
 
 
 @dataclass(frozen=True)
@@ -154,28 +162,59 @@ def ensure_roles() -> dict[str, Group]:
     return {name: Group.objects.get_or_create(name=name)[0] for name in ("viewer", "responder")}
 
 
-def ensure_user(*, username: str, group: Group, superuser: bool = False) -> str | None:
-    """Create the login if it is missing; return its new password (shown once), else None."""
-    users = get_user_model()
-    if users.objects.filter(username=username).exists():
-        return None
+def ensure_user(*, username: str, group: Group, superuser: bool = False) -> str:
+    """Create the login, or give an existing one a new password; return the password.
 
+    A local demo: every `make demo` prints working logins, so the passwords are new each run. Each
+    login has an address (mail goes to files under var/mail; the demo's Slack knows the same
+    address), so hand-overs and second-responder messages reach a person."""
+    users = get_user_model()
     password = secrets.token_urlsafe(12)
     # One `user.created` entry with its role, attributed to the demo.
     with transaction.atomic(), one_change(DEMO_ACTOR):
-        if superuser:
-            user = users.objects.create_superuser(username=username, password=password, email="")
+        user = users.objects.filter(username=username).first()
+        if user is None:
+            if superuser:
+                user = users.objects.create_superuser(username=username, password=password, email=email_of(username))
+            else:
+                user = users.objects.create_user(username=username, password=password, email=email_of(username))
+            user.groups.add(group)
         else:
-            user = users.objects.create_user(username=username, password=password)
-        user.groups.add(group)
+            user.set_password(password)
+            user.email = user.email or email_of(username)
+            user.save(update_fields=["password", "email"])
     return password
 
 
-def ensure_demo_agent(*, name: str = "demo-agent") -> str | None:
-    """An API token for the demo agent when the agent is new (shown once), else None."""
-    if Agent.objects.filter(name=name).exists():
-        return None
-    return agent_token_issue(name=name).token
+def ensure_demo_token(*, path: Path, name: str = "demo-agent") -> str:
+    """The demo agent's API token: the one saved in `path` while it still works, else a new one
+    (saved there, readable by its owner only), so scripts keep working across runs."""
+    if path.exists():
+        token = path.read_text().strip()
+        agent = agent_authenticate(token=token)
+        if agent is not None and agent.name == name:
+            return token
+    token = agent_token_issue(name=name).token
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    return token
+
+
+def ensure_demo_policy(*, path: Path = DEMO_POLICIES) -> list[str]:
+    """The demo's escalation policy, made the default: email, the demo's Slack and PagerDuty.
+
+    It needs what `make demo` configures (the demo Slack app's bot token); without it nothing is
+    written and cards follow whatever policy the database already has."""
+    if not settings.SLACK_BOT_TOKEN:
+        return []
+    return [
+        f"{result.name}: {result.change}"
+        for result in policies_save(
+            policies=load_policies_file(path=path), actor={"kind": "operator", "id": "demo"}, default=True
+        )
+    ]
 
 
 def load_demo_profiles(*, provider_url: str, path: Path = DEMO_PROFILES) -> list[str]:
@@ -205,17 +244,25 @@ def _repoint(document: dict[str, Any], provider_url: str) -> dict[str, Any]:
     return {**document, "provider": providers}
 
 
-def seed_scenarios() -> list[Operation]:
+def seed_scenarios(*, pause: Callable[[], object] | None = None) -> list[Operation]:
+    """Register every scenario: in one transaction, or with `pause` one at a time, pausing between.
+
+    The running demo registers them one by one, as agents would: fourteen first polls falling
+    due in the same instant would queue behind the demo's two workers, and /system/ would then
+    warn of a dispatch lag the demo itself caused."""
     now = timezone.now()
     batch = uuid.uuid4().hex[:6]
     created = []
-    with transaction.atomic():
+    with transaction.atomic() if pause is None else nullcontext():
         for index, scenario in enumerate(SCENARIOS):
+            if pause is not None and index:
+                pause()
+                now = timezone.now()
             created.append(
                 operation_register(
                     provider_slug=scenario.provider,
                     provider_job_id=f"{scenario.job}__id=demo{batch}{index}",
-                    registered_by="operator:demo",
+                    registered_by=DEMO_REGISTERED_BY,
                     purpose=scenario.purpose,
                     deadline_at=now + timedelta(seconds=scenario.deadline_s) if scenario.deadline_s else None,
                     max_status_requests=scenario.max_requests,
@@ -226,3 +273,25 @@ def seed_scenarios() -> list[Operation]:
                 )
             )
     return created
+
+
+def scenarios_seeded() -> bool:
+    return Operation.objects.filter(registered_by=DEMO_REGISTERED_BY).exists()
+
+
+def scenarios_waiting() -> list[Scenario]:
+    """The scenarios whose operation has not yet reached what the scenario shows (its status or
+    its card's reason): an empty list once the inbox holds every card the demo promises."""
+    reached = {
+        (purpose, value)
+        for purpose, status, reason in Operation.objects.filter(registered_by=DEMO_REGISTERED_BY)
+        .values_list("purpose", "status", "escalations__reason")
+        .distinct()
+        for value in (status, reason)
+        if value
+    }
+    return [s for s in SCENARIOS if (s.purpose, s.expect) not in reached]
+
+
+def open_cards() -> int:
+    return Escalation.objects.filter(state="open").count()

@@ -11,10 +11,12 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 
 from django.db import transaction
 from django.utils import timezone
 
+from operations import fastsql
 from operations.models import Agent, AgentToken
 from operations.vocabulary import ONE_LINE_CONTROL_CHARACTERS
 
@@ -58,19 +60,34 @@ def agent_token_issue(*, name: str) -> IssuedToken:
     )
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header value, or None for any other value."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+@cache
+def _token_sql() -> str:
+    token, agent = fastsql.table(AgentToken), fastsql.table(Agent)
+    return (
+        f"SELECT t.id, t.last_used_at, a.id, a.name FROM {token} t JOIN {agent} a ON a.id = t.agent_id"
+        " WHERE t.token_sha256 = %s AND t.revoked_at IS NULL"
+    )
+
+
 def agent_authenticate(*, token: str) -> Agent | None:
-    """The agent a bearer token belongs to, or None for an unknown or revoked token."""
+    """The agent a bearer token belongs to (its id and name loaded), or None for an unknown or
+    revoked token. Every API and MCP request asks this, so it is one plain statement
+    (operations/fastsql.py), not the ORM's."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    row = (
-        AgentToken.objects.select_related("agent")
-        .filter(token_sha256=token_sha256(token), revoked_at__isnull=True)
-        .only("id", "last_used_at", "agent__id", "agent__name")
-        .first()
-    )
+    row = fastsql.fetchone(_token_sql(), [token_sha256(token)])
     if row is None:
         return None
+    used = fastsql.instance(AgentToken, ("id", "last_used_at"), row[:2])
     now = timezone.now()
-    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
-        AgentToken.objects.filter(pk=row.pk).update(last_used_at=now)
-    return row.agent
+    if used.last_used_at is None or now - used.last_used_at > LAST_USED_RESOLUTION:
+        AgentToken.objects.filter(pk=used.pk).update(last_used_at=now)
+    return fastsql.instance(Agent, ("id", "name"), row[2:])

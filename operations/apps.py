@@ -11,7 +11,10 @@ class OperationsConfig(AppConfig):
         from django.db.models.signals import post_migrate
         from django_q.signals import pre_enqueue
 
-        from operations import checks, events, figures, people, task_registry  # noqa: F401 - checks registers itself
+        from operations import checks, cluster_locks, events, figures, people, task_registry  # noqa: F401 - checks registers itself
+
+        # qcluster's processes share locks that a killed worker must not keep (operations/cluster_locks.py).
+        cluster_locks.install()
 
         # Only pollerdash's own functions enter the task queue; its schedules are written by code.
         pre_enqueue.connect(task_registry.guard_task, dispatch_uid="pollerdash.guard_task")

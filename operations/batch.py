@@ -11,6 +11,9 @@ trips and transactions around them:
     send the requests concurrently over the one shared client, at most SEND_CONCURRENCY at a time
     decide each (pure), then write the outcomes in one fenced transaction (lifecycle.polls)
 
+The charge and the outcomes are the single poll's transitions (operations/lifecycle/transitions.py),
+written for many rows at once: a group cannot write anything a single poll would not.
+
 A claim the dispatcher did not admit, or of an account with a low rate limit or near its limit
 (`_admit`), is polled alone afterwards (controller.poll_once, which may wait for a send slot or
 defer), so per-account pacing is the single poll's wherever it binds. A task with one claim is a

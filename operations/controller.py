@@ -13,7 +13,9 @@
     in one short transaction, fenced: record StatusCheck, decision, audit entry, next_poll_at
 
 No database lock is held across the HTTP call. Locks are always taken in the same order
-(provider account, then operation, then the audit head last) so concurrent writers cannot deadlock.
+(provider account, then operation; an audit entry is a plain insert that takes none) so concurrent
+writers cannot deadlock. What the charge and the outcome write is the lifecycle's transitions
+(operations/lifecycle/transitions.py), the same for a group of polls (batch.py).
 """
 
 from __future__ import annotations

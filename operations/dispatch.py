@@ -27,7 +27,8 @@ passes in between (`run_pass(claims_only=True)`). Every step returns how much wo
 tests call one step at a time and the loop goes round again at once while a step stopped at its
 batch limit, sleeping otherwise (`idle_sleep_s`, or the shortest sleep after a pass that claimed).
 `record_heartbeat` and `housekeeping` run on their own cadence. Locks are taken in the order used
-everywhere else: provider account rows (sorted by name), then operation rows, then the audit head.
+everywhere else: provider account rows (sorted by name), then operation rows; an audit entry is a
+plain insert that takes no lock (operations.audit.entries).
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Min, QuerySet
 from django.utils import timezone
 from django_q.brokers import Broker, get_broker
 from django_q.models import Failure, OrmQ
 from django_q.tasks import async_task
 
-from operations import events, fastsql, pacing
+from operations import events, fastsql, liveness, pacing
 from operations.audit import integrate
 from operations.callbacks.delivery import dispatch_due_callbacks
 from operations.lifecycle.business import warn_business_deadline
@@ -91,7 +92,7 @@ def sweep_deadlines(*, now: datetime | None = None, limit: int = 100) -> int:
     now = now or timezone.now()
     rows = list(
         Operation.objects.filter(status__in=_POLLABLE, deadline_at__lte=now)
-        .filter(unleased(now))
+        .filter(unleased(now=now))
         .order_by("deadline_at")
         .values_list("pk", "fence", "deadline_at", "next_poll_at")[:limit]
     )
@@ -117,7 +118,7 @@ def _sweep_business_deadlines(*, now: datetime, limit: int) -> int:
     if limit <= 0:
         return 0
     columns = ("pk", "fence", "business_deadline_at", "deadline_at", "status_requests_used", "max_status_requests")
-    passed = _binding_business_deadlines().filter(business_deadline_at__lte=now).filter(unleased(now))
+    passed = _binding_business_deadlines().filter(business_deadline_at__lte=now).filter(unleased(now=now))
     rows = list(passed.order_by("business_deadline_at").values_list(*columns)[:limit])
     escalated = 0
     for pk, fence, business_at, deadline_at, used, budget in rows:
@@ -227,10 +228,9 @@ _LOCKED_NAMES = ("id", "name", "paused_until", "pause_reason")
 
 def _lock_accounts(accounts: list[str]) -> list[ProviderAccount]:
     # Sorted by name: two dispatchers never wait on each other in opposite orders.
-    lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
     rows = fastsql.fetchall(
         f"SELECT {', '.join(_LOCKED_NAMES)} FROM {fastsql.table(ProviderAccount)} "
-        f"WHERE name IN ({', '.join(['%s'] * len(accounts))}) ORDER BY name{lock}",
+        f"WHERE name IN ({', '.join(['%s'] * len(accounts))}) ORDER BY name{fastsql.lock_clause()}",
         accounts,
     )
     return [fastsql.instance(ProviderAccount, _LOCKED_NAMES, row) for row in rows]
@@ -398,8 +398,25 @@ def idle_sleep_s(*, now: datetime | None = None) -> float:
     return max(min(settings.DISPATCH_MIN_SLEEP_S, cap), min([cap, *waits]))
 
 
+def check_progress(*, name: str, was_stalled: bool, now: datetime | None = None) -> list[str]:
+    """Is the fleet working (operations.liveness)? Returns its problems, for the heartbeat: a
+    dispatcher that keeps passing while nothing is polled is alive, not healthy.
+
+    Logs an ERROR when the fleet stalls (and again every heartbeat while it stays stalled, so the
+    log shows how long it lasted) and a WARNING when it works again.
+    """
+    problems = liveness.fleet_progress(now=now).problems()
+    if problems:
+        logger.error("%s: the fleet has stalled. %s", name, " ".join(problems))
+    elif was_stalled:
+        logger.warning("%s: the fleet is working again", name)
+    return problems
+
+
 def record_heartbeat(*, name: str, started_at: datetime, info: dict, now: datetime | None = None) -> None:
-    """Say this process is alive (the system panel lists processes by their last heartbeat)."""
+    """Say this process is alive (the system panel lists processes by their last heartbeat).
+
+    `info["stalled"]` (check_progress's problems, empty when none) says whether it is healthy."""
     now = now or timezone.now()
     ProcessHeartbeat.objects.update_or_create(
         name=name,

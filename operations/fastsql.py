@@ -193,36 +193,171 @@ def array_of(model: type[Model], name: str) -> str:
     return f"{type_of(model, name)}[]"
 
 
+def _postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def lock_clause(*, share: bool = False, skip_locked: bool = False) -> str:
+    """What ends a SELECT that locks its rows: ` FOR UPDATE` (` FOR SHARE`, ` SKIP LOCKED`) on
+    PostgreSQL; nothing on SQLite, which has no row locks (its IMMEDIATE transactions hold the
+    database's one write lock, so a writer already excludes every other)."""
+    if not _postgres():
+        return ""
+    return (" FOR SHARE" if share else " FOR UPDATE") + (" SKIP LOCKED" if skip_locked else "")
+
+
+def named_lock(name: str) -> None:
+    """Serialise this transaction with every other that takes the same name, until it ends: a
+    PostgreSQL advisory transaction lock; SQLite's IMMEDIATE transactions are serial already."""
+    if _postgres():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [name])
+
+
+def rows_in(model: type[Model], names: Sequence[str], rows: Sequence[Sequence[Any]]) -> tuple[str, list[object]]:
+    """`(a, b) IN (...)` for the rows whose columns `names` hold one of `rows` (values prepared).
+
+    PostgreSQL: one array per column (unnest), so the statement's text is the same for any number
+    of rows (`update_rows` says why); SQLite: a list of row values.
+    """
+    columns = ", ".join(column(model, name) for name in names)
+    if _postgres():
+        arrays = ", ".join(f"%s::{array_of(model, name)}" for name in names)
+        return f"({columns}) IN (SELECT * FROM unnest({arrays}))", [
+            [row[index] for row in rows] for index in range(len(names))
+        ]
+    one = f"({', '.join(['%s'] * len(names))})"
+    return f"({columns}) IN ({', '.join([one] * len(rows))})", [value for row in rows for value in row]
+
+
+def in_key_order(model: type[Model], pks: Sequence[Any]) -> tuple[str, list[object]]:
+    """` AND <pk> IN (...)`: a condition that locks the rows `pks` in primary-key order within the
+    statement that writes them (PostgreSQL, `locking_subquery`); nothing on SQLite (no row locks)."""
+    if not _postgres():
+        return "", []
+    return f" AND {connection.ops.quote_name(model._meta.pk.column)} IN ({locking_subquery(model)})", [sorted(pks)]
+
+
+def insert_rows(
+    model: type[Model],
+    *,
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    constants: Mapping[str, object],
+    returning: Sequence[str],
+) -> list[tuple[Any, ...]]:
+    """One INSERT of many rows: each row holds the values of `names`, and every row the same
+    `constants` (all prepared, `prep`); the `returning` columns of each row inserted.
+
+    PostgreSQL: one array per column (unnest), a fixed statement text for any number of rows;
+    SQLite: a list of rows.
+    """
+    columns = ", ".join(column(model, name) for name in (*names, *constants))
+    answer = f"RETURNING {', '.join(column(model, name) for name in returning)}"
+    if _postgres():
+        arrays = ", ".join(f"%s::{array_of(model, name)}" for name in names)
+        fixed = ", ".join(f"%s::{type_of(model, name)}" for name in constants)
+        sql = f"INSERT INTO {table(model)} ({columns}) SELECT v.*, {fixed} FROM unnest({arrays}) AS v {answer}"
+        params = [*constants.values(), *[[row[index] for row in rows] for index in range(len(names))]]
+    else:
+        one = f"({', '.join(['%s'] * (len(names) + len(constants)))})"
+        sql = f"INSERT INTO {table(model)} ({columns}) VALUES {', '.join([one] * len(rows))} {answer}"
+        params = [value for row in rows for value in (*row, *constants.values())]
+    return fetchall(sql, params)
+
+
+def insert_if_written(update: str, params: Sequence[Any], *, model: type[Model], values: Mapping[str, object]) -> Any:
+    """Run `update` (of one row) and, only if it changed its row, insert one row of `model` with
+    `values` (prepared). The new row's key; None when the update changed nothing.
+
+    PostgreSQL: one round trip, the update inside the insert's WITH; SQLite: two statements.
+    """
+    columns = ", ".join(column(model, name) for name in values)
+    if _postgres():
+        casts = ", ".join(f"%s::{type_of(model, name)}" for name in values)
+        row = fetchone(
+            f"WITH written AS ({update} RETURNING id) INSERT INTO {table(model)} ({columns}) "
+            f"SELECT {casts} FROM written RETURNING id",
+            [*params, *values.values()],
+        )
+        return None if row is None else row[0]
+    if execute(update, params) != 1:
+        return None
+    row = fetchone(
+        f"INSERT INTO {table(model)} ({columns}) VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
+        list(values.values()),
+    )
+    return None if row is None else row[0]
+
+
+def update_if_written(first: str, params: Sequence[Any], *, then: str, then_params: Sequence[Any]) -> bool:
+    """Run `first` (an UPDATE of one row) and, only if it changed its row, `then` (an UPDATE whose
+    WHERE clause comes last, so it can be extended); whether `first` changed its row.
+
+    PostgreSQL: one round trip, both in one WITH. Whether the row was written is `first`'s to say:
+    `then`'s own count would report a changed row as unchanged were `then` to match nothing.
+    """
+    if _postgres():
+        return bool(
+            fetchall(
+                f"WITH won AS ({first} RETURNING id), answered AS ({then} AND EXISTS (SELECT 1 FROM won)) "
+                "SELECT id FROM won",
+                [*params, *then_params],
+            )
+        )
+    if not execute(first, params):
+        return False
+    execute(then, then_params)
+    return True
+
+
 def update_rows(
     model: type[Model],
     *,
     keys: Sequence[str],
     names: Sequence[str],
     rows: Sequence[Sequence[Any]],
+    increments: Sequence[str] = (),
     where: str = "",
     params: Sequence[Any] = (),
     lock: bool = False,
 ) -> list[object]:
-    """PostgreSQL: one UPDATE of many rows, each matched on `keys` and given its own `names` values.
+    """One UPDATE of many rows, each matched on `keys` and given its own `names` values, and its
+    `increments` columns moved by one.
 
     Each row holds the key values then the new values, prepared (`prep`). `where` may add a
     condition on the table (alias `o`) with its parameters after the rows'. Returns the primary
-    keys of the rows changed. The rows travel as one array per column (unnest), so the statement's
-    text is the same for any number of rows: psycopg parses it once per process and PostgreSQL
-    parses a short statement instead of a VALUES list of hundreds of parameters. `lock`: the
-    statement first locks the rows in primary-key order (what `lock_rows` does, without its own
-    round trip); the first key must then be the primary key.
+    keys of the rows changed. On PostgreSQL the rows travel as one array per column (unnest), so
+    the statement's text is the same for any number of rows: psycopg parses it once per process
+    and PostgreSQL parses a short statement instead of a VALUES list of hundreds of parameters.
+    `lock`: the statement first locks the rows in primary-key order (what `lock_rows` does,
+    without its own round trip); the first key must then be the primary key. SQLite, which
+    serialises writers anyway, runs one statement per row.
     """
     columns = [*keys, *names]
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    moved = [f"{column(model, name)} = o.{column(model, name)} + 1" for name in increments]
+    if not _postgres():
+        sets = ", ".join([*(f"{column(model, name)} = %s" for name in names), *moved])
+        match = " AND ".join(f"o.{column(model, key)} = %s" for key in keys)
+        sql = f"UPDATE {table(model)} AS o SET {sets} WHERE {match}{where} RETURNING {pk}"
+        changed = []
+        for row in rows:
+            found = fetchone(sql, [*row[len(keys) :], *row[: len(keys)], *params])
+            if found is not None:
+                changed.append(found[0])
+        return changed
     aliases = [f"v{index}" for index in range(len(columns))]
     arrays = ", ".join(f"%s::{array_of(model, name)}" for name in columns)
     sets = ", ".join(
-        f"{column(model, name)} = v.{alias}" for name, alias in zip(names, aliases[len(keys) :], strict=True)
+        [
+            *(f"{column(model, name)} = v.{alias}" for name, alias in zip(names, aliases[len(keys) :], strict=True)),
+            *moved,
+        ]
     )
     match = " AND ".join(
         f"o.{column(model, key)} = v.{alias}" for key, alias in zip(keys, aliases[: len(keys)], strict=True)
     )
-    pk = connection.ops.quote_name(model._meta.pk.column)
     arrays_params = [[row[index] for row in rows] for index in range(len(columns))]
     locked, lock_params = "", []
     if lock:
@@ -252,12 +387,51 @@ def lock_rows(model: type[Model], pks: Sequence[Any]) -> None:
 
     A multi-row UPDATE locks rows in whatever order its plan meets them; two of them over
     overlapping rows (a group's outcomes, an account pause) could then wait on each other. Taking
-    the locks in one global order first rules that out.
+    the locks in one global order first rules that out. SQLite has no row locks.
     """
-    if connection.vendor != "postgresql" or len(pks) < 2:
+    if not _postgres() or len(pks) < 2:
         return
     pk = connection.ops.quote_name(model._meta.pk.column)
     fetchall(
         f"SELECT 1 FROM {table(model)} WHERE {pk} IN ({', '.join(['%s'] * len(pks))}) ORDER BY {pk} FOR UPDATE",
         list(pks),
     )
+
+
+def seconds_quantiles(
+    model: type[Model], *, start: str, end: str, where: str, params: Sequence[Any], quantiles: Sequence[float]
+) -> tuple[int, list[float], float | None]:
+    """How many rows match `where`, the `quantiles` of `end - start` in seconds over them (linear
+    interpolation between closest ranks, PostgreSQL's percentile_cont) and the largest.
+
+    PostgreSQL computes them; SQLite has no percentile, so its rows are read and ranked here.
+    """
+    if _postgres():
+        seconds = f"EXTRACT(EPOCH FROM {column(model, end)} - {column(model, start)})::float8"
+        row = fetchone(
+            f"SELECT count(*), percentile_cont(%s) WITHIN GROUP (ORDER BY s), max(s) FROM ("
+            f"SELECT {seconds} AS s FROM {table(model)} WHERE {where}) AS recent",
+            [list(quantiles), *params],
+        )
+        assert row is not None  # an aggregate's one row
+        count, values, largest = row
+        return count, list(values or []), largest
+    names = (start, end)
+    rows = fetchall(f"SELECT {column(model, start)}, {column(model, end)} FROM {table(model)} WHERE {where}", params)
+    ordered = sorted(
+        (later - earlier).total_seconds()
+        for earlier, later in (
+            (getattr(obj, start), getattr(obj, end)) for obj in (instance(model, names, row) for row in rows)
+        )
+    )
+    if not ordered:
+        return 0, [], None
+    return len(ordered), [_percentile(ordered, q) for q in quantiles], ordered[-1]
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -16,14 +16,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import Count, Min
 from django.utils import timezone
 from django_q.models import OrmQ
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from operations import figures
+from operations import fastsql, figures, liveness
 from operations.audit import integrate
 from operations.audit.health import audit_protection_checks
 from operations.lifecycle.claims import due_unclaimed
@@ -84,6 +83,13 @@ class Process:
     last_seen_at: datetime
     seen_ago_s: float
     alive: bool
+    # What the process reported wrong with its last heartbeat (a dispatcher: the fleet's stalls).
+    problems: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        """Alive and making progress: a process that beats while nothing moves is not healthy."""
+        return self.alive and not self.problems
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,7 @@ class Snapshot:
     oldest_waiting_s: float | None
     open_escalations: dict[str, int]  # every reason, zeros included
     operations_by_status: dict[str, int]  # the statuses that are not done
+    progress: liveness.FleetProgress
 
     @property
     def live_processes(self) -> dict[str, int]:
@@ -110,37 +117,28 @@ class Snapshot:
                 counts[process.kind] = counts.get(process.kind, 0) + 1
         return counts
 
+    @property
+    def healthy_processes(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(self.live_processes, 0)
+        for process in self.processes:
+            if process.healthy:
+                counts[process.kind] += 1
+        return counts
+
 
 def dispatch_lag(*, now: datetime, window: timedelta = LAG_WINDOW) -> Lag:
-    recent = StatusCheck.objects.filter(sent_at__gte=now - window, due_at__isnull=False)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*), percentile_cont(%s) WITHIN GROUP (ORDER BY lag), max(lag) FROM ("
-                "  SELECT EXTRACT(EPOCH FROM started_at - due_at)::float8 AS lag FROM operations_statuscheck"
-                "  WHERE sent_at >= %s AND due_at IS NOT NULL) AS recent",
-                [list(QUANTILES), now - window],
-            )
-            samples, values, worst = cursor.fetchone()
-        if not samples:
-            return Lag(samples=0)
-        return Lag(samples=samples, quantiles=dict(zip(QUANTILES, values, strict=True)), max_s=worst)
-    # due_at is set on every row of `recent` (filtered above); the stubs type the column as nullable.
-    lags = sorted(
-        (started - due).total_seconds()  # type: ignore[operator]
-        for started, due in recent.values_list("started_at", "due_at")
+    """How late the window's checks started after they were due (computed by the database where it can)."""
+    samples, values, worst = fastsql.seconds_quantiles(
+        StatusCheck,
+        start="due_at",
+        end="started_at",
+        where=f"{fastsql.column(StatusCheck, 'sent_at')} >= %s AND {fastsql.column(StatusCheck, 'due_at')} IS NOT NULL",
+        params=[fastsql.prep(StatusCheck, "sent_at", now - window)],
+        quantiles=QUANTILES,
     )
-    if not lags:
+    if not samples:
         return Lag(samples=0)
-    return Lag(samples=len(lags), quantiles={q: _percentile(lags, q) for q in QUANTILES}, max_s=lags[-1])
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return Lag(samples=samples, quantiles=dict(zip(QUANTILES, values, strict=True)), max_s=worst)
 
 
 def snapshot(*, now: datetime | None = None) -> Snapshot:
@@ -175,6 +173,7 @@ def snapshot(*, now: datetime | None = None) -> Snapshot:
         oldest_waiting_s=None if waiting["oldest"] is None else (now - waiting["oldest"]).total_seconds(),
         open_escalations=_open_escalations(),
         operations_by_status=_not_done(),
+        progress=liveness.fleet_progress(now=now),
     )
 
 
@@ -188,9 +187,15 @@ def _processes(now: datetime) -> list[Process]:
             last_seen_at=row.last_seen_at,
             seen_ago_s=(now - row.last_seen_at).total_seconds(),
             alive=row.last_seen_at >= now - PROCESS_ALIVE_WITHIN,
+            problems=_problems(row.info),
         )
         for row in rows
     ]
+
+
+def _problems(info: object) -> tuple[str, ...]:
+    reported = info.get("stalled") if isinstance(info, dict) else None
+    return tuple(str(problem) for problem in reported) if isinstance(reported, list) else ()
 
 
 def _open_escalations() -> dict[str, int]:
@@ -269,6 +274,28 @@ class PollerdashCollector(Collector):
             "Processes with a fresh heartbeat, by kind",
             "kind",
             snap.live_processes or {"dispatcher": 0},
+        )
+        yield _labelled(
+            "pollerdash_healthy_processes",
+            "Processes with a fresh heartbeat that report no stall, by kind (alive is not enough)",
+            "kind",
+            snap.healthy_processes or {"dispatcher": 0},
+        )
+        progress = snap.progress
+        yield _gauge(
+            "pollerdash_polling_stalled",
+            "1 when operations have been due STALL_ALERT_S or longer and no status request was sent for as long",
+            int(progress.polling_stalled),
+        )
+        yield _gauge(
+            "pollerdash_task_queue_stalled",
+            "1 when a task has waited STALL_ALERT_S or longer and no worker took any for as long",
+            int(progress.queue_stalled),
+        )
+        yield _gauge(
+            "pollerdash_seconds_since_last_poll",
+            "Seconds since the last status request was sent (absent before the first)",
+            progress.since_last_poll_s,
         )
         yield from figures.histograms()
         yield _labelled(

@@ -18,8 +18,6 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection
-
 from operations import fastsql
 from operations.models import Operation, ProviderAccount, StatusCheck
 from operations.vocabulary import POLLABLE_STATUSES
@@ -77,13 +75,12 @@ def share_account(*, name: str) -> ProviderAccount | None:
     is recorded under it. Count the window in a later statement (`has_room`): a statement that
     waited for the lock still reads everything else from its snapshot taken before the wait, so
     it would miss the sends the exclusive holder just committed. SQLite serialises every writing
-    transaction anyway, so a plain read is enough there.
+    transaction anyway, so a plain read is enough there (fastsql.lock_clause).
     """
-    if connection.vendor != "postgresql":
-        return ProviderAccount.objects.filter(name=name).first()
-    # Plain SQL on every charge (fastsql says why); psycopg returns these columns as Django stores them.
+    # Plain SQL on every charge (fastsql says why).
     row = fastsql.fetchone(
-        f"SELECT id, name, paused_until, pause_reason FROM {fastsql.table(ProviderAccount)} WHERE name = %s FOR SHARE",
+        f"SELECT id, name, paused_until, pause_reason FROM {fastsql.table(ProviderAccount)} WHERE name = %s"
+        f"{fastsql.lock_clause(share=True)}",
         [name],
     )
     return None if row is None else fastsql.instance(ProviderAccount, _SHARED_NAMES, row)

@@ -65,13 +65,23 @@ class Broker(ORM):
         if connections[Conf.ORM].vendor != "postgresql":
             super().acknowledge(task_id)
             return
-        try:
-            self._run("DELETE FROM django_q_ormq WHERE id = %s", [task_id])
-        except DatabaseError:
-            # Once more on a fresh connection; should that fail too, the task is redelivered
-            # after `retry`, where the poll's fence makes it a no-op.
-            connections[Conf.ORM].close()
-            self._run("DELETE FROM django_q_ormq WHERE id = %s", [task_id])
+        for attempt in (1, 2):
+            try:
+                self._run("DELETE FROM django_q_ormq WHERE id = %s", [task_id])
+                return
+            except DatabaseError as exc:
+                # Once more on a fresh connection. Should that fail too, the task is redelivered
+                # after `retry`, where the poll's fence makes it a no-op; raising would kill
+                # django-q2's monitor with the results it holds (it died so in a soak's
+                # PostgreSQL restart, issue 30, and was reincarnated).
+                connections[Conf.ORM].close()
+                if attempt == 2:
+                    logger.warning(
+                        "task %s not acknowledged (%s); it is redelivered after %s s",
+                        task_id,
+                        type(exc).__name__,
+                        Conf.RETRY,
+                    )
 
     def _run(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         connection = connections[Conf.ORM]

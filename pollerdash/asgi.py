@@ -18,13 +18,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pollerdash.settings")
 django_application = get_asgi_application()
 
 from operations.api.asgi import with_threadless_api  # noqa: E402 - needs the app registry loaded above
-from pollerdash.body_limits import with_body_limits  # noqa: E402 - kept beside the import above
+from operations.api.mcp_http import with_mcp  # noqa: E402 - MCP at /mcp (streamable HTTP), on the same loop
+from pollerdash.body_limits import with_body_limits  # noqa: E402 - kept beside the imports above
 
 # The agent API runs on the event loop and a fixed database thread pool: no thread per open wait,
-# no thread or connection per request (operations/api/asgi.py). Outermost: a body over its path's
-# cap is refused before Django or the API's handler reads it (pollerdash/body_limits.py).
+# no thread or connection per request (operations/api/asgi.py); MCP at /mcp on the same loop.
+# Outermost: a body over its path's cap is refused before Django, the API's handler or MCP reads it
+# (pollerdash/body_limits.py).
 application = with_body_limits(
-    with_threadless_api(django_application),
+    with_mcp(with_threadless_api(django_application)),
     caps=settings.REQUEST_BODY_PATH_CAPS,
     default=settings.REQUEST_BODY_MAX_BYTES,
 )

@@ -281,6 +281,9 @@ LOGGING: dict[str, Any] = {
         "httpcore": {"level": "WARNING"},
         # django-axes logs every sign-in at INFO; failures and lockouts (WARNING) remain.
         "axes": {"level": "WARNING"},
+        # The MCP SDK logs every stateless /mcp request at INFO ("Terminating session"); its
+        # warnings and errors remain.
+        "mcp": {"level": "WARNING"},
     },
 }
 
@@ -339,6 +342,13 @@ DISPATCH_SWEEP_EVERY_S = env_float("DISPATCH_SWEEP_EVERY_S", 0.5)
 # small because every django-q2 dequeue scans the whole (unindexed) queue table.
 DISPATCH_MAX_QUEUED = env_int("DISPATCH_MAX_QUEUED", 250)
 DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
+# The fleet has stalled when operations have been due this long with no status request sent for as
+# long, or a task has waited this long with no worker taking any (operations/liveness.py): the
+# dispatcher logs an ERROR and its heartbeat is not healthy; /system/ and /metrics show it red.
+# Keep it above django-q2's task timeout (Q_TIMEOUT): a worker may rightly hold one task that long.
+STALL_ALERT_S = env_float("STALL_ALERT_S", 60.0)
+if not STALL_ALERT_S > 0:  # 0 would call every due operation a stall
+    raise ValueError(f"STALL_ALERT_S: {STALL_ALERT_S:g} is not a positive number of seconds")
 # A pass that claims more polls than this groups them into tasks of up to DISPATCH_POLLS_PER_TASK
 # (one worker sends a group's requests together and writes its outcomes in one transaction),
 # because django-q2's fixed cost per task (queue row, dequeue, acknowledgement) is as large as a
@@ -441,6 +451,14 @@ API_EVENTS_MAX_S = env_float("API_EVENTS_MAX_S", 300.0)
 AGENT_MAX_OPEN_OPERATIONS = env_int("AGENT_MAX_OPEN_OPERATIONS", 1000)
 AGENT_REGISTRATIONS_PER_MINUTE = env_int("AGENT_REGISTRATIONS_PER_MINUTE", 120)
 AGENT_CARDS_PER_HOUR = env_int("AGENT_CARDS_PER_HOUR", 30)
+
+# MCP over Streamable HTTP at /mcp (docs/DESIGN.md section 9, "MCP"): a task's requestState is
+# valid this long beyond the poll interval it came with; a subscriptions/listen stream checks the
+# caller's token again at least this often (and before each notification), so a revoked token's
+# stream ends within it; one stream follows at most this many tasks.
+MCP_TASK_STATE_TTL_S = env_int("MCP_TASK_STATE_TTL_S", 3600)
+MCP_STREAM_RECHECK_S = env_float("MCP_STREAM_RECHECK_S", 15.0)
+MCP_LISTEN_MAX_TASKS = env_int("MCP_LISTEN_MAX_TASKS", 100)
 
 # host:port pairs exempt from the public-https rule (a bare host: https on 443 only); a malformed
 # entry stops start-up with its name (operations/addresses.py).

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from accounts import views as accounts
 from escalations.views.slack import interactions as slack_interactions
+from operations.api.reference import api_reference
 from operations.metrics_endpoint import prometheus_metrics
 
 # Every app's admin module registers its admins here, where the site is served, rather than at
@@ -29,6 +31,10 @@ urlpatterns = [
     path("metrics", prometheus_metrics, name="metrics"),
     # Slack's signed requests (not a dashboard page: no session, the signature is the credential).
     path("slack/interactions", slack_interactions, name="slack_interactions"),
+    # Browsers ask for /favicon.ico on pages that name no icon (the admin, JSON answers).
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("api/v1/docs/", api_reference, name="api_reference"),
+    path("api/v1/docs", RedirectView.as_view(pattern_name="api_reference")),
     path("api/v1/", include("operations.api.routes")),
     path("", include("escalations.urls")),
 ]

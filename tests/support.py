@@ -166,3 +166,39 @@ def signed_in_now() -> SignIn:
     """A password sign-in just now: what a session holds right after its person signed in (fresh
     enough for decisions that cannot be undone)."""
     return SignIn(method=PASSWORD, at=timezone.now())
+
+
+def run_like_the_dispatcher(clock, rng, *, until: datetime) -> None:
+    """Poll whichever operation is due next (or reaches its deadline), moving the injected clock to
+    that time, until nothing is due before `until`: the demo's first minutes without processes."""
+    from operations.controller import poll_once
+    from operations.models import Operation
+    from operations.vocabulary import POLLABLE_STATUSES
+
+    for _ in range(1000):
+        due = [
+            (min(op.next_poll_at or op.deadline_at, op.deadline_at), op)
+            for op in Operation.objects.filter(status__in=sorted(POLLABLE_STATUSES))
+        ]
+        if not due:
+            return
+        when, op = min(due, key=lambda item: item[0])
+        if when > until:
+            return
+        if when > timezone.now():
+            clock.move_to(when, tick=False)
+        poll_once(operation_id=op.pk, fence=op.fence, rng=rng)
+
+
+def readme_shell_blocks(text: str) -> dict[str, list[str]]:
+    """The README's ```sh blocks by the heading above them (a heading may hold several)."""
+    import re
+
+    blocks: dict[str, list[str]] = {}
+    heading = ""
+    for part in re.split(r"^(#+ .*|```sh\n(?:.*\n)*?```)$", text, flags=re.M):
+        if part.startswith("#"):
+            heading = part.lstrip("#").strip()
+        elif part.startswith("```sh"):
+            blocks.setdefault(heading, []).append(part[len("```sh\n") : -len("```")])
+    return blocks

@@ -1,9 +1,13 @@
-"""The architecture's two rules, enforced (docs/architecture.md):
+"""The architecture's rules, enforced (docs/architecture.md):
 
 1. the domain (operations) never imports the human layer (escalations) or the demo: import-linter's
    contracts in pyproject.toml, run here as in `make lint`;
 2. only the lifecycle (operations/lifecycle/) writes an operation's status, fence, lease, bounds or
-   sequence, or a card's state and version: a scan of every module's syntax tree.
+   sequence, or a card's state and version: a scan of every module's syntax tree; inside it, only
+   its transitions (lifecycle/transitions.py) write the status and the claim, and every one of its
+   functions is keyword-only;
+3. what PostgreSQL and SQLite do differently is written in one module per concern, never as a
+   backend branch in application code: a scan for `.vendor` and `IS_POSTGRES`.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def _modules() -> list[Path]:
     return found
 
 
-def _writes(tree: ast.AST) -> list[tuple[int, str]]:
+def _writes(tree: ast.AST, *, owned: frozenset[str] = OWNED) -> list[tuple[int, str]]:
     """(line, what) for every write of an owned field found in a module's syntax tree."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
@@ -65,7 +69,7 @@ def _writes(tree: ast.AST) -> list[tuple[int, str]]:
             for element in elements:
                 # `self.status` in a class of its own (an HTTP client's error) is not a model row.
                 is_self = isinstance(element, ast.Attribute) and ast.unparse(element.value) == "self"
-                if isinstance(element, ast.Attribute) and element.attr in OWNED and not is_self:
+                if isinstance(element, ast.Attribute) and element.attr in owned and not is_self:
                     found.append((node.lineno, f"assigns .{element.attr}"))
         # Operation.objects....update(status=...), Escalation.objects.create(version=...)
         if (
@@ -75,7 +79,7 @@ def _writes(tree: ast.AST) -> list[tuple[int, str]]:
         ):
             chain = ast.unparse(node.func.value)
             if chain.startswith(OWNED_MODELS):
-                written = sorted(kw.arg for kw in node.keywords if kw.arg in OWNED)
+                written = sorted(kw.arg for kw in node.keywords if kw.arg in owned)
                 if written:
                     found.append((node.lineno, f"{chain.split('.')[0]}.{node.func.attr}({', '.join(written)})"))
     return found
@@ -173,3 +177,103 @@ from operations import outbound
         "httpx._transports",
         "httpx",
     ]
+
+
+# Inside the lifecycle, the fields a transition owns (operations.lifecycle.transitions).
+TRANSITION_OWNED = frozenset({"status", "fence", "lease_owner", "lease_expires_at", "claimed_at", "claim_due_at"})
+
+
+def test_inside_the_lifecycle_only_its_transitions_write_the_status_and_the_claim():
+    offenders = []
+    for path in sorted(LIFECYCLE.glob("*.py")):
+        if path.name == "transitions.py":
+            continue
+        for line, what in _writes(ast.parse(path.read_text(), filename=str(path)), owned=TRANSITION_OWNED):
+            offenders.append(f"{path.relative_to(ROOT)}:{line} {what}")
+    assert offenders == [], "write these through operations.lifecycle.transitions:\n" + "\n".join(offenders)
+
+
+def _positional(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, name) of each public module-level function that takes a positional parameter."""
+    return [
+        (node.lineno, node.name)
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and not node.name.startswith("_")
+        and (node.args.posonlyargs or node.args.args or node.args.vararg)
+    ]
+
+
+def test_every_public_lifecycle_function_is_keyword_only():
+    offenders = []
+    for path in sorted(LIFECYCLE.glob("*.py")):
+        for line, name in _positional(ast.parse(path.read_text(), filename=str(path))):
+            offenders.append(f"{path.relative_to(ROOT)}:{line} {name}")
+    assert offenders == [], "make these keyword-only (def f(*, ...)):\n" + "\n".join(offenders)
+
+
+# The modules where PostgreSQL and SQLite may differ, one per concern: everywhere else a statement
+# is written once, or asks one of these (as Django keeps its backends' differences in connection.ops).
+DIALECT_MODULES = {
+    # statements: lock clauses, named locks, many rows in one statement (arrays or lists), a second
+    # write in the first one's round trip, the bound cursor, aggregates SQLite lacks
+    "operations/fastsql.py",
+    # the task queue: django-q2's ORM broker, one statement per step on PostgreSQL
+    "operations/queue_broker.py",
+    # the audit log: its guards in the database (roles, owners, triggers, the prune function) and
+    # its bulk writes
+    "operations/audit/database.py",
+    # configuration: which backend's connection options apply
+    "pollerdash/settings.py",
+    # session-level advisory locks of the export slots (rows once the PgBouncer work lands)
+    "escalations/export_slots.py",
+}
+SCANNED = ("operations", "escalations", "accounts", "demo", "pollerdash")
+
+
+def _backend_branches(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for every question of which database this is."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("vendor", "IS_POSTGRES"):
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Name) and node.id == "IS_POSTGRES":
+            found.append((node.lineno, node.id))
+    return sorted(found, key=lambda item: item[0])
+
+
+def test_database_differences_live_in_their_modules():
+    found: dict[str, list[int]] = {}
+    for package in SCANNED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            lines = [line for line, _ in _backend_branches(ast.parse(path.read_text(), filename=str(path)))]
+            if lines:
+                found[str(path.relative_to(ROOT))] = lines
+    offenders = [f"{module}:{lines}" for module, lines in sorted(found.items()) if module not in DIALECT_MODULES]
+    assert offenders == [], (
+        "a backend branch outside the modules that hold them (put the statement in one of "
+        f"{sorted(DIALECT_MODULES)}):\n" + "\n".join(offenders)
+    )
+    # An entry with no branch left is stale: the list says where the differences are.
+    assert sorted(DIALECT_MODULES - found.keys()) == []
+
+
+def test_the_scans_see_a_backend_branch_and_a_positional_parameter():
+    source = """
+if connection.vendor == "postgresql": pass
+lock = "" if connections["default"].vendor != "postgresql" else " FOR UPDATE"
+if settings.IS_POSTGRES or IS_POSTGRES: pass
+def finish(operation, *, status): pass
+def fine(*, operation): pass
+def _private(operation): pass
+"""
+    tree = ast.parse(source)
+    assert [what for _, what in _backend_branches(tree)] == [
+        "connection.vendor",
+        "connections['default'].vendor",
+        "settings.IS_POSTGRES",
+        "IS_POSTGRES",
+    ]
+    assert _positional(tree) == [(5, "finish")]

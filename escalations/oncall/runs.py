@@ -109,11 +109,9 @@ def advance_due(*, now: datetime | None = None, limit: int = STEPS_PER_PASS) -> 
     taken = 0
     for escalation_id in due:
         with transaction.atomic():
-            query = PolicyRun.objects.filter(pk=escalation_id)
-            if connection.vendor == "postgresql":
-                # Another dispatcher stepping it right now: leave it to that one.
-                query = query.select_for_update(skip_locked=True)
-            run = query.first()
+            # Another dispatcher stepping it right now: leave it to that one (SQLite's transactions
+            # are serial, and Django takes no row lock there).
+            run = PolicyRun.objects.filter(pk=escalation_id).select_for_update(skip_locked=True).first()
             if run is not None and _advance(run, state=_state(run), policy=Policy.from_json(run.snapshot), now=now):
                 taken += 1
     return taken
@@ -247,10 +245,7 @@ def end(*, escalation: Escalation, now: datetime) -> None:
 
 
 def _locked_run(escalation: Escalation) -> PolicyRun | None:
-    query = PolicyRun.objects.filter(pk=escalation.pk)
-    if connection.vendor == "postgresql":
-        query = query.select_for_update()
-    return query.first()
+    return PolicyRun.objects.filter(pk=escalation.pk).select_for_update().first()
 
 
 def _close(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 from urllib.parse import urlencode
 
@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 from escalations.selectors.paging import PAGE_SIZE, page_number
 from operations.decisions.options import Kind
 from operations.models import CardActivity, Decision, ProviderProfile
-from operations.query_dates import day_end, day_start, parse_day
+from operations.query_dates import parse_bound, parse_zone
 from operations.vocabulary import Reason
 
 _Row = TypeVar("_Row", Decision, CardActivity)
@@ -30,8 +30,12 @@ class HistoryFilters:
     reason: str = ""
     provider: str = ""
     operation: str = ""
-    since: date | None = None
-    until: date | None = None
+    # The bounds as typed (a day, or a local date and time) and the zone they are read in.
+    since: str = ""
+    until: str = ""
+    tz: str = ""
+    since_at: datetime | None = None
+    until_at: datetime | None = None
 
     @classmethod
     def from_query(cls, query: dict) -> HistoryFilters:
@@ -39,6 +43,8 @@ class HistoryFilters:
         outcome = str(query.get("outcome", ""))
         option = str(query.get("option", ""))
         reason = str(query.get("reason", ""))
+        zone = parse_zone(query.get("tz"))
+        since_text, until_text = (str(query.get(name) or "").strip()[:40] for name in ("since", "until"))
         return cls(
             user=str(query.get("user", ""))[:150],
             outcome=outcome if outcome in OUTCOMES else "",
@@ -46,17 +52,26 @@ class HistoryFilters:
             reason=reason if reason in {r.value for r in Reason} else "",
             provider=str(query.get("provider", ""))[:64],
             operation=str(query.get("operation", "")).strip()[:40],
-            since=parse_day(query.get("since"), field="since"),
-            until=parse_day(query.get("until"), field="until"),
+            since=since_text,
+            until=until_text,
+            tz="" if zone is UTC else str(zone),
+            since_at=parse_bound(since_text, field="since", zone=zone, end=False),
+            until_at=parse_bound(until_text, field="until", zone=zone, end=True),
         )
 
-    @property
-    def since_at(self) -> datetime | None:
-        return day_start(self.since)
+    @staticmethod
+    def _input(text: str) -> str:
+        """A bound as a datetime-local input shows it (a day starts at 00:00)."""
+        return f"{text}T00:00" if len(text) == 10 else text[:16]
 
     @property
-    def until_at(self) -> datetime | None:
-        return day_end(self.until)
+    def since_input(self) -> str:
+        return self._input(self.since)
+
+    @property
+    def until_input(self) -> str:
+        # An "until" day runs to its end: shown as that day's last minute.
+        return f"{self.until}T23:59" if len(self.until) == 10 else self.until[:16]
 
     @property
     def active(self) -> bool:
@@ -72,8 +87,9 @@ class HistoryFilters:
             "reason": self.reason,
             "provider": self.provider,
             "operation": self.operation,
-            "since": self.since.isoformat() if self.since else "",
-            "until": self.until.isoformat() if self.until else "",
+            "since": self.since,
+            "until": self.until,
+            "tz": self.tz,
         }
         return urlencode({k: v for k, v in params.items() if v})
 

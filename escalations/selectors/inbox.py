@@ -180,6 +180,14 @@ class Entry:
     group: GroupRow | None = None
     card: Escalation | None = None
 
+    @property
+    def live_id(self) -> str:
+        """What the live list compares between refreshes (static/js/app.js): a card's id, or a group's
+        "g<group>.<open cards>", so a group that grows is news."""
+        if self.group is not None:
+            return f"g{self.group.group_id}.{self.group.count}"
+        return str(self.card.pk if self.card is not None else "")
+
 
 @dataclass
 class InboxView:

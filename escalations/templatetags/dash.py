@@ -13,6 +13,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from django import template
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
@@ -20,7 +22,14 @@ from operations.audit.story import StoryLine
 from operations.decisions.cards import reason_label
 from operations.decisions.options import human_duration
 from operations.decisions.signin import OIDC, SignIn
-from operations.decisions.words import cancel_words, decision_words, option_title
+from operations.decisions.words import (
+    CancelAnswerWords,
+    activity_words,
+    cancel_answer_words,
+    cancel_words,
+    decision_words,
+    option_title,
+)
 
 register = template.Library()
 
@@ -151,6 +160,38 @@ def outcome(decision: object) -> str:
 @register.filter
 def cancel_label(cancel_state: str) -> str:
     return cancel_words(cancel_state).label
+
+
+@register.filter
+def cancel_answer(response: dict) -> CancelAnswerWords:
+    """A card's cancel at the provider (Escalation.cancel_response) in the card's words."""
+    return cancel_answer_words(state=str(response.get("state") or ""), detail=str(response.get("detail") or ""))
+
+
+@register.filter
+def activity_said(activity: object) -> str:
+    """What an act on a card did, in words ("" for a note, whose text the page quotes)."""
+    return activity_words(
+        kind=str(getattr(activity, "kind", "")),
+        username=str(getattr(activity, "username", "")),
+        to_username=str(getattr(activity, "to_username", "")),
+        previous_username=str(getattr(activity, "previous_username", "")),
+    )
+
+
+@register.filter
+def who(person: AbstractBaseUser | str | None, viewer: AbstractBaseUser | AnonymousUser) -> str:
+    """A person (an account, or a username as recorded) as the viewer reads them: "you", or their username."""
+    if person is None:
+        return ""
+    name = person if isinstance(person, str) else person.get_username()
+    return "you" if viewer.is_authenticated and name == viewer.get_username() else name
+
+
+@register.filter
+def oneline(text: str) -> str:
+    """Text written over several template lines, on one (for an attribute such as a long title)."""
+    return " ".join(str(text).split())
 
 
 @register.filter

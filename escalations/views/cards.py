@@ -39,6 +39,7 @@ from operations.decisions import services
 from operations.decisions.cards import Card
 from operations.decisions.check import FRESH_SIGN_IN_KINDS, fresh_sign_in_refusal
 from operations.decisions.options import Kind, parse_option_id
+from operations.decisions.words import fresh_sign_in_needed
 from operations.models import Escalation
 from operations.query_dates import FilterError
 
@@ -79,7 +80,7 @@ def sign_in_context(request: DashboardRequest, card: Card) -> dict:
     return {
         "fresh_sign_in": fresh_sign_in_refusal(sign_in=sign_in, now=timezone.now()) is None,
         "fresh_sign_in_kinds": sorted(FRESH_SIGN_IN_KINDS),
-        "fresh_sign_in_minutes": settings.FRESH_SIGN_IN_MINUTES,
+        "fresh_sign_in_needed": fresh_sign_in_needed(minutes=settings.FRESH_SIGN_IN_MINUTES),
         "reauth_url": reauthenticate_url(card_return_url(card)),
     }
 
@@ -189,10 +190,8 @@ def decide(request: DashboardRequest, escalation_id: int) -> HttpResponse:
 
 
 def _sign_in_again_text() -> str:
-    return (
-        f"This cannot be undone, so it needs a sign-in within the last {settings.FRESH_SIGN_IN_MINUTES} minutes. "
-        "Nothing was done: sign in again and you will come back to this card"
-    )
+    needed = fresh_sign_in_needed(minutes=settings.FRESH_SIGN_IN_MINUTES)
+    return f"{needed} Nothing was done: sign in again and you will come back to this card"
 
 
 def _too_many_decisions(

@@ -40,6 +40,8 @@ def system(request: DashboardRequest) -> HttpResponse:
         "snap": snap,
         "checks": audit_protection_checks(),
         "escalations": [(REASON_LABELS[Reason(r)], n) for r, n in snap.open_escalations.items()],
+        # Red: the fleet has stopped working (operations.liveness); amber: it is behind.
+        "alerts": snap.progress.problems(),
         "warnings": _warnings(snap),
         "lag_window_min": int(metrics.LAG_WINDOW.total_seconds() // 60),
         "nav": "system",

@@ -1,33 +1,36 @@
-"""MCP tools over the agent services (docs/DESIGN.md section 9): `manage.py mcp_server` (stdio).
+"""The MCP server's tools over the agent services (docs/DESIGN.md section 9, "MCP").
 
-The server acts as one agent: the owner of the token in POLLERDASH_TOKEN (checked on every call,
-so revoking the token stops the server's access at once), or, for an operator running it
-locally, the agent named by `--agent NAME`. Tools call the same services and selectors as the
-JSON API; `wait_job` parks on the same shared watcher.
-
-Every result's text starts with `DONE (<status>)`, `NOT DONE`, `NEEDS HUMAN` or
-`TIMED OUT WAITING`, and its structured content is the Operation object (the list object for
-`list_open_jobs`). Bad input comes back as an error result naming the problem code.
+Served over Streamable HTTP at /mcp inside the web process (operations/api/mcp_http.py): every
+request carries the agent's bearer token, so the tools act as that agent with the same isolation,
+quotas, problem codes and audit actor as the JSON API, and call the same services and selectors.
+`wait_job` parks on the same shared watcher. With the Tasks extension (operations/api/mcp_tasks.py,
+and the 2025-11-25 experimental tasks in operations/api/mcp_legacy_tasks.py) `watch_job` and
+`wait_job` can answer a task instead, which the client polls; `subscriptions/listen` streams
+task status (operations/api/mcp_listen.py). The results' words: operations/api/mcp_results.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from django.conf import settings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
+from mcp_types import SubscriptionsListenRequestParams
 from pydantic import StrictInt
 
-from operations import quotas, registration, selectors, services
-from operations.agents import agent_authenticate
+from operations import registration, selectors, services
 from operations.api import selectors as api_selectors
 from operations.api import wait as api_wait
 from operations.api.lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
+from operations.api.mcp_caller import McpCaller, caller_in
+from operations.api.mcp_legacy_tasks import legacy_tasks, task_result
+from operations.api.mcp_listen import listen
+from operations.api.mcp_results import database_unavailable, error_result, headline, operation_result, problem_of
+from operations.api.mcp_tasks import TaskParams, TasksExtension
 from operations.api.parsing import parse_deadline, parse_limit, parse_timeout
-from operations.api.problems import ApiProblem, not_found, problem_body, quota_exceeded
+from operations.api.problems import not_found
 from operations.api.schemas import ListOut, OperationOut
 from operations.models import Agent
 from operations.representation import operation_object
@@ -35,111 +38,37 @@ from operations.representation import operation_object
 INSTRUCTIONS = (
     "pollerdash watches long-running external jobs for you. Call list_open_jobs at the start of every run: "
     "it shows unfinished jobs and finished ones you have not acknowledged. Register a job with watch_job, then "
-    "wait_job (at most 50 s per call) or get_job later. A job is finished only when a result says DONE; NOT DONE, "
-    "NEEDS HUMAN and TIMED OUT WAITING all mean it is not finished - never report it as complete, never resubmit "
-    "a job a human is deciding on. After reading a DONE result, call ack_job."
+    "wait_job (at most 50 s per call) or get_job later; a client with the tasks extension gets a task to poll "
+    "instead. A job is finished only when a result says DONE; NOT DONE, NEEDS HUMAN and TIMED OUT WAITING all "
+    "mean it is not finished - never report it as complete, never resubmit a job a human is deciding on. After "
+    "reading a DONE result, call ack_job."
 )
 
 
-@dataclass(frozen=True)
-class Identity:
-    """Who the server acts as: a token (re-checked every call) or a named agent."""
-
-    token: str | None = None
-    agent_name: str | None = None
-
-    def agent(self) -> Agent:
-        if self.token is not None:
-            agent = agent_authenticate(token=self.token)
-            if agent is None:
-                raise ApiProblem("unauthenticated", "POLLERDASH_TOKEN is unknown or revoked.")
-            return agent
-        agent = Agent.objects.filter(name=self.agent_name).first()
-        if agent is None:
-            raise ApiProblem("unauthenticated", f"There is no agent named {self.agent_name!r}.")
-        return agent
-
-
-def headline(obj: dict[str, Any], *, timed_out: bool = False) -> str:
-    """The first words of every tool result: the one thing a model must not misread."""
-    if obj["done"]:
-        return f"DONE ({obj['status']})"
-    if obj["status"] == "needs_attention":
-        return "NEEDS HUMAN"
-    if timed_out:
-        return "TIMED OUT WAITING (job still running)"
-    return "NOT DONE"
-
-
-def next_step(obj: dict[str, Any]) -> str:
-    """What to do next, in this server's tools: an MCP agent has no HTTP access to follow the
-    API's own hint (which names HTTP calls)."""
-    later = f"in {obj['retry_after_s']} s or later" if obj["retry_after_s"] is not None else "later"
-    if obj["status"] == "needs_attention":
-        reason = (obj.get("escalation") or {}).get("reason") or "stopped"
-        deciding = "whether the result is still wanted" if reason == "business_deadline_passed" else "what happens next"
-        return (
-            f"A human is deciding {deciding} ({reason}). Do not resubmit the job and do not report it as "
-            f"complete. Check again with get_job {later}, or end your turn: list_open_jobs shows it next run."
-        )
-    if not obj["done"]:
-        return (
-            "Do not report it as complete. Call wait_job now (it returns when the job finishes), or get_job "
-            f"{later}, or end your turn: list_open_jobs shows it next run."
-        )
-    ack = "" if obj["acknowledged_at"] else " Then call ack_job."
-    if obj["result"] is not None:
-        return f"The result is in the structured content (`result`).{ack}"
-    error = obj["error"] or {}
-    return (
-        f"It ended {obj['status']} ({error.get('code')}); details are in `error`. Do not resubmit it "
-        f"automatically; report the outcome.{ack}"
+def build_server() -> MCPServer:
+    """The server the /mcp endpoint serves: tools, the Tasks extension, task status streams."""
+    server = MCPServer(
+        name="pollerdash",
+        instructions=INSTRUCTIONS,
+        version="1",
+        extensions=[TasksExtension()],
+        middleware=[database_unavailable, legacy_tasks],
+        # subscriptions/listen is served below, for task status only.
+        subscriptions=False,
     )
 
+    def caller(ctx: Context) -> McpCaller:
+        return caller_in(ctx.request_context.request)
 
-def operation_result(obj: dict[str, Any], *, timed_out: bool = False, note: str = "") -> CallToolResult:
-    text = (
-        f"{headline(obj, timed_out=timed_out)} {obj['id']} ({obj['provider']} job {obj['provider_job_id']}). "
-        f"{note}{next_step(obj)}"
-    )
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=obj)
-
-
-def error_result(problem: ApiProblem) -> CallToolResult:
-    body = problem_body(problem)
-    text = f"ERROR {problem.code}: {problem.detail}"
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=body, is_error=True)
-
-
-def _problem_of(exc: Exception) -> ApiProblem | None:
-    if isinstance(exc, ApiProblem):
-        return exc
-    if isinstance(exc, registration.OperationNotFound):
-        return not_found(str(exc))
-    if isinstance(exc, registration.OperationConflict):
-        return ApiProblem(exc.code, exc.message + ".")
-    if isinstance(exc, quotas.QuotaExceeded):
-        return quota_exceeded(quota=exc.quota, message=exc.message, retry_after_s=exc.retry_after_s)
-    if isinstance(exc, registration.RegistrationError):
-        return ApiProblem(
-            exc.problems[0].code if exc.problems[0].code != "invalid_field" else "invalid_value",
-            f"{exc}.",
-            status=422,
-        )
-    return None
-
-
-def build_server(*, identity: Identity) -> MCPServer:
-    server = MCPServer(name="pollerdash", instructions=INSTRUCTIONS, version="1")
-
-    async def call(work: Callable[[Agent], dict[str, Any]]) -> dict[str, Any]:
-        return await api_wait.run_db(lambda: work(identity.agent()))
+    async def call(ctx: Context, work: Callable[[Agent], dict[str, Any]]) -> dict[str, Any]:
+        agent = caller(ctx).agent
+        return await api_wait.run_db(lambda: work(agent))
 
     async def guarded(make: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
         try:
             return await make()
         except Exception as exc:
-            problem = _problem_of(exc)
+            problem = problem_of(exc)
             if problem is None:
                 raise
             return error_result(problem)
@@ -152,6 +81,7 @@ def build_server(*, identity: Identity) -> MCPServer:
         "registering the same job again returns the same operation. deadline: RFC 3339 with offset."
     )
     async def watch_job(
+        ctx: Context,
         provider: str,
         provider_job_id: str,
         purpose: str | None = None,
@@ -170,30 +100,36 @@ def build_server(*, identity: Identity) -> MCPServer:
             )
             return render(registration.operation_register_for_agent(agent=agent, request=request).operation)
 
-        return await guarded(lambda: _op(call(work)))
+        return await guarded(lambda: _op(call(ctx, work)))
 
     @server.tool(description="The job's status now. DONE (<status>) means finished; anything else is not.")
-    async def get_job(operation_id: str) -> Annotated[CallToolResult, OperationOut]:
+    async def get_job(ctx: Context, operation_id: str) -> Annotated[CallToolResult, OperationOut]:
         def work(agent: Agent) -> dict[str, Any]:
             op = api_selectors.agent_operation(agent_id=agent.pk, operation_id=operation_id)
             if op is None:
                 raise not_found(operation_id)
             return render(op)
 
-        return await guarded(lambda: _op(call(work)))
+        return await guarded(lambda: _op(call(ctx, work)))
 
     @server.tool(
         description="Wait up to timeout_s seconds (0-50, default 25) for the job to finish or need a human. "
         "TIMED OUT WAITING means still running: call again, or end your turn and use list_open_jobs next run."
     )
-    async def wait_job(operation_id: str, timeout_s: StrictInt = 25) -> Annotated[CallToolResult, OperationOut]:
+    async def wait_job(
+        ctx: Context,
+        operation_id: str,
+        timeout_s: StrictInt = 25,
+    ) -> Annotated[CallToolResult, OperationOut]:
         async def run() -> CallToolResult:
             # The HTTP API's rule, from the same parser: 0-9999 seconds, above the maximum lowered to it.
             requested, applied = parse_timeout(str(timeout_s), default_s=25, max_s=settings.API_WAIT_MAX_S)
-            agent = await api_wait.run_db(identity.agent)
+            who = caller(ctx)
             body = await api_wait.wait_result(
-                agent_id=agent.pk, operation_id=operation_id, requested_s=requested, applied_s=applied
+                agent_id=who.agent_id, operation_id=operation_id, requested_s=requested, applied_s=applied
             )
+            # The token may have been revoked while the call waited: then it gets nothing more.
+            await who.ensure_valid()
             note = f"(Waited at most {applied} s, the longest one call waits.) " if applied < requested else ""
             return operation_result(body["operation"], timed_out=body["timed_out"], note=note)
 
@@ -203,13 +139,17 @@ def build_server(*, identity: Identity) -> MCPServer:
         description="Your open jobs: unfinished ones (a human deciding first) and finished ones not yet "
         "acknowledged. Call this at the start of every run."
     )
-    async def list_open_jobs(limit: StrictInt = 50, cursor: str | None = None) -> Annotated[CallToolResult, ListOut]:
+    async def list_open_jobs(
+        ctx: Context,
+        limit: StrictInt = 50,
+        cursor: str | None = None,
+    ) -> Annotated[CallToolResult, ListOut]:
         def work(agent: Agent) -> dict[str, Any]:
             applied = parse_limit(str(limit), default=LIMIT_DEFAULT, maximum=LIMIT_MAX)
             return open_list(agent_id=agent.pk, limit=applied, cursor=cursor)
 
         async def run() -> CallToolResult:
-            body = await call(work)
+            body = await call(ctx, work)
             counts = body["counts"]
             if counts["needs_attention"]:
                 head = "NEEDS HUMAN"
@@ -236,25 +176,35 @@ def build_server(*, identity: Identity) -> MCPServer:
         return await guarded(run)
 
     @server.tool(description="Acknowledge a finished job after reading its outcome; it leaves the open list.")
-    async def ack_job(operation_id: str) -> Annotated[CallToolResult, OperationOut]:
+    async def ack_job(ctx: Context, operation_id: str) -> Annotated[CallToolResult, OperationOut]:
         def work(agent: Agent) -> dict[str, Any]:
             return render(services.operation_acknowledge(agent=agent, operation_id=operation_id))
 
-        return await guarded(lambda: _op(call(work)))
+        return await guarded(lambda: _op(call(ctx, work)))
 
     @server.tool(
         description="Stop watching a job (it ends as closed, error watch_cancelled); pollerdash also sends the "
         "provider's cancel request where the provider has one."
     )
-    async def cancel_job(operation_id: str, reason: str | None = None) -> Annotated[CallToolResult, OperationOut]:
+    async def cancel_job(
+        ctx: Context,
+        operation_id: str,
+        reason: str | None = None,
+    ) -> Annotated[CallToolResult, OperationOut]:
         def work(agent: Agent) -> dict[str, Any]:
             return render(
                 services.operation_cancel_by_agent(agent=agent, operation_id=operation_id, reason=reason or "")
             )
 
-        return await guarded(lambda: _op(call(work)))
+        return await guarded(lambda: _op(call(ctx, work)))
 
     _refuse_unknown_arguments(server)
+    # Methods the extension API cannot bind: a spec method served our way (task status only), and
+    # a 2025-11-25 method the 2026-07-28 revision removed (it answers -32601 there). The pinned mcp
+    # version keeps the low-level server in `_lowlevel_server` (tests/api/test_mcp.py guards this).
+    lowlevel = server._lowlevel_server
+    lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, listen)
+    lowlevel.add_request_handler("tasks/result", TaskParams, task_result)
     return server
 
 

@@ -27,6 +27,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "host_not_allowed": (400, "Host not allowed"),
     "multiple_idempotency_keys": (400, "More than one Idempotency-Key"),
     "unauthenticated": (401, "Missing, unknown or revoked API token"),
+    "origin_not_allowed": (403, "Origin not allowed"),
     "operation_not_found": (404, "Operation not found"),
     "not_found": (404, "No such API resource"),
     "method_not_allowed": (405, "Method not allowed"),

@@ -22,7 +22,7 @@ from ninja import Path, Query
 from ninja.security import HttpBearer
 
 from operations import quotas, registration, selectors, services
-from operations.agents import agent_authenticate
+from operations.agents import agent_authenticate, bearer_token
 from operations.api import docs
 from operations.api import errors as api_errors
 from operations.api import events as api_events
@@ -50,14 +50,6 @@ JSON_TYPE = "application/json"
 # --- authentication --------------------------------------------------------------------------------
 
 
-def _bearer_token(request: HttpRequest) -> str | None:
-    value = request.headers.get("Authorization", "")
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
-
-
 class BearerToken(HttpBearer):
     """`Authorization: Bearer <token>`; the token's SHA-256 must match a live AgentToken."""
 
@@ -68,7 +60,7 @@ class BearerToken(HttpBearer):
         self.is_async = asynchronous
 
     def __call__(self, request: HttpRequest) -> Any:
-        token = _bearer_token(request)
+        token = bearer_token(request.headers.get("Authorization", ""))
         if self.is_async:
             return self._authenticate_async(token)
         return agent_authenticate(token=token) if token else None

@@ -4,18 +4,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, When
 
-from operations.models import Operation
+from operations import fastsql
+from operations.models import Operation, ProviderProfile
 from operations.vocabulary import NOT_DONE_STATUSES, TERMINAL_STATUSES, Status
 
 # Open-list order: a human is deciding, then finished but not acknowledged, then still running.
 RANK_NEEDS_ATTENTION, RANK_DONE_UNACKED, RANK_RUNNING = 0, 1, 2
 
 
+@cache
+def _operation_columns() -> tuple[str, ...]:
+    return tuple(field.attname for field in Operation._meta.concrete_fields)
+
+
+@cache
+def _operation_sql() -> str:
+    columns = ", ".join(f"o.{fastsql.column(Operation, name)}" for name in _operation_columns())
+    return (
+        f"SELECT {columns}, p.id, p.slug FROM {fastsql.table(Operation)} o"
+        f" JOIN {fastsql.table(ProviderProfile)} p ON p.id = o.{fastsql.column(Operation, 'provider_id')}"
+        " WHERE o.id = %s AND o.agent_id = %s"
+    )
+
+
 def agent_operation(*, agent_id: int, operation_id: str) -> Operation | None:
-    return Operation.objects.select_related("provider").filter(pk=operation_id, agent_id=agent_id).first()
+    """The agent's operation with its provider's slug (what the Operation object names), or None.
+
+    Every GET, wait and MCP task read asks this, so it is one plain statement (operations/fastsql.py):
+    the ORM compiling a join of the operation's many columns costs more than the round trip."""
+    row = fastsql.fetchone(_operation_sql(), [operation_id, agent_id])
+    if row is None:
+        return None
+    columns = _operation_columns()
+    op = fastsql.instance(Operation, columns, row[: len(columns)])
+    # Only the slug of the provider is read; its other fields load on first use, as with only().
+    Operation.provider.field.set_cached_value(
+        op, fastsql.instance(ProviderProfile, ("id", "slug"), row[len(columns) :])
+    )
+    return op
 
 
 def operations_by_id(*, operation_ids: list[str]) -> list[Operation]:

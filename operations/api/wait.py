@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
 from operations import selectors
 from operations.api import selectors as api_selectors
@@ -44,10 +44,24 @@ def _pool() -> ThreadPoolExecutor:
         return _executor
 
 
+# A connection used this recently is taken as it is: Django's health check (a `SELECT 1` round trip,
+# CONN_HEALTH_CHECKS) before every call would cost a GET one round trip in three. One that failed,
+# outlived CONN_MAX_AGE or sat idle longer is checked (and replaced if need be) before the next call.
+HEALTH_CHECK_IDLE_S = 1.0
+_thread = threading.local()
+
+
 def _call(fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
     # These threads live outside Django's request cycle: drop broken or expired connections here.
-    close_old_connections()
-    return fn(*args, **kwargs)
+    db = connections[DEFAULT_DB_ALIAS]
+    now = time.monotonic()
+    expired = db.close_at is not None and now >= db.close_at
+    if db.errors_occurred or expired or now - getattr(_thread, "used_at", 0.0) > HEALTH_CHECK_IDLE_S:
+        close_old_connections()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _thread.used_at = time.monotonic()
 
 
 async def run_db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

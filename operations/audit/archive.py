@@ -39,11 +39,11 @@ from typing import TypeVar
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, InvalidStorageError, Storage, storages
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from operations.audit import checkpoints, export, genuine, integrate, ledger, tree
+from operations.audit import checkpoints, database, export, genuine, integrate, ledger, tree
 from operations.audit import entries as audit
 from operations.audit import verify as av
 from operations.audit.chaincheck import stored_bytes
@@ -149,15 +149,6 @@ def _digest(handle: object) -> tuple[str, int]:
     return sha.hexdigest(), count
 
 
-def _prune(*, log: str, after: int, upto: int) -> int:
-    if connection.vendor != "postgresql":
-        removed, _ = AuditEntry.objects.filter(log=log, seq__gt=after, seq__lte=upto).delete()
-        return removed
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pollerdash_audit_prune(%s, %s, %s)", [log, upto, after])
-        return int(cursor.fetchone()[0])
-
-
 class _Hashing:
     """A binary reader that hashes and counts what passes through it: the stored archive is
     verified and digested in one read."""
@@ -248,7 +239,7 @@ def prune_archived(*, log: str | None = None, chunk: int = PRUNE_CHUNK, storage:
     lowest = AuditEntry.objects.filter(log=log, seq__isnull=False, seq__lte=found.upto).aggregate(seq=Min("seq"))["seq"]
     if lowest is None:
         return Pruned(0)
-    allowed, who = ledger.may_prune()
+    allowed, who = database.may_prune()
     if not allowed:
         raise NotTheOwner(who)
     keys = _keys()
@@ -269,7 +260,7 @@ def prune_archived(*, log: str | None = None, chunk: int = PRUNE_CHUNK, storage:
         after = max(lowest, row.first_seq) - 1
         while after < row.last_seq:
             step = min(row.last_seq, after + chunk)
-            removed += _prune(log=log, after=after, upto=step)
+            removed += database.prune(log=log, after=after, upto=step)
             after = step
         lowest = row.last_seq + 1
     return Pruned(removed)
@@ -336,7 +327,7 @@ def archive_before(*, before: datetime, storage: Storage | None = None) -> Archi
             "the archive ledger has rows the log does not (yet) record: "
             + "; ".join(found.problems + [f"archive row {row.pk} awaits integration" for row in found.pending])
         )
-    allowed, who = ledger.may_record()
+    allowed, who = database.may_record()
     if not allowed:
         raise NotTheOwner(who)
     storage = storage or archive_storage()

@@ -36,9 +36,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 
+from operations import fastsql
 from operations.audit import chaincheck, genuine, integrate, ledger, tree, treecheck
 from operations.audit import verify as av
 from operations.audit.chaincheck import StoredEntry, iter_entries, stored_bytes
@@ -208,7 +209,8 @@ def sign_checkpoint(
         except tree.TreeError as exc:
             raise CheckpointError(str(exc)) from None
         with transaction.atomic():
-            _lock_signing(log)
+            # Signers one at a time (SQLite's IMMEDIATE transactions are one at a time anyway).
+            fastsql.named_lock(f"pollerdash/checkpoint/{log}")
             if _pk(latest_genuine_checkpoint(log, keys=keys)) != _pk(anchor):
                 continue  # another signer got there first: verify from its checkpoint instead
             signed = _store(log=log, key=key, anchor=anchor, now=now, **body_args)  # type: ignore[arg-type]
@@ -265,13 +267,6 @@ def _store(
 
 def _pk(checkpoint: AuditCheckpoint | None) -> int | None:
     return None if checkpoint is None else checkpoint.pk
-
-
-def _lock_signing(log: str) -> None:
-    """Serialise signers. SQLite's IMMEDIATE transactions already hold the database write lock."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"pollerdash/checkpoint/{log}"])
 
 
 def checkpoint_for_export(

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
-from operations.audit import checkpoints, integrate, ledger, witness
+from operations.audit import checkpoints, database, integrate, ledger, witness
 from operations.models import ProcessHeartbeat
 
 AUDIT_TABLES = (
@@ -85,31 +84,23 @@ def _integration_check() -> HealthCheck:
 
 
 def _database_checks() -> list[HealthCheck]:
-    if connection.vendor != "postgresql":
+    guarded = database.protection(AUDIT_TABLES)
+    if guarded is None:
         return [
             HealthCheck(
                 "append-only triggers",
                 False,
+                # A newcomer meets this first in `make demo`, which runs on SQLite by choice (one file,
+                # nothing to install): say so, and what a deployment uses instead.
                 "SQLite has no append-only triggers and no roles: whoever can write the database file can "
-                "change entries, checkpoints and the archive ledger; use PostgreSQL for a protected audit log",
+                "change entries, checkpoints and the archive ledger. SQLite is for trying pollerdash on one "
+                "machine (make demo uses it); deployments use PostgreSQL, whose triggers refuse UPDATE, DELETE "
+                "and TRUNCATE on the audit tables and whose roles keep the archive ledger the owner's "
+                "(docs/deployment.md)",
             )
         ]
     checks: list[HealthCheck] = []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, pg_get_userbyid(c.relowner), current_user, "
-            "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
-            "FROM pg_class c WHERE c.relname = ANY(%s) AND c.relnamespace = to_regnamespace(current_schema())",
-            [list(AUDIT_TABLES)],
-        )
-        rows = cursor.fetchall()
-        cursor.execute(
-            "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid IN "
-            "(SELECT oid FROM pg_class WHERE relname = ANY(%s) AND relnamespace = to_regnamespace(current_schema())) "
-            "AND NOT tgisinternal",
-            [list(AUDIT_TABLES)],
-        )
-        triggers = dict(cursor.fetchall())
+    triggers, rows = guarded.triggers, guarded.owners
     armed = set(triggers) >= EXPECTED_TRIGGERS and all(triggers[name] == "A" for name in EXPECTED_TRIGGERS)
     checks.append(
         HealthCheck(

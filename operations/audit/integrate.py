@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from operations.audit import tree
+from operations.audit import database, tree
 from operations.audit.verify import merkle
-from operations.models import AuditEntry, AuditHead, AuditTree, AuditTreeNode
+from operations.models import AuditEntry, AuditHead, AuditTree
 
 BATCH = 5000
 
@@ -32,22 +32,6 @@ BATCH = 5000
 class IntegrationError(Exception):
     """A pending entry's stored bytes no longer hash to its leaf hash: nothing is integrated
     until that is explained (the signer would refuse to sign it anyway)."""
-
-
-def _lock(log: str) -> int | None:
-    """Lock the log's tree row for this transaction; its size, or None when another integrator has it."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                "INSERT INTO operations_audittree (log, size, root) VALUES (%s, 0, '') ON CONFLICT (log) DO NOTHING",
-                [log],
-            )
-            cursor.execute("SELECT size FROM operations_audittree WHERE log = %s FOR UPDATE SKIP LOCKED", [log])
-        else:
-            cursor.execute("INSERT OR IGNORE INTO operations_audittree (log, size, root) VALUES (%s, 0, '')", [log])
-            cursor.execute("SELECT size FROM operations_audittree WHERE log = %s", [log])
-        row = cursor.fetchone()
-    return None if row is None else int(row[0])
 
 
 def chain_size(log: str) -> int:
@@ -59,7 +43,7 @@ def integrate_once(*, log: str | None = None, limit: int = BATCH, now: datetime 
     """Integrate up to `limit` entries; how many, or None when another integrator holds the row."""
     log = log or settings.AUDIT_LOG_NAME
     with transaction.atomic():
-        size = _lock(log)
+        size = database.lock_tree(log)
         if size is None:
             return None
         chained = chain_size(log)
@@ -89,50 +73,12 @@ def integrate_once(*, log: str | None = None, limit: int = BATCH, now: datetime 
                     raise IntegrationError(f"pending audit entry {pk} does not hash to its leaf hash")
                 numbered.append((pk, edge.size + 1))
             made += edge.push(leaf)
-        _number(numbered)
-        _add_nodes(log=log, made=made)
+        database.number(numbered)
+        database.add_nodes(log=log, made=made)
         AuditTree.objects.filter(log=log).update(
             size=edge.size, root=edge.root().hex(), integrated_at=now or timezone.now()
         )
     return len(rows)
-
-
-# Every dispatcher pass integrates what the polls since the last one appended, so these two run
-# for every poll: on PostgreSQL each is one statement over arrays (no per-row parameters or CASE
-# arms to compile), a fraction of the ORM's bulk_update and bulk_create for the dispatcher and
-# the server.
-
-
-def _number(numbered: list[tuple[int, int]]) -> None:
-    """Give the pending entries (pk, seq) their numbers."""
-    if not numbered:
-        return
-    if connection.vendor != "postgresql":
-        AuditEntry.objects.bulk_update([AuditEntry(pk=pk, seq=seq) for pk, seq in numbered], ["seq"], batch_size=1000)
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE operations_auditentry AS e SET seq = v.seq "
-            "FROM unnest(%s::bigint[], %s::bigint[]) AS v(id, seq) WHERE e.id = v.id",
-            [[pk for pk, _ in numbered], [seq for _, seq in numbered]],
-        )
-
-
-def _add_nodes(*, log: str, made: list[tuple[int, int, bytes]]) -> None:
-    """Store the tree's new complete subtrees (level, index, hash)."""
-    if connection.vendor != "postgresql":
-        AuditTreeNode.objects.bulk_create(
-            [AuditTreeNode(log=log, level=level, index=index, hash=digest) for level, index, digest in made],
-            batch_size=2000,
-        )
-        return
-    if made:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                'INSERT INTO operations_audittreenode (log, level, "index", hash) '
-                "SELECT %s, * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[])",
-                [log, [level for level, _, _ in made], [index for _, index, _ in made], [h for _, _, h in made]],
-            )
 
 
 def integrate_all(*, log: str | None = None, limit: int = BATCH) -> int:

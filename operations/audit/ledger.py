@@ -16,9 +16,9 @@ signed like any other. Here:
   within a second. Any other row is a problem (`UNRECORDED_ARCHIVE`): it vouches for nothing,
   moves no export or check past any entry, and is reported by `audit_verify`, the signer and
   /system/.
-- `may_record()` says whether this database role may add rows (PostgreSQL: the table's owner, as
-  the trigger of migration 0026 enforces; SQLite has no roles: anyone who can write the file can
-  write every table, and only the checks above stand).
+- `database.may_record()` says whether this database role may add rows (PostgreSQL: the table's
+  owner, as the trigger of migration 0026 enforces; SQLite has no roles: anyone who can write the
+  file can write every table, and only the checks above stand).
 
 An `audit.archived` entry without a row vouches for nothing either: entries are the application's to
 append, rows the owner's to insert, and only both together count.
@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from django.db import connection
 from django.db.models import Min
 
 from operations.models import AuditArchive, AuditEntry
@@ -144,33 +143,3 @@ def archived_upto(log: str) -> int:
     it: 0 when nothing was. The tree's nodes still cover those entries; their bodies are in the
     archive files."""
     return read(log).upto
-
-
-def may_record() -> tuple[bool, str]:
-    """Whether this connection's role may add archive rows, and who it is. On PostgreSQL the
-    table's owner (or a superuser) - the trigger of migration 0026 refuses anyone else, so asking
-    first spares writing an archive that could not be recorded."""
-    if connection.vendor != "postgresql":
-        return True, "sqlite"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT current_user, pg_get_userbyid(c.relowner), "
-            "coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false) "
-            "FROM pg_class c WHERE c.oid = 'operations_auditarchive'::regclass"
-        )
-        current, owner, superuser = cursor.fetchone()
-    return current == owner or bool(superuser), f"{current} (the ledger's owner is {owner})"
-
-
-def may_prune() -> tuple[bool, str]:
-    """Whether this connection's role may call pollerdash_audit_prune (EXECUTE is its owner's
-    alone), and who it is; asked before the archive is read back for nothing."""
-    if connection.vendor != "postgresql":
-        return True, "sqlite"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT current_user, "
-            "has_function_privilege(current_user, 'pollerdash_audit_prune(text, bigint, bigint)', 'EXECUTE')"
-        )
-        current, allowed = cursor.fetchone()
-    return bool(allowed), str(current)

@@ -9,18 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db import connection
-from django.db.models import Q
-
-from operations import fastsql
+from operations.audit import database
 from operations.audit.verify import merkle
-from operations.models import AuditTreeNode
-
-_SQLITE_NODES_PER_QUERY = 300
-NODES_SQL = (
-    "SELECT level, index, hash FROM operations_audittreenode WHERE log = %s AND (level, index) IN "
-    "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))"
-)
 
 
 class TreeError(Exception):
@@ -33,18 +23,7 @@ def nodes(*, log: str, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int
     wanted = set(wanted)
     if not wanted:
         return {}
-    if connection.vendor == "postgresql":
-        levels, indexes = zip(*sorted(wanted), strict=True)
-        rows = fastsql.fetchall_bound(NODES_SQL, [log, list(levels), list(indexes)])
-    else:
-        # A batch proof names thousands of nodes; SQLite parses a chain of ORs as a tree at most
-        # 1000 deep, so they are asked for a few hundred at a time.
-        ordered, rows = sorted(wanted), []
-        for first in range(0, len(ordered), _SQLITE_NODES_PER_QUERY):
-            condition = Q()
-            for level, index in ordered[first : first + _SQLITE_NODES_PER_QUERY]:
-                condition |= Q(level=level, index=index)
-            rows += AuditTreeNode.objects.filter(condition, log=log).values_list("level", "index", "hash")
+    rows = database.stored_nodes(log=log, wanted=wanted)
     found = {(level, index): bytes(digest) for level, index, digest in rows}
     if len(found) != len(wanted):
         missing = sorted(wanted - found.keys())[:3]

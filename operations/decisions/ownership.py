@@ -123,7 +123,7 @@ def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: obje
 
 def card_note(*, escalation_id: int, user: User, text: object) -> CardActivity:
     """A note in the card's thread (InvalidNote names what is wrong with the text)."""
-    note = ownership.clean_note(text)
+    note = ownership.clean_note(text=text)
     _take_slot(user)
     return ownership.add_note(escalation_id=escalation_id, user=user, text=note, now=timezone.now())
 

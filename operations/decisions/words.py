@@ -152,6 +152,58 @@ def cancel_words(cancel_state: str) -> OutcomeWords:
     return outcome_words(outcome="applied", cancel_answer=cancel_state or "requested")
 
 
+# What a card says about its cancel at the provider (templates/escalations/_card.html), by the state of
+# the answer: nothing left pollerdash (not_forwarded, not_allowed), or no answer is kept (sending).
+_NOTHING_SENT = {
+    "not_forwarded": (
+        "Nothing was sent to the provider: another live operation watches this job, "
+        "and the cancel would end its job too."
+    ),
+    "not_allowed": "Nothing was sent to the provider: {detail}.",
+}
+_NO_ANSWER = "No answer recorded (the answer was lost or is still on its way); it is not sent again."
+MAY_STILL_RUN = "The job may still run at the provider."
+
+
+@dataclass(frozen=True)
+class CancelAnswerWords:
+    """A cancel at the provider as a card tells it: "<label> — <verb> by bob at 10:15. <sentence>"."""
+
+    label: str  # the outcome, as every page names it ("sent — provider refused")
+    tone: Tone
+    verb: str  # "sent", or "asked for" when nothing left pollerdash
+    sentence: str  # what became of it; "" when the provider answered (the card lists its answer)
+    may_still_run: str  # MAY_STILL_RUN after an answer that did not confirm the cancel, else ""
+
+
+def cancel_answer_words(*, state: str, detail: str = "") -> CancelAnswerWords:
+    """The card's words for a cancel whose answer is in `state` (Escalation.cancel_response["state"])."""
+    words = cancel_words(state)
+    if state in _NOTHING_SENT:
+        return CancelAnswerWords(words.label, words.tone, "asked for", _NOTHING_SENT[state].format(detail=detail), "")
+    if state == "sending":
+        return CancelAnswerWords(words.label, words.tone, "sent", _NO_ANSWER, "")
+    return CancelAnswerWords(words.label, words.tone, "sent", "", "" if state == "confirmed" else MAY_STILL_RUN)
+
+
+def fresh_sign_in_needed(*, minutes: int) -> str:
+    """Why an option that cannot be undone asks for a recent sign-in, on its card and in its refusal."""
+    return f"This cannot be undone, so it needs a sign-in within the last {minutes} minutes."
+
+
+def activity_words(*, kind: str, username: str = "", to_username: str = "", previous_username: str = "") -> str:
+    """What an act on a card did (CardActivity), in the history's and the reports' words: "took the
+    card over from bob". "" for a note: the page quotes its text."""
+    if kind == "acknowledged":
+        return f"took the card over from {previous_username}" if previous_username else "acknowledged the card (on it)"
+    if kind == "unacknowledged":
+        return "gave the card back"
+    if kind == "reassigned":
+        before = f" (held by {previous_username} before)" if previous_username and previous_username != username else ""
+        return f"handed the card to {to_username}{before}"
+    return ""
+
+
 _PRESET = re.compile(r"^(extend|treat_as_pending):([0-9]{1,6})m:([0-9]{1,6})$")
 _TITLES = {
     Kind.CANCEL_AT_PROVIDER.value: "Cancel the job at the provider",
@@ -183,3 +235,28 @@ def option_title(option_id: str) -> str:
         return "(no option)"
     shown = text if len(text) <= _TITLE_SHOWN else text[: _TITLE_SHOWN - 1] + "…"
     return f"unknown option “{shown}”"
+
+
+# --- An agent's view of its job in words (the MCP task's statusMessage, docs/DESIGN.md section 9) ---
+
+
+def waiting_for_decision_words(*, reason_label: str, card_id: int | None) -> str:
+    """ "waiting for an on-call decision: request budget spent (card 42)": the card's reason as the
+    dashboard names it (`reason_label`, "Request budget spent"), for a job a person now decides on."""
+    reason = f"{reason_label[:1].lower()}{reason_label[1:]}"
+    card = f" (card {card_id})" if card_id is not None else ""
+    return f"waiting for an on-call decision: {reason}{card}"
+
+
+def watching_words(*, checks_used: int, checks_max: int, next_check_utc: str | None) -> str:
+    """ "watching: 3 of 20 status checks used, next check 12:03:04 UTC" (`next_check_utc` already in
+    the dashboard's UTC form; None while a check is due or under way)."""
+    when = f"next check {next_check_utc}" if next_check_utc else "a check is due now"
+    return f"watching: {checks_used} of {checks_max} status checks used, {when}"
+
+
+def finished_words(*, status: str, cancelled_by_agent: bool) -> str:
+    """ "finished: succeeded"; an agent's own cancel reads "cancelled by the agent"."""
+    if cancelled_by_agent:
+        return "cancelled by the agent"
+    return f"finished: {status.replace('_', ' ')}"

@@ -17,6 +17,7 @@ from operations import events
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.lifecycle.cards import supersede_card
+from operations.lifecycle.transitions import CANCEL_WATCH
 from operations.models import Agent, CallbackDelivery, Operation
 from operations.provider_cancel import CancelResult
 from operations.selectors import job_watched_elsewhere
@@ -47,11 +48,11 @@ _CANCEL_NOTES = {
 }
 
 
-def agent_actor(agent: Agent) -> dict[str, str]:
+def agent_actor(*, agent: Agent) -> dict[str, str]:
     return {"kind": "agent", "id": agent.name}
 
 
-def watch_cancelled_message(cancel_state: str) -> str:
+def watch_cancelled_message(*, cancel_state: str) -> str:
     """What the agent reads in error.message: it follows the provider's answer to the cancel."""
     note = _CANCEL_NOTES.get(CancelState(cancel_state), "") if cancel_state in CancelState else ""
     return f"The agent cancelled the watch; pollerdash stopped polling. {note}".strip()
@@ -65,7 +66,7 @@ def acknowledge(*, op: Operation, agent: Agent, now: datetime) -> None:
     op.save(update_fields=["acknowledged_at", "sequence", "updated_at"])
     audit.append(
         entry_type="operation.acknowledged",
-        actor=agent_actor(agent),
+        actor=agent_actor(agent=agent),
         operation_id=op.pk,
         data={"state": str(op.status)},
         at=now,
@@ -80,20 +81,24 @@ def cancel_watch(*, op: Operation, agent: Agent, reason: str, now: datetime) -> 
     # Never for a job another live operation watches: the cancel would end that watch's job too.
     watched_elsewhere = op.provider.has_cancel and job_watched_elsewhere(operation=op)
     forward = op.provider.has_cancel and not watched_elsewhere
-    op.status = Status.CLOSED
-    op.completed_at = now
-    op.next_poll_at = None
-    op.result = None
-    op.cancel_requested_at = now
-    op.cancel_reason = reason
     if forward:
-        op.cancel_state = CancelState.REQUESTED
+        cancel_state = CancelState.REQUESTED
     else:
-        op.cancel_state = CancelState.NOT_FORWARDED if watched_elsewhere else CancelState.NOT_DOCUMENTED
-    op.error = {"code": WATCH_CANCELLED, "message": watch_cancelled_message(op.cancel_state), "provider_error": None}
-    op.sequence += 1
-    op.updated_at = now
-    op.save()
+        cancel_state = CancelState.NOT_FORWARDED if watched_elsewhere else CancelState.NOT_DOCUMENTED
+    change = CANCEL_WATCH.given(
+        completed_at=now,
+        error={
+            "code": WATCH_CANCELLED,
+            "message": watch_cancelled_message(cancel_state=cancel_state),
+            "provider_error": None,
+        },
+        cancel_requested_at=now,
+        cancel_reason=reason,
+        cancel_state=cancel_state,
+        updated_at=now,
+    )
+    change.apply(op=op)
+    op.save(update_fields=change.fields)
     if was == Status.NEEDS_ATTENTION:
         supersede_card(operation=op, reason="the agent cancelled the watch")
     record_event(operation=op, event_type=EVENT_COMPLETED)
@@ -101,7 +106,7 @@ def cancel_watch(*, op: Operation, agent: Agent, reason: str, now: datetime) -> 
         async_task(FORWARD_TASK, op.pk, task_name=f"cancel {op.pk}", group="cancels")
     audit.append(
         entry_type="operation.cancelled",
-        actor=agent_actor(agent),
+        actor=agent_actor(agent=agent),
         operation_id=op.pk,
         data={"state": str(op.status), "reason": reason, "cancel_state": str(op.cancel_state), "http_status": None},
         at=now,
@@ -124,7 +129,7 @@ def record_cancel_forward(*, operation_id: str, result: CancelResult) -> None:
         now = timezone.now()
         op.cancel_state = result.state
         if (op.error or {}).get("code") == WATCH_CANCELLED:
-            op.error = {**(op.error or {}), "message": watch_cancelled_message(result.state)}
+            op.error = {**(op.error or {}), "message": watch_cancelled_message(cancel_state=result.state)}
         if result.provider_state:
             # The provider's latest word on the job is its answer to the cancel.
             op.last_provider_state = result.provider_state[:200]

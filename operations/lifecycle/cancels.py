@@ -35,7 +35,7 @@ def claim_cancel(
     """
     operation, escalation = card.operation, card.escalation
     act = act_on(card=card, user=user, sign_in=sign_in, comment=comment)
-    decision = decision_row(act, option_id=option.id, outcome=Decision.Outcome.APPLIED)
+    decision = decision_row(act=act, option_id=option.id, outcome=Decision.Outcome.APPLIED)
     escalation.cancel_response = {
         "state": "sending",
         "decision_id": decision.pk,
@@ -49,7 +49,7 @@ def claim_cancel(
     operation.cancel_reason = (comment or f"{option.label} — by {user.get_username()}")[:280]
     operation.cancel_state = CancelState.REQUESTED
     operation.save(update_fields=["cancel_requested_at", "cancel_reason", "cancel_state"])
-    decision_entry(decision, user=user)
+    decision_entry(decision=decision, user=user)
     return decision
 
 
@@ -77,7 +77,7 @@ def record_cancel_answer(
     confirmed = result.confirmed and operation.status == Status.NEEDS_ATTENTION
     if confirmed:
         finish(
-            operation,
+            operation=operation,
             status=Status.CANCELLED,
             now=now,
             error={

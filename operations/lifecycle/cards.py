@@ -18,8 +18,9 @@ from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_NEEDS_ATTENTION, record_event
 from operations.credentials import credential_publish
 from operations.lifecycle.entries import controller_decision
+from operations.lifecycle.transitions import ESCALATE
 from operations.models import CardGroup, Escalation, Operation
-from operations.vocabulary import POLLABLE_STATUSES, Reason, Status
+from operations.vocabulary import Reason
 
 
 def open_card(*, operation: Operation, reason: Reason, detail: str, context: dict[str, Any]) -> Escalation:
@@ -30,7 +31,7 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
     (django-q2's ORM broker), so they go out only if the card really opened, and from a worker.
     """
     now = timezone.now()
-    detail = capped_detail(detail)
+    detail = _capped_detail(detail)
     fingerprint = ""
     if reason is Reason.AUTHORIZATION_DENIED:
         # Recorded (and published) by the worker that was refused: the credential it sent.
@@ -69,7 +70,7 @@ def open_card(*, operation: Operation, reason: Reason, detail: str, context: dic
     return escalation
 
 
-def capped_detail(detail: str) -> str:
+def _capped_detail(detail: str) -> str:
     """Why the card opened, at most the column's length: an explanation quoting a provider's 10 kB
     state is cut (with "…") on the card, in its audit entry and in every message about it."""
     limit = Escalation._meta.get_field("detail").max_length or len(detail)
@@ -107,18 +108,13 @@ def escalate(*, operation_id: str, fence: int | None, reason: Reason, explanatio
         query = Operation.objects.select_for_update().select_related("provider").filter(pk=operation_id)
         if fence is not None:
             query = query.filter(fence=fence)
-        op = query.filter(status__in=sorted(POLLABLE_STATUSES)).first()
+        op = query.filter(status__in=sorted(ESCALATE.sources)).first()
         if op is None:
             return False
-        now = timezone.now()
-        op.status = Status.NEEDS_ATTENTION
-        op.next_poll_at = None
-        op.fence += 1
-        op.lease_owner, op.lease_expires_at, op.claimed_at = "", None, None
-        op.sequence += 1
-        op.updated_at = now
-        op.save()
-        controller_decision(op, state=op.status, decision="escalate", reason=f"{reason}: {explanation}")
+        change = ESCALATE.given(updated_at=timezone.now())
+        change.apply(op=op)
+        op.save(update_fields=change.fields)
+        controller_decision(op=op, state=op.status, decision="escalate", reason=f"{reason}: {explanation}")
         open_card(operation=op, reason=reason, detail=explanation, context={"http_status": None})
     return True
 

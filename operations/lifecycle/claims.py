@@ -1,8 +1,10 @@
 """Who owns the next poll: claims, expired leases, releases, the charge before a request, deferrals.
 
 The fence is bumped on every claim and every reschedule, so a stale worker's write is refused; the
-lease expires so a dead worker's claim is taken over. The hot statements (the charge) are plain SQL
-(operations/fastsql.py says why).
+lease expires so a dead worker's claim is taken over. What each writes is a transition of
+operations/lifecycle/transitions.py (CLAIM, CHARGE, RELEASE, DEFER): one poll's charge and a
+group's are the same change. The hot statements (the claim, the charge) are plain SQL
+(operations/fastsql.py says why, and writes the statement shapes PostgreSQL and SQLite differ on).
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from operations import fastsql
 from operations.lifecycle.entries import controller_decision
+from operations.lifecycle.transitions import CHARGE, CLAIM, DEFER, RELEASE, Change, orm_fence_guard
 from operations.models import Operation, StatusCheck
-from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Status
+from operations.vocabulary import POLLABLE_STATUSES, DelaySource
 
 _POLLABLE = sorted(POLLABLE_STATUSES)
 
@@ -29,13 +31,13 @@ class Claim:
     due_at: datetime
 
 
-def unleased(now: datetime) -> Q:
+def unleased(*, now: datetime) -> Q:
     return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
 
 
 def due_unclaimed(*, now: datetime) -> QuerySet[Operation]:
     """Pollable operations whose next poll is due and that no live lease holds."""
-    return Operation.objects.filter(status__in=_POLLABLE, next_poll_at__lte=now).filter(unleased(now)).order_by()
+    return Operation.objects.filter(status__in=_POLLABLE, next_poll_at__lte=now).filter(unleased(now=now)).order_by()
 
 
 def due_accounts(*, now: datetime) -> list[str]:
@@ -54,41 +56,34 @@ def claim_due_rows(*, account: str, now: datetime, take: int, owner: str) -> lis
     """Claim up to `take` due operations of one account for `owner`: fence + 1 and a lease each.
 
     Runs inside the dispatcher's transaction, which enqueues the claims' tasks before it commits.
+    One statement (a dispatcher pass runs one per account): the due rows nobody holds, oldest
+    first, locked (skipping rows another dispatcher holds) and claimed, each keeping its own due
+    time. Plain SQL: the ORM's SELECT ... FOR UPDATE then UPDATE cost the dispatcher two compiled
+    queries.
     """
     lease_until = now + timedelta(seconds=settings.POLL_LEASE_S)
-    if connection.vendor == "postgresql":
-        # One statement (a dispatcher pass runs one per account): the due rows nobody holds,
-        # oldest first, locked and claimed, each keeping its own due time. Plain SQL: the ORM's
-        # SELECT ... FOR UPDATE then UPDATE cost the dispatcher two compiled queries.
-        status, due = fastsql.column(Operation, "status"), fastsql.column(Operation, "next_poll_at")
-        fenced, lease = fastsql.column(Operation, "fence"), fastsql.column(Operation, "lease_expires_at")
-        claim_due = fastsql.column(Operation, "claim_due_at")
-        live = ", ".join(["%s"] * len(_POLLABLE))
-        sql = (
-            f"UPDATE {fastsql.table(Operation)} SET {fenced} = {fenced} + 1, "
-            f"{fastsql.column(Operation, 'lease_owner')} = %s, {lease} = %s, "
-            f"{fastsql.column(Operation, 'claimed_at')} = %s, {claim_due} = {due} "
-            f"WHERE id IN (SELECT id FROM {fastsql.table(Operation)} WHERE {fastsql.column(Operation, 'account')} = %s "
-            f"AND {status} IN ({live}) AND {due} <= %s AND ({lease} IS NULL OR {lease} <= %s) "
-            f"ORDER BY {due} LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, {fenced}, {claim_due}"
-        )
-        rows = fastsql.fetchall(sql, [owner, lease_until, now, account, *_POLLABLE, now, now, take])
-        return [Claim(*row) for row in sorted(rows, key=lambda row: row[2])]
-    query = due_unclaimed(now=now).filter(account=account).order_by("next_poll_at")
-    claims: list[Claim] = []
-    # SQLite has no row locks: claim each row by compare-and-set on its fence.
-    for pk, fence, due_at in query.values_list("pk", "fence", "next_poll_at")[:take]:
-        won = (
-            Operation.objects.filter(pk=pk, fence=fence)
-            .filter(unleased(now))
-            .update(
-                fence=fence + 1, lease_owner=owner, lease_expires_at=lease_until, claimed_at=now, claim_due_at=due_at
-            )
-        )
-        if won:
-            # Typing: claimable rows always have next_poll_at: the query filters on it.
-            claims.append(Claim(pk, fence + 1, due_at))  # type: ignore[arg-type]
-    return claims
+    sets, params = CLAIM.given(lease_owner=owner, lease_expires_at=lease_until, claimed_at=now).sql_set()
+    status, due = fastsql.column(Operation, "status"), fastsql.column(Operation, "next_poll_at")
+    lease, claim_due = fastsql.column(Operation, "lease_expires_at"), fastsql.column(Operation, "claim_due_at")
+    live = ", ".join(["%s"] * len(_POLLABLE))
+    at = fastsql.prep(Operation, "next_poll_at", now)
+    rows = fastsql.fetchall(
+        f"UPDATE {fastsql.table(Operation)} SET {sets} "
+        f"WHERE id IN (SELECT id FROM {fastsql.table(Operation)} WHERE {fastsql.column(Operation, 'account')} = %s "
+        f"AND {status} IN ({live}) AND {due} <= %s AND ({lease} IS NULL OR {lease} <= %s) "
+        f"ORDER BY {due} LIMIT %s{fastsql.lock_clause(skip_locked=True)}) "
+        f"RETURNING id, {fastsql.column(Operation, 'fence')}, {claim_due}",
+        [*params, account, *_POLLABLE, at, at, take],
+    )
+    claims = [Claim(*_claimed(row)) for row in rows]
+    return sorted(claims, key=lambda claim: claim.due_at)
+
+
+def _claimed(row: tuple[object, ...]) -> tuple[str, int, datetime]:
+    """A claim's row as the ORM would read it (SQLite returns its datetimes as text)."""
+    op = fastsql.instance(Operation, ("id", "fence", "claim_due_at"), row)
+    # Typing: a claimed row always has a due time: the statement copies next_poll_at, filtered on.
+    return op.pk, op.fence, op.claim_due_at  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -105,20 +100,38 @@ def take_expired_lease(*, lease: ExpiredLease) -> bool:
     The request the holder may have sent stays charged (it was charged before sending); the
     operation is still due, so the next claim hands it to a live worker with the new fence.
     """
-    return bool(
-        Operation.objects.filter(pk=lease.operation_id, fence=lease.fence, lease_expires_at=lease.expired_at).update(
-            fence=lease.fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None
-        )
-    )
+    guard = orm_fence_guard(fence=lease.fence) & Q(lease_expires_at=lease.expired_at)
+    return bool(Operation.objects.filter(guard, pk=lease.operation_id).update(**RELEASE.given().orm_update()))
 
 
 def release(*, operation_id: str, fence: int) -> bool:
     """Give up a claim without polling: the fence moves so a duplicate task is a no-op."""
     return bool(
-        Operation.objects.filter(pk=operation_id, fence=fence).update(
-            fence=fence + 1, lease_owner="", lease_expires_at=None, claimed_at=None, claim_due_at=None
-        )
+        Operation.objects.filter(orm_fence_guard(fence=fence), pk=operation_id).update(**RELEASE.given().orm_update())
     )
+
+
+def _charge_change(*, worker: str, now: datetime) -> Change:
+    """The charge of one request, the same for a single poll and for each of a group's."""
+    return CHARGE.given(
+        lease_owner=worker, lease_expires_at=now + timedelta(seconds=settings.POLL_LEASE_S), updated_at=now
+    )
+
+
+def _chargeable(*, now: datetime, reserved: bool) -> tuple[str, list[object]]:
+    """What a charge requires of its row besides its fence: a status it starts from, budget left,
+    and (`reserved`: it spends the send slot the dispatcher admitted for it) a live claim."""
+    used, budget = fastsql.column(Operation, "status_requests_used"), fastsql.column(Operation, "max_status_requests")
+    statuses = sorted(str(status) for status in CHARGE.sources)
+    sql = f"{fastsql.column(Operation, 'status')} IN ({', '.join(['%s'] * len(statuses))}) AND {used} < {budget}"
+    params: list[object] = [*statuses]
+    if reserved:
+        sql += (
+            f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
+            f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
+        )
+        params.append(fastsql.prep(Operation, "lease_expires_at", now))
+    return sql, params
 
 
 def charge(
@@ -128,36 +141,15 @@ def charge(
 
     The request counter is persisted before the request leaves, so a request whose answer is lost
     stays charged. `reserved`: the claim spends the send slot the dispatcher admitted for it, so it
-    must still be a live claim.
+    must still be a live claim. One round trip where the backend allows it: the check is inserted
+    only if the fenced charge changed the row.
     """
-    sets, params = fastsql.assignments(
-        Operation,
-        {
-            "fence": fence + 1,
-            "status": Status.RUNNING.value,
-            "approved_checks": 0,
-            "lease_owner": worker,
-            "lease_expires_at": now + timedelta(seconds=settings.POLL_LEASE_S),
-            "claimed_at": None,
-            "updated_at": now,
-        },
-    )
-    used, budget = fastsql.column(Operation, "status_requests_used"), fastsql.column(Operation, "max_status_requests")
-    where = (
-        f"id = %s AND {fastsql.column(Operation, 'fence')} = %s AND {fastsql.column(Operation, 'status')} IN (%s, %s) "
-        f"AND {used} < {budget}"
-    )
-    params += [op.pk, fence, Status.PENDING.value, Status.RUNNING.value]
-    if reserved:
-        where += (
-            f" AND {fastsql.column(Operation, 'claimed_at')} IS NOT NULL"
-            f" AND {fastsql.column(Operation, 'lease_expires_at')} > %s"
-        )
-        params.append(fastsql.prep(Operation, "lease_expires_at", now))
-    sequence = fastsql.column(Operation, "sequence")
-    # The request count and the status are visible to agents: the sequence moves with them.
-    increments = f"{used} = {used} + 1, {sequence} = {sequence} + 1"
-    update = f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {where}"
+    change = _charge_change(worker=worker, now=now)
+    change.check(was=op.status)
+    sets, params = change.sql_set()
+    chargeable, chargeable_params = _chargeable(now=now, reserved=reserved)
+    fenced = f"id = %s AND {fastsql.column(Operation, 'fence')} = %s"
+    update = f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE {fenced} AND {chargeable}"
     check = StatusCheck(
         operation=op,
         account=op.account,
@@ -167,31 +159,15 @@ def charge(
         sent_at=now,
     )
     values = {"operation": op.pk, **{name: getattr(check, name) for name in _CHECK_SENT_FIELDS}}
-    columns = ", ".join(fastsql.column(StatusCheck, name) for name in values)
-    inserted = [fastsql.prep(StatusCheck, name, value) for name, value in values.items()]
-    if connection.vendor == "postgresql":
-        # One round trip: the check is inserted only if the fenced charge changed the row.
-        casts = ", ".join(f"%s::{fastsql.type_of(StatusCheck, name)}" for name in values)
-        row = fastsql.fetchone(
-            f"WITH charged AS ({update} RETURNING id) INSERT INTO {fastsql.table(StatusCheck)} ({columns}) "
-            f"SELECT {casts} FROM charged RETURNING id",
-            [*params, *inserted],
-        )
-        if row is None:
-            return None
-    else:
-        if fastsql.execute(update, params) != 1:
-            return None
-        row = fastsql.fetchone(
-            f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) "
-            f"VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
-            inserted,
-        )
-    check.pk = row[0] if row else None
-    op.fence, op.status = fence + 1, Status.RUNNING
-    op.status_requests_used += 1
-    op.sequence += 1
-    op.approved_checks = 0
+    check.pk = fastsql.insert_if_written(
+        update,
+        [*params, op.pk, fence, *chargeable_params],
+        model=StatusCheck,
+        values={name: fastsql.prep(StatusCheck, name, value) for name, value in values.items()},
+    )
+    if check.pk is None:
+        return None
+    change.apply(op=op)
     return op, check
 
 
@@ -227,49 +203,23 @@ def charge_group(
     """Charge several admitted claims at once: one UPDATE, one multi-row INSERT of their checks.
 
     Each row is still fenced and must still be a live admitted claim with budget left, exactly as
-    `charge(reserved=True)`; the rows that lost are left out of the answer. Runs inside the
-    caller's transaction, which holds the accounts' shared locks and checked the window's room.
-    Each request is charged before it is sent (the caller sends after this commits).
+    `charge(reserved=True)`: the same change (`_charge_change`), the same conditions. The rows that
+    lost are left out of the answer. Runs inside the caller's transaction, which holds the
+    accounts' shared locks and checked the window's room. Each request is charged before it is
+    sent (the caller sends after this commits). The statement has a fixed text for any group
+    size and locks its rows in key order itself (fastsql.rows_in, fastsql.in_key_order).
     """
     if not claims:
         return {}
-    sets, params = fastsql.assignments(
-        Operation,
-        {
-            "status": Status.RUNNING.value,
-            "approved_checks": 0,
-            "lease_owner": worker,
-            "lease_expires_at": now + timedelta(seconds=settings.POLL_LEASE_S),
-            "claimed_at": None,
-            "updated_at": now,
-        },
-    )
-    fence, used = fastsql.column(Operation, "fence"), fastsql.column(Operation, "status_requests_used")
-    budget, sequence = fastsql.column(Operation, "max_status_requests"), fastsql.column(Operation, "sequence")
-    increments = f"{fence} = {fence} + 1, {used} = {used} + 1, {sequence} = {sequence} + 1"
-    live = f"{fastsql.column(Operation, 'status')} IN (%s, %s) AND {used} < {budget}"
-    claimed, lease = fastsql.column(Operation, "claimed_at"), fastsql.column(Operation, "lease_expires_at")
-    reserved = f"{claimed} IS NOT NULL AND {lease} > %s"
-    params += [Status.PENDING.value, Status.RUNNING.value, fastsql.prep(Operation, "lease_expires_at", now)]
-    pks = sorted(op.pk for op, _ in claims)
-    if connection.vendor == "postgresql":
-        # One statement with a fixed text: the claims as two arrays, the rows locked in key order
-        # by the statement itself (fastsql.locking_subquery).
-        sql = (
-            f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} WHERE {live} AND {reserved} "
-            f"AND (id, {fence}) IN (SELECT * FROM unnest(%s::{fastsql.array_of(Operation, 'id')}, %s::bigint[])) "
-            f"AND id IN ({fastsql.locking_subquery(Operation)}) RETURNING id"
-        )
-        params += [[op.pk for op, _ in claims], [claim_fence for _, claim_fence in claims], pks]
-    else:
-        pairs = ", ".join(["(%s, %s)"] * len(claims))
-        sql = (
-            f"UPDATE {fastsql.table(Operation)} SET {sets}, {increments} "
-            f"WHERE {live} AND {reserved} AND (id, {fence}) IN ({pairs}) RETURNING id"
-        )
-        for op, claim_fence in claims:
-            params += [op.pk, claim_fence]
-    won = {row[0] for row in fastsql.fetchall(sql, params)}
+    change = _charge_change(worker=worker, now=now)
+    for op, _ in claims:
+        change.check(was=op.status)
+    sets, params = change.sql_set()
+    chargeable, chargeable_params = _chargeable(now=now, reserved=True)
+    fenced, fenced_params = fastsql.rows_in(Operation, ("id", "fence"), [(op.pk, fence) for op, fence in claims])
+    locked, locked_params = fastsql.in_key_order(Operation, [op.pk for op, _ in claims])
+    sql = f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE {chargeable} AND {fenced}{locked} RETURNING id"
+    won = {row[0] for row in fastsql.fetchall(sql, [*params, *chargeable_params, *fenced_params, *locked_params])}
     charged = [(op, claim_fence) for op, claim_fence in claims if op.pk in won]
     if not charged:
         return {}
@@ -281,20 +231,11 @@ def charge_group(
     )
     sent: dict[str, SentCheck] = {}
     for op, claim_fence in charged:
-        op.fence, op.status = claim_fence + 1, Status.RUNNING
-        op.status_requests_used += 1
-        op.sequence += 1
-        op.approved_checks = 0
+        change.apply(op=op)
         sent[op.pk] = SentCheck(
             check_ids[op.pk], op.pk, op.account, claim_fence + 1, op.claim_due_at or op.next_poll_at, started_at, now
         )
     return sent
-
-
-def _blank_check() -> list[object]:
-    """A new check's blank answer columns (_CHECK_SENT_FIELDS[5:]), prepared for the backend."""
-    blank = StatusCheck()
-    return [fastsql.prep(StatusCheck, name, getattr(blank, name)) for name in _CHECK_SENT_FIELDS[5:]]
 
 
 _SENT_NAMES = ("operation", "account", "fence", "due_at", "started_at", "sent_at")
@@ -302,26 +243,18 @@ _SENT_NAMES = ("operation", "account", "fence", "due_at", "started_at", "sent_at
 
 def _insert_checks(*, rows: list[list[object]]) -> dict[str, int]:
     """Insert a group's status checks (values in _SENT_NAMES order, the rest blank); their ids by operation."""
-    defaults = _blank_check()
-    columns = ", ".join(fastsql.column(StatusCheck, name) for name in (*_SENT_NAMES, *_CHECK_SENT_FIELDS[5:]))
-    returning = f"RETURNING id, {fastsql.column(StatusCheck, 'operation')}"
-    prepared = [
+    blank = StatusCheck()
+    rows = [
         [fastsql.prep(StatusCheck, name, value) for name, value in zip(_SENT_NAMES, row, strict=True)] for row in rows
     ]
-    if connection.vendor == "postgresql":
-        # One array per column: a fixed statement text for any group size (fastsql.update_rows).
-        arrays = ", ".join(f"%s::{fastsql.array_of(StatusCheck, name)}" for name in _SENT_NAMES)
-        constants = ", ".join(f"%s::{fastsql.type_of(StatusCheck, name)}" for name in _CHECK_SENT_FIELDS[5:])
-        sql = (
-            f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) SELECT v.*, {constants} "
-            f"FROM unnest({arrays}) AS v {returning}"
-        )
-        params = [*defaults, *[[row[index] for row in prepared] for index in range(len(_SENT_NAMES))]]
-    else:
-        one = f"({', '.join(['%s'] * (len(_SENT_NAMES) + len(defaults)))})"
-        sql = f"INSERT INTO {fastsql.table(StatusCheck)} ({columns}) VALUES {', '.join([one] * len(rows))} {returning}"
-        params = [value for row in prepared for value in (*row, *defaults)]
-    return {operation_id: pk for pk, operation_id in fastsql.fetchall(sql, params)}
+    inserted = fastsql.insert_rows(
+        StatusCheck,
+        names=_SENT_NAMES,
+        rows=rows,
+        constants={name: fastsql.prep(StatusCheck, name, getattr(blank, name)) for name in _CHECK_SENT_FIELDS[5:]},
+        returning=("id", "operation"),
+    )
+    return {operation_id: pk for pk, operation_id in inserted}
 
 
 _CHECK_SENT_FIELDS = (
@@ -355,19 +288,11 @@ def defer(
 ) -> bool:
     """Reschedule without sending or charging (a paused or busy account). Runs inside the caller's
     transaction; False if the fence moved."""
-    moved = Operation.objects.filter(pk=op.pk, fence=fence).update(
-        fence=fence + 1,
-        sequence=F("sequence") + 1,
-        next_poll_at=until,
-        delay_source=source,
-        lease_owner="",
-        lease_expires_at=None,
-        claimed_at=None,
-        updated_at=now,
-    )
+    change = DEFER.given(next_poll_at=until, delay_source=source, updated_at=now)
+    moved = Operation.objects.filter(orm_fence_guard(fence=fence), pk=op.pk).update(**change.orm_update())
     if moved:
         controller_decision(
-            op,
+            op=op,
             state=op.status,
             decision="defer",
             reason=why,

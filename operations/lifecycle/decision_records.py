@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-def printable(value: str) -> str:
+def printable(*, value: str) -> str:
     return CONTROL_CHARACTERS.sub("", value)
 
 
@@ -45,8 +45,8 @@ def act_on(*, card: Card, user: User, sign_in: SignIn | None, comment: str) -> A
 
 
 def record(
-    act: Act,
     *,
+    act: Act,
     option_id: str,
     outcome: str,
     entry_type: str = "human.decision",
@@ -54,12 +54,12 @@ def record(
     **fields: object,
 ) -> Decision:
     """The Decision row and its audit entry (last in the transaction), linked to each other."""
-    decision = decision_row(act, option_id=option_id, outcome=outcome, **fields)
-    decision_entry(decision, user=act.user, entry_type=entry_type, data=data)
+    decision = decision_row(act=act, option_id=option_id, outcome=outcome, **fields)
+    decision_entry(decision=decision, user=act.user, entry_type=entry_type, data=data)
     return decision
 
 
-def decision_row(act: Act, *, option_id: str, outcome: str, **fields: object) -> Decision:
+def decision_row(*, act: Act, option_id: str, outcome: str, **fields: object) -> Decision:
     return Decision.objects.create(
         escalation=act.card.escalation,
         operation=act.card.operation,
@@ -76,7 +76,7 @@ def decision_row(act: Act, *, option_id: str, outcome: str, **fields: object) ->
 
 
 def decision_entry(
-    decision: Decision, *, user: User, entry_type: str = "human.decision", data: dict[str, object] | None = None
+    *, decision: Decision, user: User, entry_type: str = "human.decision", data: dict[str, object] | None = None
 ) -> None:
     base: dict[str, object] = {
         "escalation_id": decision.escalation_id,

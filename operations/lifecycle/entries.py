@@ -10,17 +10,17 @@ from operations.models import Operation
 
 
 def controller_decision(
-    op: Operation, *, state: str, decision: str, reason: str, at: datetime | None = None, **fields: object
+    *, op: Operation, state: str, decision: str, reason: str, at: datetime | None = None, **fields: object
 ) -> None:
     """Append a `controller.decision` entry with the operation's bounds as they now stand."""
-    entry = decision_entry(op, state=state, decision=decision, reason=reason, at=at, **fields)
+    entry = decision_entry(op=op, state=state, decision=decision, reason=reason, at=at, **fields)
     audit.append(
         entry_type=entry.entry_type, actor=entry.actor, operation_id=entry.operation_id, data=entry.data, at=entry.at
     )
 
 
 def decision_entry(
-    op: Operation, *, state: str, decision: str, reason: str, at: datetime | None = None, **fields: object
+    *, op: Operation, state: str, decision: str, reason: str, at: datetime | None = None, **fields: object
 ) -> audit.NewEntry:
     """The `controller.decision` entry, for a caller that appends several at once (a group of polls)."""
     data: dict[str, object] = {

@@ -31,6 +31,7 @@ from operations.lifecycle.ownership import acknowledge as acknowledge
 from operations.lifecycle.ownership import add_note as add_note
 from operations.lifecycle.ownership import reassign as reassign
 from operations.lifecycle.ownership import unacknowledge as unacknowledge
+from operations.lifecycle.transitions import FINISH, RESUME
 from operations.models import Authorization, Decision, Escalation, Operation
 from operations.vocabulary import DelaySource, Status
 
@@ -62,7 +63,7 @@ def refuse(
     DECISION_REPEAT_WINDOW_S of its last repeat) is counted on the first record instead: no new row,
     no new audit entry; the comment of the first attempt is the one kept.
     """
-    option = printable(posted_id)[:100]
+    option = printable(value=posted_id)[:100]
     repeated = _same_refusal(card=card, user=user, option=option, version=version, why=why)
     if repeated is not None:
         now = card.facts.now
@@ -73,7 +74,7 @@ def refuse(
     snapshot = card.snapshot()
     snapshot["posted"] = {"option": posted_id[:100], "card_version": str(posted_version)[:20]}
     return record(
-        Act(card=card, user=user, sign_in=sign_in, comment=comment, snapshot=snapshot, card_version=version),
+        act=Act(card=card, user=user, sign_in=sign_in, comment=comment, snapshot=snapshot, card_version=version),
         option_id=option,
         outcome=Decision.Outcome.REFUSED,
         entry_type="human.refused",
@@ -105,7 +106,7 @@ def _same_refusal(*, card: Card, user: User, option: str, version: int | None, w
 def record_inspect(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str) -> Decision:
     """Who looked and when; the card stays open and its version does not move."""
     return record(
-        act_on(card=card, user=user, sign_in=sign_in, comment=comment),
+        act=act_on(card=card, user=user, sign_in=sign_in, comment=comment),
         option_id=option.id,
         outcome=Decision.Outcome.RECORDED,
         entry_type="human.inspect",
@@ -150,17 +151,19 @@ def grant(*, card: Card, option: Option, user: User, sign_in: SignIn | None, com
         check_spacing_s=option.check_spacing_s,
         comment=comment,
     )
-    operation.deadline_at = option.new_deadline_at
-    operation.max_status_requests = option.new_max_requests
-    operation.max_transport_failures = authorization.max_transport_failures
-    operation.extra_pending_states = pending
-    operation.check_spacing_s = option.check_spacing_s
-    # An approval is for the check it was asked for: one left unused (the operation stopped for
-    # another reason first) must not let a later extension send a request nobody approved.
-    operation.approved_checks = 1 if option.kind is Kind.APPROVE_ONE_CHECK else 0
-    _resume_polling(card=card, option=option, user=user, now=now)
+    bounds = {
+        "deadline_at": option.new_deadline_at,
+        "max_status_requests": option.new_max_requests,
+        "max_transport_failures": authorization.max_transport_failures,
+        "extra_pending_states": pending,
+        "check_spacing_s": option.check_spacing_s,
+        # An approval is for the check it was asked for: one left unused (the operation stopped for
+        # another reason first) must not let a later extension send a request nobody approved.
+        "approved_checks": 1 if option.kind is Kind.APPROVE_ONE_CHECK else 0,
+    }
+    _resume_polling(card=card, option=option, user=user, now=now, bounds=bounds)
     return record(
-        act,
+        act=act,
         option_id=option.id,
         outcome=Decision.Outcome.APPLIED,
         data={
@@ -183,59 +186,41 @@ def keep_waiting(
     """business_deadline_passed: poll on until the technical deadline within the bounds already
     granted. No new Authorization (no new authority); the Decision records who chose it."""
     act = act_on(card=card, user=user, sign_in=sign_in, comment=comment)
-    _resume_polling(card=card, option=option, user=user, now=now)
+    _resume_polling(card=card, option=option, user=user, now=now, bounds={})
     return record(
-        act,
+        act=act,
         option_id=option.id,
         outcome=Decision.Outcome.APPLIED,
         data={"next_poll_at": audit.iso(card.operation.next_poll_at)},
     )
 
 
-# What a decision that lets polling continue writes on the operation (`grant` sets the bounds,
-# `_resume_polling` the rest): the row is written with these columns only, not all of them.
-RESUMED_FIELDS = (
-    "deadline_at",
-    "max_status_requests",
-    "max_transport_failures",
-    "extra_pending_states",
-    "check_spacing_s",
-    "approved_checks",
-    "status",
-    "next_poll_at",
-    "delay_source",
-    "business_deadline_waived_at",
-    "fence",
-    "lease_owner",
-    "lease_expires_at",
-    "claimed_at",
-    "claim_due_at",
-    "sequence",
-    "updated_at",
-)
-
-
-def _resume_polling(*, card: Card, option: Option, user: User, now: datetime) -> None:
-    """Back to running after a decision that lets polling continue: the next poll due at once (or when
-    the provider's wait ends), delay source manual_extension, the claim released, the card closed."""
+def _resume_polling(*, card: Card, option: Option, user: User, now: datetime, bounds: dict[str, object]) -> None:
+    """Back to running after a decision that lets polling continue (RESUME, with a grant's new
+    `bounds`): the next poll due at once (or when the provider's wait ends), delay source
+    manual_extension, the claim released, the card closed."""
     operation = card.operation
-    operation.status = Status.RUNNING
-    operation.next_poll_at = option.next_poll_at or now
-    operation.delay_source = DelaySource.MANUAL_EXTENSION
-    _waive_business_deadline(operation, now=now)
-    release_claim(operation)
-    operation.sequence += 1
-    operation.updated_at = now
-    operation.save(update_fields=RESUMED_FIELDS)
+    waived = _waived_business_deadline(operation=operation, now=now)
+    change = RESUME.given(
+        next_poll_at=option.next_poll_at or now,
+        delay_source=DelaySource.MANUAL_EXTENSION,
+        updated_at=now,
+        also={**bounds, **({} if waived is None else {"business_deadline_waived_at": waived})},
+    )
+    change.apply(op=operation)
+    operation.save(update_fields=change.fields)
     close_card(escalation=card.escalation, now=now, why=f"{option.label} — by {user.get_username()}")
 
 
-def _waive_business_deadline(operation: Operation, *, now: datetime) -> None:
-    # A person who lets polling continue at or after the business deadline has weighed it: it
-    # stops nothing any more. Before it, an extension leaves it in force (its effect says so).
+def _waived_business_deadline(*, operation: Operation, now: datetime) -> datetime | None:
+    """When a decision letting polling continue waives the business deadline: now, if it is taken
+    at or after it and it was not waived before. A person who lets polling continue then has
+    weighed it: it stops nothing any more. Before it, an extension leaves it in force (its effect
+    says so)."""
     business = operation.business_deadline_at
     if business is not None and now >= business and operation.business_deadline_waived_at is None:
-        operation.business_deadline_waived_at = now
+        return now
+    return None
 
 
 def close(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
@@ -246,7 +231,7 @@ def close(*, card: Card, option: Option, user: User, sign_in: SignIn | None, com
     if comment:
         message += f": {comment}"
     finish(
-        operation,
+        operation=operation,
         status=Status.CLOSED,
         now=now,
         error={
@@ -257,7 +242,7 @@ def close(*, card: Card, option: Option, user: User, sign_in: SignIn | None, com
         },
     )
     close_card(escalation=escalation, now=now, why=f"closed by {user.get_username()}")
-    return record(act, option_id=option.id, outcome=Decision.Outcome.APPLIED)
+    return record(act=act, option_id=option.id, outcome=Decision.Outcome.APPLIED)
 
 
 def accept_output(
@@ -269,14 +254,14 @@ def accept_output(
     if first is None:
         # The card now shows who accepted and waits for a second person: a new version.
         new_card_version(escalation=escalation)
-        waiting = decision_row(act, option_id=option.id, outcome=Decision.Outcome.AWAITING_SECOND)
+        waiting = decision_row(act=act, option_id=option.id, outcome=Decision.Outcome.AWAITING_SECOND)
         # The other responders are told (the dashboard's receiver queues it with this transaction).
         events.card_awaiting_second.send(sender=Escalation, escalation=escalation, first=waiting)
-        decision_entry(waiting, user=user)
+        decision_entry(decision=waiting, user=user)
         return waiting
     first_name = first.username
     finish(
-        operation,
+        operation=operation,
         status=Status.SUCCEEDED,
         now=now,
         result={
@@ -292,7 +277,7 @@ def accept_output(
     )
     close_card(escalation=escalation, now=now, why=f"output accepted by {first_name} and {user.get_username()}")
     return record(
-        act,
+        act=act,
         option_id=option.id,
         outcome=Decision.Outcome.APPLIED,
         data={"confirms_decision_id": first.pk},
@@ -300,29 +285,17 @@ def accept_output(
     )
 
 
-def release_claim(operation: Operation) -> None:
-    # A new fence: any claim or in-flight poll from before the decision can no longer write.
-    operation.fence += 1
-    operation.lease_owner, operation.lease_expires_at, operation.claimed_at = "", None, None
-    operation.claim_due_at = None
-
-
 def finish(
-    operation: Operation,
     *,
+    operation: Operation,
     status: Status,
     now: datetime,
     result: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
 ) -> None:
-    """End the operation on a human decision; the completion event rides the same transaction."""
-    operation.status = status
-    operation.result = result
-    operation.error = error
-    operation.completed_at = now
-    operation.next_poll_at = None
-    release_claim(operation)
-    operation.sequence += 1
-    operation.updated_at = now
-    operation.save()
+    """End the operation on a person's decision (FINISH, as a poll's final answer does); the
+    completion event rides the same transaction."""
+    change = FINISH.given(status=status, result=result, error=error, completed_at=now, updated_at=now)
+    change.apply(op=operation)
+    operation.save(update_fields=change.fields)
     record_event(operation=operation, event_type=EVENT_COMPLETED)

@@ -69,7 +69,7 @@ class InvalidNote(OwnershipRefused):
     """The note is empty, too long, or holds control characters."""
 
 
-def clean_note(text: object) -> str:
+def clean_note(*, text: object) -> str:
     """The note as stored: plain text up to NOTE_MAX characters, line breaks allowed; anything else
     (control or hidden characters, nothing to say, too long) raises InvalidNote naming the field."""
     if not isinstance(text, str):
@@ -231,7 +231,7 @@ def reassign(*, escalation_id: int, by: User, to: User, now: datetime) -> Escala
 
 def add_note(*, escalation_id: int, user: User, text: str, now: datetime) -> CardActivity:
     """A note in the card's thread; decides nothing. Raises InvalidNote for text `clean_note` refuses."""
-    note = clean_note(text)
+    note = clean_note(text=text)
     with transaction.atomic():
         escalation = _lock_open(escalation_id)
         return _activity(

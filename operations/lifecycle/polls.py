@@ -3,7 +3,9 @@ the audit entry, and (when the decision says so) the card or the completion even
 
 Under the fence nobody else changes what the decision was computed from: a late answer (the claim
 was taken over) writes nothing about the operation; an answer that arrives after the operation
-ended another way is kept as evidence and a warning, never as a second completion.
+ended another way is kept as evidence and a warning, never as a second completion (LATE_ANSWER).
+The outcome is a transition of operations/lifecycle/transitions.py (RESUME to wait, ESCALATE,
+FINISH), the same change whether one poll writes it or a group's one statement does.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 
 from operations import fastsql, pacing
@@ -22,9 +24,20 @@ from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.lifecycle.cards import open_card
 from operations.lifecycle.claims import SentCheck
 from operations.lifecycle.entries import controller_decision, decision_entry
+from operations.lifecycle.transitions import (
+    CHARGED,
+    ESCALATE,
+    FINISH,
+    LATE_ANSWER,
+    RESUME,
+    Change,
+    TransitionRefused,
+    charged_guard,
+    status_in,
+)
 from operations.models import Operation, ProviderAccount, StatusCheck
 from operations.polling.model import Action, Decision
-from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Status
+from operations.vocabulary import POLLABLE_STATUSES, DelaySource
 
 logger = logging.getLogger(__name__)
 
@@ -49,38 +62,25 @@ class Answer:
 def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> bool:
     """Write the decision for the request `check` recorded; False when a newer claim owns the operation."""
     with transaction.atomic():
-        # The account lock first (lock order: account, operation, audit head); its audit entry
-        # comes with the others, last.
+        # The account lock first (lock order: account, then operation); its audit entry comes
+        # with the others, last.
         paused = decision.account_pause_until is not None and _pause_account(
             op=op, until=decision.account_pause_until, http_status=answer.http_status
         )
-        fields = _decision_fields(op, decision, answer=answer)
-        sets, params = fastsql.assignments(Operation, fields)
-        update = (
-            f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE id = %s AND {fastsql.column(Operation, 'fence')} = %s "
-            f"AND {fastsql.column(Operation, 'status')} IN (%s, %s)"
-        )
-        params += [op.pk, check.fence, Status.PENDING.value, Status.RUNNING.value]
+        change = _decision_change(op=op, decision=decision, answer=answer)
+        sets, params = change.sql_set()
+        guard, guard_params = charged_guard(fence=check.fence)
         _fill_check(check, decision=decision, answer=answer)
         answered, answer_params = fastsql.assignments(
             StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS}
         )
-        answer_check = f"UPDATE {fastsql.table(StatusCheck)} SET {answered} WHERE id = %s"
-        if connection.vendor == "postgresql":
-            # One round trip: the check is answered only if the fenced update changed the operation.
-            # Whether the outcome is written is that update's to say (`won`'s rows), as on SQLite:
-            # the check UPDATE's own count would leave a changed operation without its entry.
-            updated = len(
-                fastsql.fetchall(
-                    f"WITH won AS ({update} RETURNING id), answered AS ({answer_check} "
-                    "AND EXISTS (SELECT 1 FROM won)) SELECT id FROM won",
-                    [*params, *answer_params, check.pk],
-                )
-            )
-        else:
-            updated = fastsql.execute(update, params)
-            if updated:
-                fastsql.execute(answer_check, [*answer_params, check.pk])
+        # The check is answered only if the fenced update changed the operation.
+        updated = fastsql.update_if_written(
+            f"UPDATE {fastsql.table(Operation)} SET {sets} WHERE id = %s AND {guard}",
+            [*params, op.pk, *guard_params],
+            then=f"UPDATE {fastsql.table(StatusCheck)} SET {answered} WHERE id = %s",
+            then_params=[*answer_params, check.pk],
+        )
         if not updated:
             current = Operation.objects.select_for_update().filter(pk=op.pk, fence=check.fence).first()
             if current is None:
@@ -93,9 +93,8 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
             if paused:
                 _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
             return True
-        for name, value in fields.items():
-            setattr(op, name, value)
-        controller_decision(op, **_decision_facts(op, check.reason, decision, answer))
+        change.apply(op=op)
+        controller_decision(op=op, **_decision_facts(op, check.reason, decision, answer))
         if paused:
             _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
         if decision.action is Action.ESCALATE:
@@ -167,68 +166,67 @@ _CHECK_RESPONSE_FIELDS = [
 ]
 
 
-def _decision_fields(op: Operation, decision: Decision, *, answer: Answer) -> dict[str, object]:
-    """The operation's new values after a decision, computed from the fenced snapshot."""
-    fields: dict[str, object] = {
+def _decision_change(*, op: Operation, decision: Decision, answer: Answer) -> Change:
+    """The operation's change after a decision, computed from the fenced snapshot: the transition
+    the decision takes from `running` (the status its charge wrote) - RESUME to wait, ESCALATE or
+    FINISH - with the answer's observations as the act's own facts. Checked against the status
+    table first: a decision naming a status its transition does not write is refused."""
+    observed: dict[str, object] = {
         "last_http_status": answer.http_status,
         "last_polled_at": answer.received_at,
         "backoff_attempt": decision.backoff_attempt,
         "provider_wait_until": decision.provider_wait_until,
-        "status": decision.status,
-        "next_poll_at": decision.next_poll_at if decision.action is Action.WAIT else None,
-        "fence": op.fence + 1,
-        "lease_owner": "",
-        "lease_expires_at": None,
-        "claimed_at": None,
-        "sequence": op.sequence + 1,
-        "updated_at": answer.received_at,
     }
     if decision.provider_state is not None:
-        fields["last_provider_state"] = decision.provider_state[:STATE_LENGTH]
+        observed["last_provider_state"] = decision.provider_state[:STATE_LENGTH]
     if decision.progress_percent is not None:
-        fields["progress_percent"] = max(op.progress_percent or 0, decision.progress_percent)
+        observed["progress_percent"] = max(op.progress_percent or 0, decision.progress_percent)
     if decision.progress_counts is not None:
-        fields["progress_counts"] = decision.progress_counts
+        observed["progress_counts"] = decision.progress_counts
     if decision.charge_transport:
-        fields["transport_failures_used"] = op.transport_failures_used + 1
+        observed["transport_failures_used"] = op.transport_failures_used + 1
     if decision.warnings:
-        fields["warnings"] = op.warnings_with(*decision.warnings)
+        observed["warnings"] = op.warnings_with(*decision.warnings)
+    at = answer.received_at
     if decision.action is Action.WAIT:
-        fields["delay_source"] = decision.delay_source or ""
-    if decision.action is Action.COMPLETE:
-        fields.update(result=decision.result, error=decision.error, completed_at=answer.received_at)
-    return fields
+        change = RESUME.given(
+            next_poll_at=decision.next_poll_at, delay_source=decision.delay_source or "", updated_at=at, also=observed
+        )
+    elif decision.action is Action.ESCALATE:
+        change = ESCALATE.given(updated_at=at, also=observed)
+    else:
+        change = FINISH.given(
+            status=decision.status,
+            result=decision.result,
+            error=decision.error,
+            completed_at=at,
+            updated_at=at,
+            also=observed,
+        )
+    if change.status != decision.status:
+        raise TransitionRefused(f"a {decision.action} decision cannot write {decision.status}")
+    change.check(was=op.status)
+    return change
 
 
 def _record_after_terminal(op: Operation, check: StatusCheck, decision: Decision, answer: Answer) -> None:
-    """The operation ended (closed, cancelled) while this request was in flight: keep the
-    provider's answer as evidence and a warning, never as a second completion."""
+    """The operation ended (an agent cancelled the watch, which keeps the fence) while this request
+    was in flight: keep the provider's answer as evidence and a warning, never as a second
+    completion, and give the claim back."""
     warning = (
         f"provider reported {decision.provider_state or decision.interpreted_state!r} "
         f"after the operation was already {op.status}; status unchanged"
     )
+    change = LATE_ANSWER.given(
+        warnings=op.warnings_with(warning), last_http_status=answer.http_status, last_polled_at=check.received_at
+    )
+    change.apply(op=op)
     check.decision = "ignored_after_terminal"
     check.warnings = [*check.warnings, warning]
     check.save()
-    op.warnings = op.warnings_with(warning)
-    op.last_http_status = answer.http_status
-    op.last_polled_at = check.received_at
-    op.fence += 1
-    op.sequence += 1
-    op.lease_owner, op.lease_expires_at = "", None
-    op.save(
-        update_fields=[
-            "warnings",
-            "last_http_status",
-            "last_polled_at",
-            "fence",
-            "sequence",
-            "lease_owner",
-            "lease_expires_at",
-        ]
-    )
+    op.save(update_fields=change.fields)
     controller_decision(
-        op,
+        op=op,
         state=op.status,
         decision="ignored_after_terminal",
         reason=warning,
@@ -307,9 +305,9 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
     common = [
         o for o in outcomes if o.decision.account_pause_until is None and o.decision.action is not Action.ESCALATE
     ]
-    changes = {o.op.pk: _decision_fields(o.op, o.decision, answer=o.answer) for o in common}
+    changes = {o.op.pk: _decision_change(op=o.op, decision=o.decision, answer=o.answer) for o in common}
     # The operations as the decisions saw them: the transaction sets the new values on them.
-    before = {o.op.pk: {name: getattr(o.op, name) for name in changes[o.op.pk]} for o in common}
+    before = {o.op.pk: {name: getattr(o.op, name) for name in changes[o.op.pk].fields} for o in common}
     try:
         written = _record_common(common, changes)
     except (DatabaseError, audit.AuditError):
@@ -324,29 +322,28 @@ def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
     return written
 
 
-def _record_common(common: list[Outcome], changes: dict[str, dict[str, object]]) -> dict[str, bool]:
+def _record_common(common: list[Outcome], changes: dict[str, Change]) -> dict[str, bool]:
     """`record_group`'s one transaction: the common outcomes it wrote."""
     written: dict[str, bool] = {}
     with transaction.atomic():
-        shapes: dict[tuple[str, ...], list[tuple[Outcome, dict[str, object]]]] = {}
+        shapes: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[Outcome, Change]]] = {}
         for outcome in common:
-            fields = changes[outcome.op.pk]
-            shapes.setdefault(tuple(fields), []).append((outcome, fields))
+            change = changes[outcome.op.pk]
+            shapes.setdefault(change.shape(), []).append((outcome, change))
         # Locked in primary-key order (fastsql.lock_rows says why): by the one UPDATE itself when
         # the outcomes share their changed columns (the usual case), else first, in one statement.
         alone = len(shapes) == 1
         if not alone:
             fastsql.lock_rows(Operation, sorted(changes))
         won: set[str] = set()
-        for names, rows in shapes.items():
-            won |= _update_many(names, rows, lock=alone)
+        for rows in shapes.values():
+            won |= _update_many(rows, lock=alone)
         entries, checks = [], []
         for outcome in common:
             if outcome.op.pk not in won:
                 continue
             op, decision, answer = outcome.op, outcome.decision, outcome.answer
-            for name, value in changes[op.pk].items():
-                setattr(op, name, value)
+            changes[op.pk].apply(op=op)
             # Plain values, no StatusCheck instance: the group's checks are written by one UPDATE.
             answered = _check_answer(decision=decision, answer=answer)
             checks.append(
@@ -354,9 +351,10 @@ def _record_common(common: list[Outcome], changes: dict[str, dict[str, object]])
             )
             if decision.action is Action.COMPLETE:
                 record_event(operation=op, event_type=EVENT_COMPLETED)
-            entries.append(decision_entry(op, **_decision_facts(op, str(answered["reason"]), decision, answer)))
+            entries.append(decision_entry(op=op, **_decision_facts(op, str(answered["reason"]), decision, answer)))
             written[op.pk] = True
-        _update_checks(checks)
+        if checks:
+            fastsql.update_rows(StatusCheck, keys=("id",), names=_CHECK_RESPONSE_FIELDS, rows=checks)
         audit.append_many(entries=entries)
     return written
 
@@ -388,43 +386,21 @@ def _decision_facts(op: Operation, reason: str, decision: Decision, answer: Answ
     }
 
 
-def _update_many(names: tuple[str, ...], rows: list[tuple[Outcome, dict[str, object]]], *, lock: bool) -> set[str]:
-    """One fenced UPDATE of many operations with the same changed columns; the ids it changed."""
-    table, fence, status = (
-        fastsql.table(Operation),
-        fastsql.column(Operation, "fence"),
-        fastsql.column(Operation, "status"),
-    )
-    live = [Status.PENDING.value, Status.RUNNING.value]
-    if connection.vendor != "postgresql":
-        # SQLite serialises writers anyway: one statement per row, in the same transaction.
-        won = set()
-        for outcome, fields in rows:
-            sets, params = fastsql.assignments(Operation, fields)
-            sql = f"UPDATE {table} SET {sets} WHERE id = %s AND {fence} = %s AND {status} IN (%s, %s)"
-            if fastsql.execute(sql, [*params, outcome.op.pk, outcome.check.fence, *live]):
-                won.add(outcome.op.pk)
-        return won
-    values = [
-        [outcome.op.pk, outcome.check.fence, *[fastsql.prep(Operation, name, fields[name]) for name in names]]
-        for outcome, fields in rows
-    ]
-    where = f" AND o.{status} IN (%s, %s)"
-    return set(
-        # Typing: RETURNING id gives the operations' string ids.
-        fastsql.update_rows(  # type: ignore[arg-type]
-            Operation, keys=("id", "fence"), names=names, rows=values, where=where, params=live, lock=lock
+def _update_many(rows: list[tuple[Outcome, Change]], *, lock: bool) -> set[str]:
+    """One UPDATE of many operations with the same changed columns; the ids it changed. Each row is
+    guarded as a single outcome is (`charged_guard`): its charge's fence, and a status in CHARGED."""
+    names, increments = rows[0][1].shape()
+    charged, charged_params = status_in(statuses=CHARGED, alias="o.")
+    return {
+        str(pk)
+        for pk in fastsql.update_rows(
+            Operation,
+            keys=("id", "fence"),
+            names=names,
+            rows=[[outcome.op.pk, outcome.check.fence, *change.sql_values()] for outcome, change in rows],
+            increments=increments,
+            where=f" AND {charged}",
+            params=charged_params,
+            lock=lock,
         )
-    )
-
-
-def _update_checks(rows: list[list[object]]) -> None:
-    """The answers on the group's status checks (our own rows, inserted by the charge)."""
-    if not rows:
-        return
-    if connection.vendor == "postgresql":
-        fastsql.update_rows(StatusCheck, keys=("id",), names=_CHECK_RESPONSE_FIELDS, rows=rows)
-        return
-    sets = ", ".join(f"{fastsql.column(StatusCheck, n)} = %s" for n in _CHECK_RESPONSE_FIELDS)
-    for pk, *values in rows:
-        fastsql.execute(f"UPDATE {fastsql.table(StatusCheck)} SET {sets} WHERE id = %s", [*values, pk])
+    }

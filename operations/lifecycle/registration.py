@@ -77,7 +77,7 @@ def register(*, new: NewOperation) -> Operation:
         )
         audit.append(
             entry_type="operation.registered",
-            actor=registrant_actor(new.registered_by),
+            actor=registrant_actor(registered_by=new.registered_by),
             operation_id=operation.pk,
             data={
                 "provider": profile.slug,
@@ -109,6 +109,6 @@ def rekey_watches(*, profile: ProviderProfile) -> int:
     return changed
 
 
-def registrant_actor(registered_by: str) -> dict[str, str]:
+def registrant_actor(*, registered_by: str) -> dict[str, str]:
     kind, _, name = registered_by.partition(":")
     return {"kind": kind or "operator", "id": name or registered_by}

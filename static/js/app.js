@@ -165,6 +165,16 @@
       note.textContent = "times in " + zoneName(now);
       note.title = "Times are shown in your time zone" + (zone ? " (" + zone + ")" : "") + "; hover one for UTC. Exports and printable reports stay in UTC.";
     }
+    // Filters typed in local dates and times (the history's range) say which zone they mean.
+    const zoneField = document.querySelector("[data-tz-input]");
+    if (zoneField && !zoneField.value) {
+      let named = "";
+      try { named = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { named = ""; }
+      if (named) {
+        zoneField.value = named;
+        document.querySelectorAll("[data-tz-label]").forEach(function (label) { label.textContent = "(" + named + ")"; });
+      }
+    }
   };
 
   function refreshTimes(root) {
@@ -416,6 +426,12 @@
   });
 
   // --- confirmation proportional to the consequence ---------------------------------------------------
+  // A touch screen has no keys to press and pops up its keyboard on a focused text box.
+  const touchQuery = window.matchMedia ? window.matchMedia("(hover: none) and (pointer: coarse)") : null;
+  function touchScreen() {
+    return !!(touchQuery && touchQuery.matches);
+  }
+
   function disarm(button) {
     if (!button || !button.classList.contains("is-armed")) return;
     button.classList.remove("is-armed");
@@ -433,7 +449,7 @@
     const label = button.querySelector(".opt-label");
     if (label) {
       label.dataset.original = label.textContent;
-      label.textContent = "Confirm: " + label.dataset.original + " — click or press again";
+      label.textContent = "Confirm: " + label.dataset.original + (touchScreen() ? " — tap again" : " — click or press again");
     }
     button.classList.add("is-armed");
     button.focus();
@@ -471,8 +487,19 @@
     details.parentElement.querySelectorAll("details.opt-explicit[open]").forEach(function (other) {
       if (other !== details) other.open = false;
     });
+    // One comment box at a time: the card's own is hidden while a confirmation is open (CSS), so
+    // what was already typed there moves into the confirmation's.
+    const own = details.querySelector("textarea");
+    const card = details.closest(".options") && details.closest(".options").parentElement;
+    const shared = card && card.querySelector(".card-comment textarea");
+    if (own && shared && shared.value && !own.value) own.value = shared.value;
+    if (touchScreen()) {
+      // The confirmation in view, and no keyboard popping up over its button: the comment is a tap away.
+      details.scrollIntoView({ block: "nearest" });
+      return;
+    }
     // The comment first: keys typed into it are text, never shortcuts.
-    const field = details.querySelector("textarea") || details.querySelector(".btn-confirm");
+    const field = own || details.querySelector(".btn-confirm");
     if (field) field.focus();
   }, true);
 
@@ -611,6 +638,8 @@
   document.addEventListener("DOMContentLoaded", function () {
     // Hints for keys (kbd.key-hint) show only with this script, and only where the key works (CSS).
     document.documentElement.classList.add("pd-keys");
+    // On a touch screen the keys' hints and help give way (CSS): there is no keyboard to press.
+    document.documentElement.classList.toggle("pd-touch", touchScreen());
     const serverAt = Number(document.body.dataset.serverNow || 0) * 1000;
     if (serverAt) serverOffsetMs = serverAt - Date.now();
     pd.localize(document);

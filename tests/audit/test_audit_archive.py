@@ -18,7 +18,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django_q.models import Success
 
-from operations.audit import archive, checkpoints
+from operations.audit import archive, checkpoints, database
 from operations.audit import verify as av
 from operations.audit.export import ExportError, stream_export
 from operations.lifecycle import retention
@@ -92,7 +92,7 @@ def test_a_prune_interrupted_midway_leaves_a_valid_log_and_the_next_run_finishes
     done = archive.archive_before(before=T0 + timedelta(minutes=2), storage=storage)
     assert (done.first_seq, done.last_seq) == (1, 8)
     checkpoints.sign_checkpoint()  # the audit.archived entry (12), signed: what the prune waits for
-    real_prune = archive._prune
+    real_prune = database.prune
     chunks: list[int] = []
 
     def killed_in_second_chunk(*, log: str, after: int, upto: int) -> int:
@@ -103,7 +103,7 @@ def test_a_prune_interrupted_midway_leaves_a_valid_log_and_the_next_run_finishes
             real_prune(log=log, after=after, upto=upto)  # deleted inside the chunk's transaction...
             raise DatabaseError("server closed the connection unexpectedly")  # ...which never commits
 
-    monkeypatch.setattr(archive, "_prune", killed_in_second_chunk)
+    monkeypatch.setattr(database, "prune", killed_in_second_chunk)
     with pytest.raises(DatabaseError):
         archive.prune_archived(chunk=3, storage=storage)
     monkeypatch.undo()

@@ -20,7 +20,7 @@ import pytest
 from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import SystemCheckError
 
-from operations.audit import export, tree
+from operations.audit import database, export
 from operations.audit import verify as av
 from operations.audit.verify import merkle
 from operations.audit.verify import tree as av_tree
@@ -164,7 +164,7 @@ def test_a_time_window_export_in_format_3(sample_export, verify):
 
 def test_a_spread_out_operation_over_a_bigger_tree(db, clock, signing_key, verify, monkeypatch):
     """Every third entry of 90 is OP_A's; the proof's nodes are read a few at a time on SQLite."""
-    monkeypatch.setattr(tree, "_SQLITE_NODES_PER_QUERY", 5)
+    monkeypatch.setattr(database, "SQLITE_NODES_PER_QUERY", 5)
     for n in range(90):
         append_entries(1, operation_id=OP_A if n % 3 == 1 else OP_B, start=n + 1)
     data = b"".join(export.stream_export(operation_id=OP_A))

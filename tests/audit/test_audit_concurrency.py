@@ -10,8 +10,8 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
+from operations.audit import database, integrate
 from operations.audit import entries as audit
-from operations.audit import integrate
 from operations.audit.treecheck import verify_tree_segment
 from operations.models import AuditEntry, AuditTree, AuditTreeNode
 from tests.audit.helpers import append_entries, decision_data
@@ -86,15 +86,15 @@ def test_an_integrator_killed_mid_batch_loses_nothing_and_numbers_nothing_twice(
     append_entries(5)
     assert integrate.integrate_once(limit=2) == 2
     append_entries(3, start=6)
-    real = integrate._add_nodes
+    real = database.add_nodes
 
     def die(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # the process killed after numbering the batch, before its nodes
 
-    monkeypatch.setattr(integrate, "_add_nodes", die)
+    monkeypatch.setattr(database, "add_nodes", die)
     with pytest.raises(KeyboardInterrupt):
         integrate.integrate_once()
-    monkeypatch.setattr(integrate, "_add_nodes", real)
+    monkeypatch.setattr(database, "add_nodes", real)
     assert list(AuditEntry.objects.exclude(seq=None).values_list("seq", flat=True)) == [1, 2]
     assert AuditTree.objects.get().size == 2
     assert integrate.integrate_all() == 6

@@ -215,3 +215,33 @@ def test_a_responder_over_the_decision_rate_is_told_on_the_card_and_nothing_is_r
     shoot(page, artifacts, "card-too-many-decisions")
     assert not Decision.objects.exists()
     assert Escalation.objects.get(pk=esc.pk).state == "open"
+
+
+def test_a_confirmation_shows_one_comment_box_and_keeps_what_was_typed(open_page, make_user, budget_card) -> None:
+    esc = budget_card()
+    page = open_page(make_user("alice"))
+    page.locator(f"#esc-{esc.pk}").get_by_role("button", name=re.compile("Review")).click()
+    card = page.locator(f"#card-{esc.pk}")
+    comments = card.locator("textarea[name=comment]")
+    expect(comments.filter(visible=True)).to_have_count(1)
+    card.locator(f"#comment-{esc.pk}").fill("vendor confirmed the job is dead")
+    card.locator(".opt-explicit summary").filter(has_text="Close").click()
+    # One box at a time: the confirmation's own, holding what was typed in the card's.
+    expect(comments.filter(visible=True)).to_have_count(1)
+    expect(card.locator(".opt-explicit[open] textarea[name=comment]")).to_have_value("vendor confirmed the job is dead")
+    card.get_by_role("button", name="Keep the card open").click()
+    expect(card.locator(f"#comment-{esc.pk}")).to_be_visible()
+
+
+def test_the_history_range_is_typed_in_local_dates_and_times(open_page, make_user, live_server) -> None:
+    page = open_page(make_user("alice"), timezone_id="America/Los_Angeles")
+    page.goto(f"{live_server.url}/history/")
+    expect(page.get_by_text("From (America/Los_Angeles)")).to_be_visible()
+    page.fill("input[name=since]", "2026-12-01T01:30")
+    page.fill("input[name=until]", "2026-12-01T18:00")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url(re.compile(r"tz=America%2FLos_Angeles"))
+    assert "since=2026-12-01T01%3A30" in page.url
+    # The filter is shown back as typed, in the same zone.
+    expect(page.locator("input[name=since]")).to_have_value("2026-12-01T01:30")
+    expect(page.locator("[data-tz-label]").first).to_have_text("(America/Los_Angeles)")

@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.sessions.backends.db import SessionStore
 from django.utils import timezone
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
@@ -22,7 +21,7 @@ from operations.decisions.check import SIGN_IN_AGAIN
 from operations.decisions.signin import SignIn
 from operations.lifecycle.cards import new_card_version
 from operations.models import AuditEntry, Decision, Escalation, Operation
-from tests.browser.pages import shoot
+from tests.browser.pages import age_sign_in, session_of, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -45,23 +44,6 @@ def sso_sign_in(page: object, base_url: str, username: str, *, start: str = "/")
     # the start page, or the callback's refusal), fully loaded: a test that reads the session or
     # reloads right away would otherwise race the redirect chain still in flight.
     page.wait_for_url(lambda url: url.startswith(base_url), wait_until="load")  # type: ignore[attr-defined]
-
-
-def session_of(page: object) -> SessionStore:
-    cookie = next(c for c in page.context.cookies() if c["name"] == "sessionid")  # type: ignore[attr-defined]
-    return SessionStore(session_key=cookie["value"])
-
-
-def age_sign_in(page: object, *, minutes: int) -> None:
-    """As if the person had signed in `minutes` ago (the session is otherwise untouched)."""
-    session = session_of(page)
-    now = signins.current(session)
-    assert now is not None
-    aged = SignIn(
-        method=now.method, at=timezone.now() - timedelta(minutes=minutes), issuer=now.issuer, subject=now.subject
-    )
-    session[signins.SIGN_IN] = aged.as_record()
-    session.save()
 
 
 def entries(entry_type: str) -> list[dict]:

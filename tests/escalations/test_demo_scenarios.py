@@ -10,31 +10,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from demo import seed as demo
-from operations.controller import poll_once
-from operations.models import Escalation, Operation, ProviderProfile
-from operations.vocabulary import POLLABLE_STATUSES, Reason
-from tests.support import T0
+from operations.models import Escalation, ProviderProfile
+from operations.vocabulary import Reason
+from tests.support import T0, run_like_the_dispatcher
 
 pytestmark = pytest.mark.django_db
-
-
-def run_like_the_dispatcher(clock, rng, *, until) -> None:
-    for _ in range(1000):
-        due = [
-            (min(op.next_poll_at or op.deadline_at, op.deadline_at), op)
-            for op in Operation.objects.filter(status__in=sorted(POLLABLE_STATUSES))
-        ]
-        if not due:
-            return
-        when, op = min(due, key=lambda item: item[0])
-        if when > until:
-            return
-        if when > timezone.now():
-            clock.move_to(when, tick=False)
-        poll_once(operation_id=op.pk, fence=op.fence, rng=rng)
 
 
 def test_the_demo_reaches_every_escalation_reason_within_two_minutes(fake_provider, clock, rng) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,16 +139,20 @@ class Processes:
     started: list[Proc] = field(default_factory=list)
 
     def start(self, kind: str, **env: object) -> Proc:
+        """A pollerdash process; `web` is uvicorn as the Procfile runs it, on env PORT (a free port)."""
+        manage = [sys.executable, "manage.py"]
         command = {
-            "qcluster": ["qcluster"],
-            "dispatcher": ["dispatch_polls"],
-            "signer": ["audit_checkpoint", "--loop"],
+            "qcluster": [*manage, "qcluster"],
+            "dispatcher": [*manage, "dispatch_polls"],
+            "signer": [*manage, "audit_checkpoint", "--loop"],
+            "web": [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1"]
+            + ["--port", str(env.pop("PORT", 0)), "--lifespan", "off", "--no-access-log"],
         }[kind]
         log_path = self.log_dir / f"{kind}-{len(self.started)}.log"
         full_env = {**self.base_env, **{key: str(value) for key, value in env.items()}}
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
-                [sys.executable, "manage.py", *command],
+                command,
                 cwd=ROOT,
                 env=full_env,
                 stdout=log,
@@ -200,8 +206,6 @@ def max_in_any_window(times: list[float], *, window: float = 1.0) -> int:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -235,3 +239,73 @@ def start_web(group: Processes, **env: object) -> tuple[Proc, str]:
 
     wait_until(answers, timeout=30, what="uvicorn to answer", processes=group)
     return proc, url
+
+
+class TcpBalancer:
+    """One port in front of several web processes, as a load balancer: each new connection goes to the
+    next backend that accepts it (a dead one is skipped). `served` lists the backend port of each
+    connection, so a test sees which process answered."""
+
+    def __init__(self, backends: list[int]) -> None:
+        self.backends = backends
+        self.served: list[int] = []
+        self._next = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._stopped = threading.Event()
+        threading.Thread(target=self._accept, name="balancer", daemon=True).start()
+
+    def _connect(self) -> tuple[socket.socket, int] | None:
+        for _ in range(len(self.backends)):
+            port = self.backends[self._next % len(self.backends)]
+            self._next += 1
+            try:
+                return socket.create_connection(("127.0.0.1", port), timeout=5), port
+            except OSError:
+                continue
+        return None
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            found = self._connect()
+            if found is None:
+                client.close()
+                continue
+            backend, port = found
+            backend.settimeout(None)
+            self.served.append(port)
+            for source, target in ((client, backend), (backend, client)):
+                threading.Thread(target=self._pipe, args=(source, target), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                target.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._listener.close()
+
+
+def wait_for_web(port: int, *, timeout: float = 60, processes: Processes | None = None) -> None:
+    def up() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/api/v1/openapi.json", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, timeout=timeout, what=f"uvicorn on port {port}", processes=processes)

@@ -11,7 +11,17 @@ from hypothesis import strategies as st
 
 from operations.decisions.check import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
 from operations.decisions.options import Capabilities, Facts, Kind, Preset, bounded_options
-from operations.decisions.words import Tone, cancel_words, decision_words, option_title, outcome_words
+from operations.decisions.words import (
+    MAY_STILL_RUN,
+    Tone,
+    activity_words,
+    cancel_answer_words,
+    cancel_words,
+    decision_words,
+    fresh_sign_in_needed,
+    option_title,
+    outcome_words,
+)
 from operations.vocabulary import CancelState, Reason
 
 
@@ -143,3 +153,54 @@ def test_titles_match_the_labels_the_card_shows() -> None:
     assert {option_id: option_title(option_id) for option_id in fixed} == {
         option_id: shown[option_id] for option_id in fixed
     }
+
+
+@pytest.mark.parametrize(
+    ("state", "tone", "verb", "sentence", "may_still_run"),
+    [
+        ("confirmed", Tone.OK, "sent", "", ""),
+        ("not_supported", Tone.WARN, "sent", "", MAY_STILL_RUN),
+        ("forwarded", Tone.WARN, "sent", "", MAY_STILL_RUN),
+        ("failed_to_forward", Tone.WARN, "sent", "", MAY_STILL_RUN),
+        ("sending", Tone.WARN, "sent", "No answer recorded (the answer was lost or is still on its way);", ""),
+        ("not_forwarded", Tone.WARN, "asked for", "Nothing was sent to the provider: another live operation", ""),
+        (
+            "not_allowed",
+            Tone.WARN,
+            "asked for",
+            "Nothing was sent to the provider: not sent — destination not allowed",
+            "",
+        ),
+        ("", Tone.WARN, "sent", "", MAY_STILL_RUN),
+    ],
+)
+def test_a_cards_cancel_is_told_in_the_words_of_its_answer(state, tone, verb, sentence, may_still_run) -> None:
+    detail = "not sent — destination not allowed: the provider URL has no plain scheme://host[:port]"
+    words = cancel_answer_words(state=state, detail=detail)
+    assert (words.label, words.tone) == (cancel_words(state).label, tone)  # the label every page uses
+    assert (words.verb, words.may_still_run) == (verb, may_still_run)
+    assert words.sentence.startswith(sentence) and bool(words.sentence) == bool(sentence)
+    if state == "not_allowed":
+        assert words.sentence == f"Nothing was sent to the provider: {detail}."
+
+
+def test_the_fresh_sign_in_rule_is_one_sentence() -> None:
+    assert fresh_sign_in_needed(minutes=15) == (
+        "This cannot be undone, so it needs a sign-in within the last 15 minutes."
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "to", "previous", "said"),
+    [
+        ("acknowledged", "", "", "acknowledged the card (on it)"),
+        ("acknowledged", "", "bob", "took the card over from bob"),
+        ("unacknowledged", "", "", "gave the card back"),
+        ("reassigned", "carol", "", "handed the card to carol"),
+        ("reassigned", "carol", "bob", "handed the card to carol (held by bob before)"),
+        ("reassigned", "carol", "alice", "handed the card to carol"),  # alice handed her own card on
+        ("noted", "", "", ""),
+    ],
+)
+def test_what_an_act_on_a_card_did_in_words(kind, to, previous, said) -> None:
+    assert activity_words(kind=kind, username="alice", to_username=to, previous_username=previous) == said

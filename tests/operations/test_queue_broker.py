@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from django.db import connection
 from django_q.brokers import get_broker
@@ -35,3 +37,27 @@ def test_the_broker_comes_back_after_its_connection_breaks():
     (taken,) = broker.dequeue() or []  # and the next pickup reconnects
     broker.acknowledge(taken[0])
     assert not OrmQ.objects.exists()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_acknowledgement_the_database_refuses_leaves_the_task_for_redelivery(caplog):
+    """During a PostgreSQL restart the acknowledgement fails on both tries: the monitor that calls
+    it goes on (issue 30's soak saw it die of the error), and the task is redelivered after retry."""
+    broker = get_broker()
+    async_task("operations.tasks.run_poll", "op_z", 1, broker=broker, task_name="poll-op_z-1")
+    (taken,) = broker.dequeue() or []
+    port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = str(free_port())  # nothing listens: every connection fails
+    try:
+        broker.acknowledge(taken[0])
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = port
+    assert f"task {taken[0]} not acknowledged (OperationalError)" in caplog.text
+    assert OrmQ.objects.filter(pk=taken[0]).exists()

@@ -8,7 +8,9 @@ policies and hand due notifications to workers (operations.events.dispatcher_pas
 once while a step left work waiting at its batch limit, and otherwise sleeps (at most
 DISPATCH_IDLE_SLEEP_S, less when the next due time is nearer, never below DISPATCH_MIN_SLEEP_S;
 the shortest after a pass that claimed polls),
-warns of near business deadlines every `dispatch.WARNINGS_EVERY_S`, stops cleanly on SIGTERM or SIGINT
+warns of near business deadlines every `dispatch.WARNINGS_EVERY_S`, checks with every heartbeat
+that the fleet makes progress (an ERROR and an unhealthy heartbeat when operations are overdue and
+nothing was polled, or tasks wait and no worker takes them: operations/liveness.py), stops cleanly on SIGTERM or SIGINT
 (the current step finishes, exit status 0), and survives database outages by reconnecting with a
 short backoff.
 """
@@ -64,6 +66,7 @@ class Command(BaseCommand):
         totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0, "notifications": 0}
         last_heartbeat = last_housekeeping = last_warnings = last_full = 0.0
         backoff = 0.0
+        stalled: list[str] = []
         logger.info(
             "%s started (batch %s, idle sleep <= %s s)", name, settings.DISPATCH_BATCH, settings.DISPATCH_IDLE_SLEEP_S
         )
@@ -85,7 +88,9 @@ class Command(BaseCommand):
                 totals["callbacks"] += result.callbacks
                 totals["notifications"] += result.notifications
                 if time.monotonic() - last_heartbeat >= settings.DISPATCH_HEARTBEAT_S:
-                    dispatch.record_heartbeat(name=name, started_at=started_at, info=dict(totals))
+                    # Alive is not enough: the heartbeat says whether the fleet makes progress.
+                    stalled = dispatch.check_progress(name=name, was_stalled=bool(stalled))
+                    dispatch.record_heartbeat(name=name, started_at=started_at, info={**totals, "stalled": stalled})
                     last_heartbeat = time.monotonic()
                 if time.monotonic() - last_warnings >= dispatch.WARNINGS_EVERY_S:
                     dispatch.warn_business_deadlines()

@@ -1,52 +1,24 @@
+"""`manage.py mcp_server` no longer serves MCP: it needed DATABASE_URL and SECRET_KEY on the agent's
+host, and those two values are enough to bypass every per-agent rule and to run code as the worker.
+It stays only to say where MCP went (docs/DESIGN.md section 9, "MCP")."""
+
 from __future__ import annotations
 
-import logging
-import os
-import sys
+from django.core.management.base import BaseCommand, CommandError
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-from operations.api.mcp import Identity, build_server
-
-TOKEN_ENV = "POLLERDASH_TOKEN"
+MOVED = (
+    "mcp_server was removed: an agent's host must hold its token and nothing else. Point the MCP client at "
+    "<SITE_URL>/mcp with the header 'Authorization: Bearer pdt_…', or run the stdio bridge "
+    "pollerdash-mcp with POLLERDASH_URL and POLLERDASH_TOKEN set (README, MCP)."
+)
 
 
 class Command(BaseCommand):
-    help = (
-        "Serve the pollerdash MCP tools over stdio, acting as the agent whose token is in "
-        f"${TOKEN_ENV} (or, for a local operator, --agent NAME)."
-    )
+    help = "Removed. MCP is served by the web process at /mcp; stdio hosts run pollerdash-mcp."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--agent", help=f"act as this agent instead of the owner of ${TOKEN_ENV}")
+    def add_arguments(self, parser: object) -> None:
+        # Old configurations passed --agent; they get the message below, not an argument error.
+        parser.add_argument("--agent", help="ignored")  # type: ignore[attr-defined]
 
     def handle(self, *args: object, **options: object) -> None:
-        try:
-            signing_key = settings.SECRET_KEY
-        except ImproperlyConfigured:  # Django's answer to reading an empty SECRET_KEY
-            signing_key = ""
-        if not signing_key:
-            # List cursors are signed: without a key list_open_jobs would fail on its second page.
-            raise CommandError("set SECRET_KEY (the same value as the web processes) before starting the MCP server")
-        token = os.environ.get(TOKEN_ENV, "").strip() or None
-        name = options.get("agent")
-        if token is None and not name:
-            raise CommandError(f"set {TOKEN_ENV} to an agent token (manage.py create_agent_token NAME) or pass --agent")
-        identity = Identity(token=token) if token is not None and not name else Identity(agent_name=str(name))
-        try:
-            identity.agent()
-        except Exception as exc:  # noqa: BLE001 - say why, on stderr, and stop
-            raise CommandError(str(exc)) from exc
-        _keep_stdout_for_the_protocol()
-        build_server(identity=identity).run("stdio")
-
-
-def _keep_stdout_for_the_protocol() -> None:
-    """stdout carries JSON-RPC only: every log handler writing there moves to stderr."""
-    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in logging.root.manager.loggerDict)]
-    for logger in loggers:
-        for handler in getattr(logger, "handlers", []):
-            if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stdout, sys.__stdout__):
-                handler.setStream(sys.stderr)
+        raise CommandError(MOVED)

@@ -1,0 +1,352 @@
+"""MCP at /mcp: `tasks/get` beside `GET /api/v1/operations/{id}`, and 1,000 tasks polled at their own pace.
+
+    .venv/bin/python bench/mcp.py [--quick]
+
+Runs one uvicorn process (the production ASGI app, as the Procfile starts it) on a scratch PostgreSQL
+database and prints:
+
+- `tasks/get` (a 2026-07-28 request with the Tasks extension and the task's requestState) and
+  `GET /api/v1/operations/{id}`, each with 8 concurrent keep-alive clients: p50/p95 latency and
+  requests/s, next to the reference measured in the same run — a request without a token through
+  the API's stack (`GET /api/v1/operations/{id}` answered 401, the reference of bench/api.py) — and
+  their ratio to it (targets: >= 0.5 of the reference, p95 <= 25 ms); the 401 of /mcp is shown too;
+- N pending tasks (1,000 by default), each polled over its own connection (plain sockets, so the
+  figure is the server's) at the `pollIntervalMilliseconds` the server answers, while a stand-in for
+  the dispatcher moves every due operation's next check 5-30 s ahead (as a poll would): tasks/get
+  per second, p50/p95 latency (each task's first request, which opens its connection, apart), and
+  the web process's CPU time per tasks/get (user + system, from /proc).
+
+Figures only; nothing is asserted. The load generator runs in this process, on the same machine, so
+on a small or busy machine it competes with the server for CPU: the load average is printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile  # noqa: E402
+
+CLIENTS = 8
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def start_web(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--no-access-log", "--log-level", "warning", "--lifespan", "off"],
+        cwd=ROOT,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/api/v1/openapi.json", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("uvicorn did not start")
+
+
+def setup_data(tasks: int) -> tuple[str, list[str]]:
+    from operations.agents import agent_token_issue
+    from operations.models import ProviderAccount, ProviderProfile
+    from operations.registration import operation_register
+
+    ProviderProfile.objects.create(
+        slug="bench",
+        name="bench",
+        account="bench",
+        status_url="http://127.0.0.1:9/v1/jobs/{job_id}",
+        job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
+        state_field="state",
+        pending_states=["running"],
+        success_states=["succeeded"],
+        failure_states=["failed"],
+        default_deadline_s=86_400,
+        default_max_status_requests=1000,
+    )
+    ProviderAccount.objects.get_or_create(name="bench")
+    issued = agent_token_issue(name="bench-agent")
+    ids = [
+        operation_register(
+            provider_slug="bench", provider_job_id=f"job-{index}", registered_by="agent:bench-agent", agent=issued.agent
+        ).pk
+        for index in range(tasks + 1)
+    ]
+    return issued.token, ids
+
+
+def envelope(task_id: str, request_state: str | None) -> tuple[bytes, dict[str, str]]:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    }
+    params: dict[str, object] = {"taskId": task_id, "_meta": meta}
+    if request_state:
+        params["requestState"] = request_state
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tasks/get",
+        "Mcp-Name": task_id,
+    }
+    return body, headers
+
+
+async def loop_requests(url: str, send, *, seconds: float, clients: int) -> tuple[list[float], float]:
+    """`send(client)` from `clients` concurrent workers over keep-alive connections for `seconds`."""
+    import httpx
+
+    latencies: list[float] = []
+    stop_at = time.monotonic() + seconds
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            started = time.perf_counter()
+            await send(client)
+            latencies.append(time.perf_counter() - started)
+
+    async with httpx.AsyncClient(
+        base_url=url, timeout=30, limits=httpx.Limits(max_keepalive_connections=clients)
+    ) as client:
+        await send(client)  # warm: connection, code paths, database connection
+        started = time.monotonic()
+        await asyncio.gather(*(worker(client) for _ in range(clients)))
+        elapsed = time.monotonic() - started
+    return latencies, len(latencies) / elapsed
+
+
+def line(name: str, measured: tuple[list[float], float, float], reference: float | None = None) -> str:
+    latencies, rate, cpu_ms = measured
+    text = (
+        f"{name:<34} p50 {percentile(latencies, 50) * 1000:6.1f} ms  p95 {percentile(latencies, 95) * 1000:6.1f} ms"
+        f"  {rate:7.0f} req/s  web CPU {cpu_ms:5.2f} ms/req"
+    )
+    if reference:
+        text += f"  (ratio to the 401 reference {rate / reference:.2f})"
+    return text
+
+
+async def measure(url: str, send, pid: int, *, seconds: float) -> tuple[list[float], float, float]:
+    """Latencies, requests/s and the web process's CPU time per request of one loop."""
+    before = cpu_seconds(pid)
+    latencies, rate = await loop_requests(url, send, seconds=seconds, clients=CLIENTS)
+    return latencies, rate, (cpu_seconds(pid) - before) / (len(latencies) + 1) * 1000
+
+
+async def bench_throughput(url: str, token: str, operation_id: str, state: str, pid: int, *, seconds: float) -> None:
+    auth = {"Authorization": f"Bearer {token}"}
+    body, headers = envelope(operation_id, state)
+    path = f"/api/v1/operations/{operation_id}"
+
+    async def api_401(client) -> None:
+        assert (await client.get(path)).status_code == 401
+
+    async def mcp_401(client) -> None:
+        assert (await client.post("/mcp", content=body, headers=headers)).status_code == 401
+
+    async def api_get(client) -> None:
+        response = await client.get(path, headers=auth)
+        assert response.status_code == 200, response.text[:200]
+
+    async def tasks_get(client) -> None:
+        response = await client.post("/mcp", content=body, headers={**headers, **auth})
+        assert response.status_code == 200 and b'"status":"working"' in response.content, response.text[:300]
+
+    reference = await measure(url, api_401, pid, seconds=seconds)
+    mcp_ref = await measure(url, mcp_401, pid, seconds=seconds)
+    gets = await measure(url, api_get, pid, seconds=seconds)
+    tasks = await measure(url, tasks_get, pid, seconds=seconds)
+    print(line("401 without token, API (reference)", reference))
+    print(line("401 without token, /mcp", mcp_ref, reference[1]))
+    print(line("GET /api/v1/operations/{id}", gets, reference[1]))
+    print(line("tasks/get", tasks, reference[1]))
+
+
+def move_due_checks(stop: threading.Event) -> None:
+    """Stand-in for the dispatcher and workers: each due operation is "polled" (still running) and its
+    next check set 5-30 s ahead, with a new sequence, as a real poll would."""
+    from django.db import DatabaseError, connection
+
+    while not stop.wait(0.5):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "UPDATE operations_operation SET next_poll_at = now() + (5 + random() * 25) * interval '1 second',"
+                    " status = 'running', status_requests_used = status_requests_used + 1, sequence = sequence + 1,"
+                    " updated_at = now() WHERE next_poll_at < now()"
+                )
+        except DatabaseError:
+            # The shared PostgreSQL restarting under the benchmark: reconnect on the next pass.
+            connection.close()
+    connection.close()
+
+
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection on plain sockets: 1,000 of these measure the server, not a
+    client library's pool (httpx's pool bookkeeping grows with its connections)."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.host, self.port, self.token = host, port, token
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> dict:
+        try:
+            return await self._post(body, headers)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            # uvicorn closes a keep-alive connection idle for 5 s: a task polled less often than that
+            # opens a new one, as any client would.
+            self.close()
+            return await self._post(body, headers)
+
+    async def _post(self, body: bytes, headers: dict[str, str]) -> dict:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        lines = ["POST /mcp HTTP/1.1", f"Host: {self.host}", f"Authorization: Bearer {self.token}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines.append(f"Content-Length: {len(body)}")
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        await self.writer.drain()
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        return json.loads(await self.reader.readexactly(length))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def bench_pending(
+    url: str, token: str, ids: list[str], states: dict[str, str], pid: int, *, seconds: float, spread: float = 10.0
+) -> None:
+    latencies: list[float] = []
+    first: list[float] = []
+    intervals: list[int] = []
+    errors: list[str] = []
+    stop_at = time.monotonic() + seconds
+    host, port = url.removeprefix("http://").split(":")
+
+    async def poller(index: int, task_id: str) -> None:
+        state = states[task_id]
+        connection = RawConnection(host, int(port), token)
+        # Spread the first requests over the first 10 s, as tasks created over time would be.
+        await asyncio.sleep(spread * index / len(ids))
+        opened = False
+        try:
+            while time.monotonic() < stop_at:
+                body, headers = envelope(task_id, state)
+                started = time.perf_counter()
+                answer = await connection.post(body, headers)
+                # The first request of each task opens its connection; the rest are the steady state.
+                (latencies if opened else first).append(time.perf_counter() - started)
+                opened = True
+                if "result" not in answer:
+                    # An outage (503 or -32603 unavailable) is counted, and asked again a second later.
+                    errors.append(str(answer.get("code") or answer.get("error", {}).get("data")))
+                    await asyncio.sleep(1)
+                    continue
+                result = answer["result"]
+                state = result["requestState"]
+                interval = result.get("pollIntervalMilliseconds", 1000)
+                intervals.append(interval)
+                await asyncio.sleep(min(interval / 1000, max(0.0, stop_at - time.monotonic())))
+        finally:
+            connection.close()
+
+    cpu_before, started = cpu_seconds(pid), time.monotonic()
+    await asyncio.gather(*(poller(index, task_id) for index, task_id in enumerate(ids)))
+    elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
+    count = len(latencies) + len(first)
+    print(
+        f"{len(ids)} pending tasks polled at their own interval for {elapsed:.0f} s (first requests spread over "
+        f"{spread:.0f} s): {count} tasks/get ({count / elapsed:.0f}/s); web process CPU {cpu:.1f} s = "
+        f"{cpu / count * 1000:.2f} ms per tasks/get" + (f"; {len(errors)} answered unavailable" if errors else "")
+    )
+    print(
+        f"  latency, each task's first request (new connection): p50 {percentile(first, 50) * 1000:.1f} ms, "
+        f"p95 {percentile(first, 95) * 1000:.1f} ms; later requests: p50 {percentile(latencies, 50) * 1000:.1f} ms, "
+        f"p95 {percentile(latencies, 95) * 1000:.1f} ms"
+    )
+    print(
+        f"  intervals answered: p50 {percentile(intervals, 50) / 1000:.1f} s "
+        f"(min {min(intervals) / 1000:.1f} s, max {max(intervals) / 1000:.1f} s)"
+    )
+
+
+def first_states(url: str, token: str, ids: list[str]) -> dict[str, str]:
+    import httpx
+
+    states = {}
+    with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as client:
+        for task_id in ids:
+            body, headers = envelope(task_id, None)
+            states[task_id] = client.post("/mcp", content=body, headers=headers).json()["result"]["requestState"]
+    return states
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 s per loop and 100 pending tasks for 20 s")
+    parser.add_argument("--tasks", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per throughput loop")
+    parser.add_argument("--pending-seconds", type=float, default=None, help="seconds the pending tasks are polled")
+    args = parser.parse_args()
+    tasks = args.tasks or (100 if args.quick else 1000)
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
+    pending_seconds = args.pending_seconds or (20.0 if args.quick else 90.0)
+
+    db_url = django_on_scratch_postgres("bench_mcp")
+    token, ids = setup_data(tasks)
+    env = {**os.environ, "DATABASE_URL": db_url, "SECRET_KEY": os.environ["SECRET_KEY"], "LOG_LEVEL": "ERROR"}
+    web, url = start_web(env)
+    try:
+        load = os.getloadavg()
+        print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(f"uvicorn pid {web.pid}, 1 process, PostgreSQL scratch database; {CLIENTS} concurrent clients")
+        states = first_states(url, token, ids)
+        asyncio.run(bench_throughput(url, token, ids[0], states[ids[0]], web.pid, seconds=seconds))
+        stop = threading.Event()
+        mover = threading.Thread(target=move_due_checks, args=(stop,), daemon=True)
+        mover.start()
+        try:
+            asyncio.run(bench_pending(url, token, ids[1:], states, web.pid, seconds=pending_seconds))
+        finally:
+            stop.set()
+            mover.join(timeout=10)
+        load = os.getloadavg()
+        print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    finally:
+        web.terminate()
+        web.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    main()
