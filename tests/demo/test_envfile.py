@@ -27,7 +27,7 @@ def test_a_port_not_given_keeps_the_previous_run_and_the_receivers_follow_their_
     assert values["WEB_PORT"] == "8101"
     assert values["PAGERDUTY_EVENTS_URL"] == "http://127.0.0.1:9001/v2/enqueue"
     assert values["SLACK_API_URL"] == "http://127.0.0.1:9102/api"
-    assert values["NOTIFY_ALLOWED_HOSTS"] == "127.0.0.1:9001,127.0.0.1:9102"
+    assert values["NOTIFY_ALLOWED_HOSTS"] == "127.0.0.1:9001,127.0.0.1:9102,127.0.0.1:8769"
 
 
 def test_an_older_file_is_brought_up_to_date_and_lines_a_person_added_are_kept(tmp_path: Path) -> None:
