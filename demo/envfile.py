@@ -97,10 +97,10 @@ def demo_env(
         "Q_WORKERS": "2",
     }
     kept_secrets = {name: previous.get(name) or new_secret(name) for name in SECRETS}
-    # The demo policy's Teams target: the workflow's URL on its port, with the signature kept.
+    # The demo policy's Teams target: the workflow's URL on its port, with the signature kept. One
+    # query parameter only: the file is sourced by a shell, where an unquoted "&" ends the line.
     own["ONCALL_TEAMS_DEMO"] = (
-        f"http://{host}:{teams}/workflows/demo/triggers/manual/paths/invoke"
-        f"?api-version=2016-06-01&sig={kept_secrets['TEAMS_DEMO_SIGNATURE']}"
+        f"http://{host}:{teams}/workflows/demo/triggers/manual/paths/invoke?sig={kept_secrets['TEAMS_DEMO_SIGNATURE']}"
     )
     others = {name: value for name, value in previous.items() if name not in own and name not in SECRETS}
     # Earlier files told on-call through the implicit policy; the demo's own policy replaces it.
