@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 # The demo's ports (demo/envfile.py has the defaults). One given here, as `make demo WEB_PORT=8101`
 # or in the environment, wins and is saved in var/demo.env; one not given keeps the previous run's.
-DEMO_PORTS := WEB_PORT PROVIDER_PORT CALLBACK_PORT PAGERDUTY_PORT SLACK_PORT
+DEMO_PORTS := WEB_PORT PROVIDER_PORT CALLBACK_PORT PAGERDUTY_PORT SLACK_PORT TEAMS_PORT
 DEMO_GIVEN := $(foreach p,$(DEMO_PORTS),$(if $(filter command line environment,$(origin $(p))),$(p)=$($(p))))
 DEMO_STARTED_AT := $(shell date +%s)
 PYTEST_ARGS ?=

@@ -136,8 +136,8 @@ class CallbackView(OIDCAuthenticationCallbackView):
         except SuspiciousOperation as exc:
             return _failure(request, str(exc), status=403)
         except PROVIDER_ERRORS as exc:
-            words = str(exc) if isinstance(exc, discovery.DiscoveryError) else discovery.unreachable(exc)
-            return _failure(request, f"the identity provider could not be reached: {words}", status=502)
+            # Every request to the provider goes through discovery.fetch, whose errors say why in words.
+            return _failure(request, f"the identity provider could not be reached: {str(exc)[:300]}", status=502)
 
     def login_success(self) -> HttpResponse:
         response = super().login_success()

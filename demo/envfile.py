@@ -26,6 +26,8 @@ PORTS = {
     # The fake PagerDuty and Slack the demo's escalation policy notifies (demo/receivers.py).
     "PAGERDUTY_PORT": 8767,
     "SLACK_PORT": 8768,
+    # The fake Microsoft Teams Workflows webhook (demo/faketeams.py).
+    "TEAMS_PORT": 8769,
 }
 # Generated once per checkout, kept across runs: the fake provider's credential, the PagerDuty
 # routing key the fake PagerDuty accepts, and the fake Slack app's signing secret and bot token.
@@ -34,6 +36,8 @@ SECRETS: dict[str, Callable[[], str]] = {
     "ONCALL_PD_DEMO": lambda: "demo" + secrets.token_hex(14),
     "SLACK_SIGNING_SECRET": lambda: secrets.token_hex(16),
     "SLACK_BOT_TOKEN": lambda: "xoxb-demo-" + secrets.token_hex(12),
+    # The signature in the fake Teams workflow's URL (a Workflows URL's secret part).
+    "TEAMS_DEMO_SIGNATURE": lambda: secrets.token_urlsafe(24),
 }
 # The fake Slack workspace and app the demo's Slack messages come from (demo/receivers.py).
 SLACK_TEAM_ID = "TDEMO0001"
@@ -68,7 +72,7 @@ def demo_env(
         ports[name] = int(raw)
     if len(set(ports.values())) != len(ports):
         raise BadPort("the demo's ports must all differ: " + ", ".join(f"{k}={v}" for k, v in ports.items()))
-    web, provider, callback, pagerduty, slack = (ports[name] for name in PORTS)
+    web, provider, callback, pagerduty, slack, teams = (ports[name] for name in PORTS)
     host = "127.0.0.1"
     own = {
         "DEBUG": "1",
@@ -79,7 +83,7 @@ def demo_env(
         # Mail goes to files under var/mail with one line printed per message.
         "EMAIL_BACKEND": "escalations.mailfiles.EmailBackend",
         "EMAIL_FILE_PATH": "var/mail",
-        "NOTIFY_ALLOWED_HOSTS": f"{host}:{pagerduty},{host}:{slack}",
+        "NOTIFY_ALLOWED_HOSTS": f"{host}:{pagerduty},{host}:{slack},{host}:{teams}",
         "PAGERDUTY_EVENTS_URL": f"http://{host}:{pagerduty}/v2/enqueue",
         # Not SITE_URL's host:port: a card paged before a change of ports is acknowledged after it.
         "PAGERDUTY_DEDUP_PREFIX": "pollerdash-demo",
@@ -93,6 +97,11 @@ def demo_env(
         "Q_WORKERS": "2",
     }
     kept_secrets = {name: previous.get(name) or new_secret(name) for name in SECRETS}
+    # The demo policy's Teams target: the workflow's URL on its port, with the signature kept. One
+    # query parameter only: the file is sourced by a shell, where an unquoted "&" ends the line.
+    own["ONCALL_TEAMS_DEMO"] = (
+        f"http://{host}:{teams}/workflows/demo/triggers/manual/paths/invoke?sig={kept_secrets['TEAMS_DEMO_SIGNATURE']}"
+    )
     others = {name: value for name, value in previous.items() if name not in own and name not in SECRETS}
     # Earlier files told on-call through the implicit policy; the demo's own policy replaces it.
     others.pop("NOTIFY_EMAILS", None)

@@ -14,8 +14,10 @@ import socket
 import socketserver
 import sys
 import threading
+from collections import deque
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 REQUEST_BODY_MAX = 1024 * 1024
 
@@ -146,3 +148,37 @@ class FakeReceiver:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+R = TypeVar("R")
+
+
+@dataclass
+class Script(Generic[R]):
+    """What a scripted fake is told to answer next, and what it received, under one lock."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    steps: deque[str] = field(default_factory=deque)
+    log: list[R] = field(default_factory=list)
+
+
+class ScriptedReceiver(FakeReceiver, Generic[R]):
+    """A fake answered by a script of steps ("202", "429:30", "hang"...), recording what it received."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.script: Script[R] = Script()
+
+    def answer(self, *steps: str) -> None:
+        """Queue how the next valid requests are answered (then the default again)."""
+        with self.script.lock:
+            self.script.steps.extend(steps)
+
+    def received(self) -> list[R]:
+        with self.script.lock:
+            return list(self.script.log)
+
+    def reset(self) -> None:
+        with self.script.lock:
+            self.script.steps.clear()
+            self.script.log.clear()

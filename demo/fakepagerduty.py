@@ -19,15 +19,13 @@ answered 202, in arrival order. No Django import: usable from benchmarks and the
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from demo.fakehttp import FakeHandler, FakeReceiver
+from demo.fakehttp import FakeHandler, ScriptedReceiver
 
 BODY_MAX = 512 * 1024
 TOP_KEYS = {"routing_key", "event_action", "dedup_key", "payload", "images", "links", "client", "client_url"}
@@ -116,20 +114,13 @@ def _context_errors(body: dict) -> list[str]:
     return errors
 
 
-@dataclass
-class _State:
-    accepted_keys: frozenset[str]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    script: deque[str] = field(default_factory=deque)
-    log: list[Received] = field(default_factory=list)
-
-
 class _Handler(FakeHandler):
     server_version = "fake-pagerduty/1"
 
     def do_POST(self) -> None:
         # Set by FakeReceiver.start (demo/fakehttp.py) on the server object.
-        state: _State = self.server.receiver.state  # type: ignore[attr-defined]
+        receiver: FakePagerDuty = self.server.receiver  # type: ignore[attr-defined]
+        script = receiver.script
         if self.path.partition("?")[0] != "/v2/enqueue":
             return self.reply(404, b'{"status":"not found"}', content_type="application/json")
         raw = self.read_body(cap=BODY_MAX)
@@ -139,17 +130,17 @@ class _Handler(FakeHandler):
             body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             body = None
-        errors = ["Invalid JSON"] if body is None else validate(body, accepted_keys=state.accepted_keys)
-        key_ok = isinstance(body, dict) and body.get("routing_key") in state.accepted_keys
+        errors = ["Invalid JSON"] if body is None else validate(body, accepted_keys=receiver.accepted_keys)
+        key_ok = isinstance(body, dict) and body.get("routing_key") in receiver.accepted_keys
         event = {k: v for k, v in body.items() if k != "routing_key"} if isinstance(body, dict) else {}
-        with state.lock:
-            step = "400" if errors else (state.script.popleft() if state.script else "202")
-            seq = len(state.log) + 1
+        with script.lock:
+            step = "400" if errors else (script.steps.popleft() if script.steps else "202")
+            seq = len(script.log) + 1
         echo = step == "400:echo"
         code, _, retry_after = ("400", "", "") if echo else step.partition(":")
         status = int(code) if code.isdigit() else None
-        with state.lock:
-            state.log.append(Received(seq, time.time(), status, key_ok, event, tuple(errors)))
+        with script.lock:
+            script.log.append(Received(seq, time.time(), status, key_ok, event, tuple(errors)))
         if step == "hang":
             return self.hang()
         if step == "drop":
@@ -165,26 +156,17 @@ class _Handler(FakeHandler):
         self.reply(status or 500, json.dumps(answer).encode(), content_type="application/json", headers=headers)
 
 
-class FakePagerDuty(FakeReceiver):
+class FakePagerDuty(ScriptedReceiver[Received]):
     handler = _Handler
     thread_name = "fake-pagerduty"
 
     def __init__(self, *, accepted_keys: Iterable[str]) -> None:
         super().__init__()
-        self.state = _State(accepted_keys=frozenset(accepted_keys))
+        self.accepted_keys = frozenset(accepted_keys)
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/v2/enqueue"
-
-    def answer(self, *steps: str) -> None:
-        """Queue how the next valid events are answered (then 202 again)."""
-        with self.state.lock:
-            self.state.script.extend(steps)
-
-    def received(self) -> list[Received]:
-        with self.state.lock:
-            return list(self.state.log)
 
     def events(self, dedup_key: str | None = None) -> list[dict[str, Any]]:
         """Events answered 202, oldest first (optionally of one dedup_key)."""
@@ -193,8 +175,3 @@ class FakePagerDuty(FakeReceiver):
             for r in self.received()
             if r.status == 202 and (dedup_key is None or r.event.get("dedup_key") == dedup_key)
         ]
-
-    def reset(self) -> None:
-        with self.state.lock:
-            self.state.script.clear()
-            self.state.log.clear()

@@ -31,7 +31,7 @@ from urllib.parse import parse_qs
 
 from demo import fakepagerduty, fakeslack
 
-ACK_ACTION_ID = "pollerdash_ack"  # escalations.oncall.slack_blocks.ACK_ACTION_ID (demo imports no layer above)
+ACK_ACTION_ID = "pollerdash_ack"  # escalations.oncall.channels.slack_blocks.ACK_ACTION_ID (demo imports no layer above)
 CHANNEL = "C0DEMO0001"
 # The Slack people who may click, and the demo account each one's confirmed email belongs to.
 SLACK_PEOPLE = {"UDEMORESP1": "responder", "UDEMORESP2": "responder2", "UDEMOVIEW1": "viewer"}

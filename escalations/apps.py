@@ -18,8 +18,8 @@ class EscalationsConfig(AppConfig):
         from operations.redaction import register_secret
 
         # Escalation policies (escalations.oncall): started, stopped, restarted and ended by the
-        # card's own events, inside the transactions that change the card; the messages that are
-        # not cards (escalations.notifications) queued in the transaction that records their event.
+        # card's own events, inside the transactions that change the card; the messages about no
+        # card (escalations.oncall.notices) written in the transaction that records their event.
         for signal, receiver, uid in (
             (events.card_opened, receivers.on_card_opened, "oncall-card-opened"),
             (events.card_acknowledged, receivers.on_card_acknowledged, "oncall-card-acknowledged"),

@@ -18,12 +18,13 @@ operations.decisions.words (`destination_words`): nothing is sent and nothing is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.conf import settings
 
 from operations.callbacks.targets import TargetRefused, Unresolvable, pinned, public_url_problem
 from operations.decisions.words import Refusal, destination_words
+from operations.outbound import Purpose, Refused, Target
 from operations.provider_origins import (
     DEFAULT_PORTS,
     Origin,
@@ -34,25 +35,20 @@ from operations.provider_origins import (
 )
 
 
-@dataclass(frozen=True)
-class Destination:
-    """A provider URL checked for sending, with the credential variable it was checked for."""
+@dataclass(frozen=True, kw_only=True)
+class Destination(Target):
+    """A provider URL checked for sending (the `provider` purpose's Target of operations.outbound),
+    with the credential variable it was checked for."""
 
-    url: str
+    purpose: Purpose = Purpose.PROVIDER
     credential_env: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    extensions: Mapping[str, object] = field(default_factory=dict)
     # The name did not resolve when it was checked: the request is charged and recorded as the DNS
     # failure it is, and never resolved again unchecked.
     unresolved: bool = False
 
 
-class DestinationRefused(Exception):
+class DestinationRefused(Refused):
     """pollerdash will not send this request; `why` is a fixed sentence (words.destination_words)."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(why)
-        self.why = why
 
 
 def credential_bindings() -> Mapping[str, frozenset[Origin]]:
@@ -145,7 +141,7 @@ def check_destination(*, credential_env: str, url: str) -> Destination:
     assert verdict.origin is not None
     written_port = None if verdict.origin.port == DEFAULT_PORTS[verdict.origin.scheme] else verdict.origin.port
     try:
-        target = pinned(url, host=verdict.origin.host, port=written_port)
+        target = pinned(url, host=verdict.origin.host, port=written_port, purpose=Purpose.PROVIDER)
     except Unresolvable:
         return Destination(url=url, credential_env=credential_env, unresolved=True)
     except TargetRefused:

@@ -7,6 +7,7 @@ share them; model fields use `choices_of(...)`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 
 # Never part of a text field: C0/C1 controls other than tab, newline and carriage return, and the
@@ -99,5 +100,6 @@ class CancelState(StrEnum):
     NOT_ALLOWED = "not_allowed"  # the cancel URL is no destination the profile may send to: nothing sent
 
 
-def choices_of(enum: type[StrEnum]) -> list[tuple[str, str]]:
-    return [(member.value, member.value) for member in enum]
+def choices_of(members: Iterable[StrEnum]) -> list[tuple[str, str]]:
+    """A model field's choices: an enum's members (or some of them, in order), each its own label."""
+    return [(member.value, member.value) for member in members]

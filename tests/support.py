@@ -18,12 +18,14 @@ from operations.decisions.signin import PASSWORD, SignIn
 # text: not as is, and not in the forms a provider echoing it might use (CANARY_FORMS).
 CANARY = "canary-secret-7f3e9a1c55d24b08"
 # The notification secrets, guarded the same way: a PagerDuty routing key, the secret part of a
-# Slack webhook URL, the Slack app's signing secret and bot token (planted in tests/conftest.py).
+# Slack webhook URL, the Slack app's signing secret and bot token (planted in tests/conftest.py),
+# the signature of a Teams Workflows URL.
 CANARY_PD_KEY = "canary-pdkey-3b9d0e6f41a27c58"
 CANARY_SLACK_HOOK = "canary-slackhook-8e21c4a9d07f3b66"
 CANARY_SLACK_SECRET = "canary-slacksign-5c0a7e93b1d84f22"
 CANARY_SLACK_BOT = "xoxb-canary-slackbot-2f6e8d1a9c3b5704"
-CANARIES = (CANARY, CANARY_PD_KEY, CANARY_SLACK_HOOK, CANARY_SLACK_SECRET, CANARY_SLACK_BOT)
+CANARY_TEAMS_SIG = "canary-teamssig-6d1f0b8e27c94a53"
+CANARIES = (CANARY, CANARY_PD_KEY, CANARY_SLACK_HOOK, CANARY_SLACK_SECRET, CANARY_SLACK_BOT, CANARY_TEAMS_SIG)
 
 
 def _encoded(value: str) -> set[str]:

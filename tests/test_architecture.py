@@ -120,6 +120,65 @@ def test_the_domain_never_imports_the_dashboard():
     assert result.returncode == 0, result.stdout[-3000:]
 
 
+# Every request pollerdash sends goes through operations.outbound, which applies its purpose's rules
+# (address policy, no redirects, identity encoding, a read cap, timeouts). The agent's own client is
+# a standalone library; tests, benchmarks and the demo's fakes are no part of pollerdash's sending.
+HTTP_CLIENT_MODULES = ("httpx", "httpcore")
+MAY_IMPORT_THE_HTTP_CLIENT = frozenset(
+    {
+        ROOT / "operations" / "outbound.py",
+        ROOT / "pollerdash" / "client.py",
+        ROOT / "pollerdash" / "mcp_bridge.py",
+    }
+)
+
+
+def _http_client_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) for every import of httpx or httpcore, at any depth (a function's own import too)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "__import__"):
+            names = [arg.value for arg in node.args[:1] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        found += [(node.lineno, name) for name in names if name.split(".")[0] in HTTP_CLIENT_MODULES]
+    return found
+
+
+def test_only_the_outbound_module_imports_the_http_client():
+    offenders = []
+    for package in ("operations", "escalations", "accounts", "pollerdash"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path in MAY_IMPORT_THE_HTTP_CLIENT:
+                continue
+            for line, name in _http_client_imports(ast.parse(path.read_text(), filename=str(path))):
+                offenders.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert offenders == [], "send requests through operations.outbound:\n" + "\n".join(offenders)
+
+
+def test_the_http_client_scan_sees_each_kind_of_import():
+    source = """
+import httpx
+import httpcore as core
+from httpx import Client
+def later():
+    import httpx._transports
+    importlib.import_module("httpx")
+import json
+from operations import outbound
+"""
+    assert [name for _, name in _http_client_imports(ast.parse(source))] == [
+        "httpx",
+        "httpcore",
+        "httpx",
+        "httpx._transports",
+        "httpx",
+    ]
+
+
 # Inside the lifecycle, the fields a transition owns (operations.lifecycle.transitions).
 TRANSITION_OWNED = frozenset({"status", "fence", "lease_owner", "lease_expires_at", "claimed_at", "claim_due_at"})
 

@@ -26,7 +26,10 @@ NOT_AT_START_UP = (
     "escalations.admin",
     "django_q.admin",
     "axes.admin",
-    "escalations.notifications",
+    "operations.outbound",
+    "escalations.oncall.channels.registry",
+    "escalations.oncall.notices",
+    "escalations.oncall.send",
     "escalations.oncall.runs",
     "escalations.oncall.outbox",
 )

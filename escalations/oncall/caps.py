@@ -7,7 +7,8 @@
   Toggling acknowledge and give back once used up the global cap in under a minute and silenced
   every other card's pages for the rest of the hour: a person's acts now spend their own budget.
 - Never held back by either, only counted while there is room: a new card's or group's first page
-  and every PagerDuty trigger (operations.notify.rules.never_held_by_hourly_caps).
+  and every page through a channel that folds a card's pages into one alert, PagerDuty's triggers
+  (operations.notify.rules.never_held_by_hourly_caps).
 
 Give-backs that resumed a round instead of restarting it (NOTIFY_RESTART_MIN_S) are counted too,
 for /system/. The windows are operations.ratelimit's fixed hours, shared by every process.
@@ -22,7 +23,6 @@ from django.conf import settings
 from operations import ratelimit
 from operations.models import NotificationDelivery
 from operations.notify import rules
-from operations.notify.recipients import Channel
 
 WINDOW_S = 3600
 GLOBAL_KEY = "notifications"
@@ -34,8 +34,9 @@ def actor_key(user_id: int) -> str:
     return f"{ACTOR_KEY_PREFIX}{user_id}"
 
 
-def hold(row: NotificationDelivery, *, now: datetime) -> str:
-    """Count a message to people against the budget it spends; why it is held back, or ""."""
+def hold(row: NotificationDelivery, *, one_alert_per_card: bool, now: datetime) -> str:
+    """Count a message to people against the budget it spends; why it is held back, or "".
+    `one_alert_per_card`: its channel folds a card's pages into one alert (escalations.oncall.channels)."""
     if row.caused_by_id is not None:
         limit = settings.NOTIFY_MAX_PER_ACTOR_PER_HOUR
         key = actor_key(row.caused_by_id)
@@ -47,16 +48,9 @@ def hold(row: NotificationDelivery, *, now: datetime) -> str:
         return ""
     counted = ratelimit.take(key=key, limit=limit, window_s=WINDOW_S, now=now) is None
     exempt = rules.never_held_by_hourly_caps(
-        event=rules.Event(row.event), channel=Channel(row.channel), slot=(row.round, row.level, row.repetition)
+        event=rules.Event(row.event), one_alert_per_card=one_alert_per_card, slot=(row.round, row.level, row.repetition)
     )
     return "" if counted or exempt else f"{name} ({limit}) reached"
-
-
-def global_slot(*, now: datetime) -> bool:
-    """Take one of the NOTIFY_MAX_PER_HOUR messages for a message outside the cards (a failed
-    callback, a business deadline near)."""
-    limit = settings.NOTIFY_MAX_PER_HOUR
-    return limit <= 0 or ratelimit.take(key=GLOBAL_KEY, limit=limit, window_s=WINDOW_S, now=now) is None
 
 
 def count_resumed(*, now: datetime) -> None:

@@ -1,4 +1,5 @@
-"""The facts of one decision card that every notification channel renders.
+"""The facts every notification channel renders: a decision card's (`CardFacts`, `CardStatus`), or a
+message's about no card (`Notice`: a callback that gave up, a business deadline near).
 
 Read once by the sender (escalation, operation, provider, the options the card offers) and handed
 to the pure builders (email, Slack, PagerDuty), so every channel says the same thing and none of
@@ -61,6 +62,25 @@ class CardStatus:
     by: str = ""
     at: datetime | None = None
     outcome: str = ""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A message about an operation, not a card (escalations.oncall.notices): pollerdash's words,
+    the operation's facts, and what the agent wrote, quoted and defanged, each channel rendering them
+    in its own markup (plain text only for the agent's words)."""
+
+    event: str  # the outbox's Event: "callback_failed" | "business_deadline_near"
+    title: str  # "Callback not delivered", "Business deadline in 10 min"
+    subject: str  # the email subject after "[pollerdash] ": "Callback not delivered: op_..."
+    operation_id: str
+    link: str  # the operation's page, first in every message
+    opening: str  # the first sentence
+    summary: str = ""  # one line after the link in a chat message
+    paragraphs: tuple[str, ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()  # (label, value), pollerdash's own values
+    quoted_intro: str = ""  # the line before `quoted`, when it needs one
+    quoted: tuple[str, ...] = ()  # what an agent wrote, each line quoted and defanged (escalations.agent_text)
 
 
 def card_url(escalation: Escalation) -> str:

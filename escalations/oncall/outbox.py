@@ -24,7 +24,7 @@ from django_q.tasks import async_task
 
 from operations.models import NotificationDelivery
 from operations.notify import rules
-from operations.notify.recipients import Channel
+from operations.notify.kinds import Kind
 
 DELIVER_TASK = "escalations.tasks.deliver_notification"
 TASK_GROUP = "notifications"
@@ -68,7 +68,7 @@ def rule_row(row: NotificationDelivery) -> rules.Row:
     """A delivery as the pure rules read it (operations.notify.rules)."""
     return rules.Row(
         id=row.pk,
-        channel=Channel(row.channel),
+        channel=Kind(row.channel),
         address=row.address,
         event=rules.Event(row.event),
         state=rules.State(row.state),

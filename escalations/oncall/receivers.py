@@ -1,13 +1,13 @@
 """The domain's events, turned into policy steps and queued messages (connected in escalations.apps).
 
 Each receiver runs inside the transaction of the change it announces, under its row locks, and
-only writes rows (the run, outbox rows, a queued task): what it decides commits with the change or
-not at all, and workers send it afterwards.
+only writes rows (the run, outbox rows): what it decides commits with the change or not at all, and
+workers send it afterwards (the dispatcher hands them due rows).
 
 Every process imports this module at start-up (escalations.apps), so it imports no sending code
-(escalations.notifications and its HTTP client), and the policy code (runs and outbox, with the
-policy rules, the stored policies and the roles) only when an event first comes in: a command
-that handles none, such as `manage.py audit_export`, starts without them.
+(the channels and the HTTP client), and the policy code (runs and outbox, with the policy rules,
+the stored policies and the roles) and the messages about no card (notices) only when an event
+first comes in: a command that handles none, such as `manage.py audit_export`, starts without them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
-from django_q.tasks import async_task
 
 from operations.models import CallbackDelivery, Decision, Escalation, NotificationDelivery, Operation
 from operations.responders import responders
@@ -109,31 +108,25 @@ def on_dispatcher_pass(*, now: datetime, limit: int, **_: object) -> int:
 
 
 def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:
-    """operations.events.callback_undeliverable: queue a message to on-call with the transaction
-    (escalations.notifications.deliver_callback_failure sends it)."""
-    if not _notifications_configured():
-        return
-    async_task(
-        "escalations.tasks.notify_callback_failed",
-        delivery.operation_id,
-        delivery.pk,
-        delivery.event_type,
-        reason[:300],
-        task_name=f"notify-callback-{delivery.pk}",
+    """operations.events.callback_undeliverable: on-call's messages written with the transaction
+    (escalations.oncall.notices; workers send them like every other message)."""
+    from escalations.oncall import notices
+
+    notices.queue_callback_failed(
+        operation_id=delivery.operation_id,
+        callback_id=delivery.pk,
+        event_type=delivery.event_type,
+        reason=reason,
+        now=timezone.now(),
     )
 
 
 def on_business_deadline_near(*, operation: Operation, **_: object) -> None:
-    """operations.events.business_deadline_near: queue the early warning with the transaction that
-    recorded it (once per operation: the lifecycle claims `business_deadline_warned_at` first;
-    escalations.notifications.deliver_business_deadline_warning sends it)."""
-    if not _notifications_configured():
-        return
-    async_task("escalations.tasks.notify_business_deadline", operation.pk, task_name=f"notify-business-{operation.pk}")
+    """operations.events.business_deadline_near: the early warning written with the transaction that
+    recorded it (once per operation: the lifecycle claims `business_deadline_warned_at` first)."""
+    from escalations.oncall import notices
 
-
-def _notifications_configured() -> bool:
-    return bool(settings.NOTIFY_EMAILS or settings.NOTIFY_WEBHOOK_URL)
+    notices.queue_business_deadline(operation_id=operation.pk, now=timezone.now())
 
 
 def adopt_open_cards(**kwargs: object) -> int:

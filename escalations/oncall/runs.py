@@ -15,6 +15,7 @@
 - `tell` (reassigned, awaiting a second responder) and `reply_to_click` (a Slack click's answer):
   messages outside the levels, recorded on the card like the rest.
 
+Which channels have follow-ups is each channel's own word (escalations.oncall.channels.registry).
 Nothing here does I/O besides the database: workers send the rows (escalations.oncall.send).
 """
 
@@ -32,23 +33,24 @@ from django.db.models import Q
 from django.utils import timezone
 
 from escalations.oncall import caps
+from escalations.oncall.channels.registry import FOLLOWED_UP
 from escalations.oncall.outbox import rule_row
 from escalations.roles import can_decide
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules
+from operations.notify.kinds import Kind
 from operations.notify.policy import (
     Notify,
     Policy,
     RunState,
     RunStatus,
     Target,
-    TargetKind,
     policy_acknowledge,
     policy_end,
     policy_step,
     policy_unacknowledge,
 )
-from operations.notify.recipients import Channel, People, Person, Recipient, expand
+from operations.notify.recipients import People, Person, Recipient, expand
 from operations.notify.store import policy_for
 
 logger = logging.getLogger(__name__)
@@ -191,8 +193,8 @@ def _insert(
 def _people(notifications: Iterable[Notify]) -> People:
     """The people a step may reach, read now: someone added to a group since the card opened is paged."""
     notifications = list(notifications)
-    usernames = {n.target.ref for n in notifications if n.target.kind is TargetKind.USER}
-    group_names = {n.target.ref for n in notifications if n.target.kind is TargetKind.GROUP}
+    usernames = {n.target.ref for n in notifications if n.target.kind is Kind.USER}
+    group_names = {n.target.ref for n in notifications if n.target.kind is Kind.GROUP}
     members: dict[str, list[str]] = {}
     for group in Group.objects.filter(name__in=group_names).prefetch_related("user_set"):
         members[group.name] = [u.get_username() for u in group.user_set.all()]
@@ -260,8 +262,8 @@ def _close(
     new = act(old)
     if new != old and not _write(run, old=old, new=new, now=now):
         raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
-    rows = list(NotificationDelivery.objects.filter(escalation_id=escalation.pk).exclude(channel=Channel.SLACK_REPLY))
-    plan = changes(rows=[rule_row(r) for r in rows])
+    rows = list(NotificationDelivery.objects.filter(escalation_id=escalation.pk).exclude(channel=Kind.SLACK_REPLY))
+    plan = changes(rows=[rule_row(r) for r in rows], followed_up=FOLLOWED_UP)
     by_id = {row.pk: row for row in rows}
     for skip in plan.skip:
         NotificationDelivery.objects.filter(pk=skip.row_id, state=State.PENDING, attempts=0).update(
@@ -315,8 +317,8 @@ def tell(
         group_members={},
     )
     counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, event=event).count() + 1
-    targets = [Target(TargetKind.USER, name) for name in people.by_username]
-    targets += [Target(TargetKind.EMAIL, address) for address in addresses]
+    targets = [Target(Kind.USER, name) for name in people.by_username]
+    targets += [Target(Kind.EMAIL, address) for address in addresses]
     notes = [Notify(round=0, level=OUTSIDE_LEVELS, repetition=counter, target=target) for target in targets]
     return _insert(escalation.pk, expand(notes, people=people), now=now, event=event, note=note, caused_by=by)
 
@@ -324,13 +326,13 @@ def tell(
 def reply_to_click(*, escalation: Escalation, response_url: str, note: str, now: datetime) -> NotificationDelivery:
     """The answer to a click in Slack, sent by a worker through the click's response_url: "replace"
     shows the card's state in place of the message, any other text is an ephemeral reply."""
-    counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, channel=Channel.SLACK_REPLY).count() + 1
+    counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, channel=Kind.SLACK_REPLY).count() + 1
     return NotificationDelivery.objects.create(
         escalation_id=escalation.pk,
         round=0,
         level=OUTSIDE_LEVELS,
         repetition=counter,
-        channel=str(Channel.SLACK_REPLY),
+        channel=str(Kind.SLACK_REPLY),
         address="response_url",
         display="Slack reply",
         event=Event.SLACK_REPLY,

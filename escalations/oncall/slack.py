@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from escalations.oncall.slack_blocks import ACK_ACTION_ID, OPEN_ACTION_ID
+from escalations.oncall.channels.slack_blocks import ACK_ACTION_ID, OPEN_ACTION_ID
 
 WINDOW_S = 5 * 60
 BODY_MAX = 64 * 1024

@@ -10,23 +10,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from escalations.oncall import caps
+from escalations.oncall.channels.registry import CHANNELS
 from operations import ratelimit
 from operations.models import NotificationDelivery, PolicyRun, RateWindow
+from operations.notify.kinds import LABELS, Kind
 from operations.notify.policy import Policy
+from operations.notify.rules import Event
 
-CHANNELS = {
-    "email": "email to",
-    "pagerduty": "PagerDuty",
-    "slack_webhook": "Slack",
-    "slack_channel": "Slack",
-    "slack_reply": "Slack reply",
-}
-FOLLOW_UPS = {
-    ("pagerduty", "acknowledged"): "acknowledge",
-    ("pagerduty", "ended"): "resolve",
-    ("slack_channel", "acknowledged"): "message updated (acknowledged)",
-    ("slack_channel", "ended"): "message updated (closed)",
-}
 WHY = {
     "reassigned": "card handed over",
     "taken_over": "card taken over",
@@ -83,13 +73,16 @@ def card_notifications(*, escalation_id: int, group_first_card_id: int | None = 
     own = [row for row in rows if row.escalation_id == escalation_id]
     if own or len(ids) == 1:
         return _notified(own)
-    return replace(_notified(rows), group_id=rows[0].escalation.group_id) if rows else _notified([])
+    card = rows[0].escalation if rows else None
+    return replace(_notified(rows), group_id=card.group_id) if card is not None else _notified([])
 
 
 def _notified(rows: list[NotificationDelivery]) -> Notified:
     lines = [_line(row) for row in rows]
+    # Rows of cards (filtered by card above), each with its card joined.
+    card = rows[0].escalation if rows else None
     try:
-        run = rows[0].escalation.policy_run if rows else None
+        run = card.policy_run if card is not None else None
     except PolicyRun.DoesNotExist:
         run = None
     if run is None:
@@ -105,15 +98,16 @@ def _notified(rows: list[NotificationDelivery]) -> Notified:
 
 
 def _line(row: NotificationDelivery) -> Line:
-    channel = CHANNELS.get(row.channel, row.channel)
-    if row.channel == "email":
-        what = f"{channel} {row.display}"
-    elif row.channel == "slack_channel":
-        what = f"{channel} {row.address}"
+    kind = Kind(row.channel)
+    if kind is Kind.EMAIL:
+        what = f"email to {row.display}"
+    elif kind is Kind.SLACK_CHANNEL:
+        what = f"{LABELS[kind]} {row.address}"
     else:
-        what = channel
-    if (row.channel, row.event) in FOLLOW_UPS:
-        what = f"{what} {FOLLOW_UPS[(row.channel, row.event)]}"
+        what = LABELS[kind]
+    follow_up = CHANNELS[kind].follow_ups.get(Event(row.event))
+    if follow_up:
+        what = f"{what} {follow_up}"
     elif row.event in WHY:
         what = f"{what} ({WHY[row.event]})"
     elif row.level > 0:

@@ -7,19 +7,18 @@ counted (SlackRefusal, one row per reason and hour, shown on /system/; counted i
 written at most every 10 s, oncall/slack_refusals.py). A signed request is acted on once: the same
 request again within the window is an empty 200 that changes nothing (oncall/slack_replays.py).
 The clicker is matched to a pollerdash responder by the email Slack has confirmed for them (users.info, bot token with
-users:read.email); anyone else gets a reply only they see, and nothing changes. The answer to
+users:read.email, asked by the Slack app's channel: escalations.oncall.channels.slack_channel); anyone else gets a
+reply only they see, and nothing changes. The answer to
 Slack is an empty 200 at once; the message is replaced by a worker through the click's
 response_url (a notification row like any other, shown on the card).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import TYPE_CHECKING
 
-import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -29,20 +28,16 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from escalations.oncall import runs, slack, slack_refusals, slack_replays
-from escalations.oncall.transport import url_problem
+from escalations.oncall.channels.slack_channel import users_info
 from escalations.roles import can_decide
 from operations.decisions import ownership
 from operations.decisions.services import TooManyDecisions
 from operations.models import Escalation
-from operations.redaction import register_secret
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
-
-USERS_INFO_TIMEOUT = httpx.Timeout(2.0, connect=1.0)
-USERS_INFO_CAP = 64 * 1024
 
 
 @csrf_exempt
@@ -82,7 +77,7 @@ def interactions(request: HttpRequest) -> HttpResponse:
     if escalation is None:
         return HttpResponse(status=200)
     now = timezone.now()
-    info = _users_info(click.slack_user_id)
+    info = users_info(click.slack_user_id)
     email = info.email if isinstance(info, slack.SlackUser) else ""
     accounts = [
         slack.Account(username=u.get_username(), email=u.email, is_active=u.is_active, is_responder=can_decide(u))
@@ -114,33 +109,3 @@ def _acknowledge(*, escalation: Escalation, user: User, slack_user: str) -> str:
         return "You acted on cards too often in the last minute; nothing was changed. Try again shortly."
     logger.info("card %s acknowledged from Slack by %s (Slack user %s)", escalation.pk, user, slack_user)
     return "replace"
-
-
-def _users_info(slack_user_id: str) -> slack.SlackUser | str | None:
-    """Slack's users.info for the clicker (bot token with users:read and users:read.email), or why not."""
-    token = settings.SLACK_BOT_TOKEN
-    if not token:
-        return None
-    register_secret(token)
-    url = f"{settings.SLACK_API_URL}/users.info"
-    problem = url_problem(url, what="SLACK_API_URL")
-    if problem:
-        return problem
-    # At most 64 KiB of an uncompressed answer is read (as every other answer pollerdash reads).
-    headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
-    try:
-        with (
-            httpx.Client(timeout=USERS_INFO_TIMEOUT, follow_redirects=False, trust_env=False) as client,
-            client.stream("POST", url, data={"user": slack_user_id}, headers=headers) as response,
-        ):
-            if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
-                raise ValueError("a compressed answer")
-            body = b""
-            for chunk in response.iter_raw():
-                body += chunk
-                if len(body) >= USERS_INFO_CAP:
-                    break
-        answer = json.loads(body[:USERS_INFO_CAP].decode("utf-8"))
-    except (httpx.HTTPError, UnicodeDecodeError, ValueError) as exc:
-        return f"users.info did not answer ({type(exc).__name__})"
-    return slack.parse_users_info(answer)

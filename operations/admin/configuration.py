@@ -17,7 +17,8 @@ from django.http import HttpRequest
 from operations.audit import entries as audit
 from operations.models import EscalationPolicy, ProviderAccount, ProviderProfile
 from operations.notify import store as policy_store
-from operations.notify.policy import ENV_PREFIX, SECRET_REF_KINDS, validate_policy
+from operations.notify.kinds import SECRET_REF_KINDS, targets_in_order
+from operations.notify.policy import ENV_PREFIX, validate_policy
 from operations.profiles import (
     FIELD_TO_KEY,
     KEY_TO_FIELD,
@@ -174,6 +175,7 @@ class EscalationPolicyForm(forms.ModelForm):
             "[[levels]] tables, in order: wait_s (whole seconds before the next level, 1-86400) and targets, "
             'e.g. targets = [{ user = "alice" }, { group = "oncall" }, { email = "team@example.com" }, '
             '{ slack_webhook = "ONCALL_SLACK_PAYMENTS" }, { pagerduty = "ONCALL_PD_PAYMENTS" }]. '
+            f"Target kinds: {', '.join(targets_in_order())}. "
             "Webhook URLs and routing keys are never entered here: name the ONCALL_* environment variable "
             "that holds them."
         ),

@@ -243,9 +243,10 @@ class PolicyRunAdmin(ViewOnlyAdmin):
 
 @admin.register(NotificationDelivery)
 class NotificationDeliveryAdmin(ViewOnlyAdmin):
-    """Every message sent, failed or skipped about a card: a record, never edited."""
+    """Every message sent, failed or skipped about a card (or, for a callback that gave up or a
+    business deadline near, about an operation): a record, never edited."""
 
     # A click's response_url is a short-lived capability to post into a Slack channel.
     hidden_fields = ("response_url",)
-    list_display = ("escalation", "event", "channel", "display", "state", "attempts", "created_at")
+    list_display = ("escalation", "operation", "event", "channel", "display", "state", "attempts", "created_at")
     list_filter = ("state", "channel", "event")

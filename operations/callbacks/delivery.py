@@ -5,7 +5,8 @@
   transaction.
 - `deliver` sends one attempt: the attempt is charged (compare-and-set on `attempts`) before it is
   sent, so a redelivered task never sends the same attempt twice. Every attempt carries the same
-  `webhook-id` and a fresh timestamp and signature.
+  `webhook-id` and a fresh timestamp and signature, and goes through operations.outbound (purpose
+  `callback`: CALLBACK_TIMEOUT_S, no redirects, only the answer's status and Retry-After read).
 - A delivery that gives up leaves a warning on the operation and an audit entry
   (`lifecycle.agents.warn_callback_failed`), and on-call hears of it (operations.events).
 """
@@ -13,19 +14,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
-import threading
 from datetime import datetime, timedelta
 
-import httpx
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django_q.tasks import async_task
 from standardwebhooks import Webhook
 
+from operations import outbound
 from operations.audit import entries as audit
 from operations.callbacks.targets import TargetRefused, resolve_target
 from operations.lifecycle.agents import warn_callback_failed
@@ -33,7 +31,6 @@ from operations.models import CallbackDelivery, CallbackEndpoint
 
 logger = logging.getLogger(__name__)
 
-USER_AGENT = "pollerdash-webhooks/1"
 # Standard Webhooks example schedule: the delay before attempt 1, 2, ... 10 (about 3 days in all).
 SCHEDULE_S = (0, 5, 5 * 60, 30 * 60, 2 * 3600, 5 * 3600, 10 * 3600, 14 * 3600, 20 * 3600, 24 * 3600)
 JITTER = 0.2  # each delay is drawn from [0.8, 1.2] x the scheduled delay
@@ -42,9 +39,6 @@ CLAIM_LEASE_S = 120
 RETRY_AFTER_CAP_S = 24 * 3600
 
 _rng = random.SystemRandom()
-_client: httpx.Client | None = None
-_client_pid: int | None = None
-_client_lock = threading.Lock()
 
 
 def dispatch_due_callbacks(*, limit: int = 100) -> int:
@@ -76,20 +70,6 @@ def dispatch_due_callbacks(*, limit: int = 100) -> int:
                 )
                 sent += 1
     return sent
-
-
-def client() -> httpx.Client:
-    global _client, _client_pid
-    with _client_lock:
-        if _client is None or _client_pid != os.getpid():
-            _client = httpx.Client(
-                timeout=httpx.Timeout(settings.CALLBACK_TIMEOUT_S),
-                follow_redirects=False,
-                trust_env=False,
-                headers={"User-Agent": USER_AGENT},
-            )
-            _client_pid = os.getpid()
-        return _client
 
 
 def next_delay_s(*, attempts_made: int, retry_after_s: float | None, rng: random.Random | None = None) -> float | None:
@@ -139,20 +119,16 @@ def deliver(*, delivery_id: str, attempt: int) -> str:
     sent_at = timezone.now()
     payload = bytes(delivery.payload)
     headers = {
-        **target.headers,
         "Content-Type": "application/json",
         "webhook-id": delivery.pk,
         "webhook-timestamp": str(int(sent_at.timestamp())),
         "webhook-signature": sign(secret=agent.webhook_secret, event_id_=delivery.pk, at=sent_at, payload=payload),
     }
-    try:
-        with client().stream(
-            "POST", target.url, content=payload, headers=headers, extensions=target.extensions
-        ) as response:
-            status = response.status_code
-            retry_after = _retry_after(response.headers.get("retry-after"))
-    except httpx.HTTPError as exc:
-        return _failed_attempt(delivery, http_status=None, error=f"{type(exc).__name__}", retry_after_s=None)
+    answer = outbound.send(target=target, method="POST", content=payload, headers=headers)
+    status = answer.http_status
+    if answer.transport_error is not None or status is None:
+        return _failed_attempt(delivery, http_status=None, error=answer.error_type or "no answer", retry_after_s=None)
+    retry_after = _retry_after(answer.header("retry-after"))
     if 200 <= status < 300:
         _finish(delivery, state=CallbackDelivery.State.DELIVERED, http_status=status, error="")
         return "delivered"

@@ -1,9 +1,9 @@
 """Where a callback may go: https on a public address (operations/addresses.py), unless the exact host
 and port are listed in CALLBACK_ALLOWED_HOSTS.
 
-Checked at registration (`callback_url_problem`) and again at send time (`resolve_target`), which
-resolves the name, checks every address it resolves to, and sends to the checked address (DNS
-rebinding cannot swap it afterwards).
+Checked at registration (`callback_url_problem`) and again at send time (`resolve_target`, the
+`callback` purpose's address rule of operations.outbound), which resolves the name, checks every
+address it resolves to, and sends to the checked address (DNS rebinding cannot swap it afterwards).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from operations.addresses import allowed_by_entries, host_is_listed, is_public
+from operations.outbound import Purpose, Refused, Target
 
 URL_MAX = 2048
 ALLOWED_PORTS = (None, 443, 8443)
@@ -92,15 +92,8 @@ def public_url_problem(*, scheme: str, host: str, port: int | None) -> str | Non
     return None
 
 
-@dataclass(frozen=True)
-class Target:
-    url: str
-    headers: dict[str, str]
-    extensions: dict[str, object]
-
-
-class TargetRefused(Exception):
-    pass
+class TargetRefused(Refused):
+    """A callback URL refused (or, with Unresolvable, not resolved): nothing is sent."""
 
 
 def resolve_target(url: str) -> Target:
@@ -111,15 +104,15 @@ def resolve_target(url: str) -> Target:
     # The URL passed the check above, so _host_of answers a tuple, not a refusal.
     scheme, host, port = _host_of(url)  # type: ignore[misc]
     if _allowed(scheme=scheme, host=host, port=port):
-        return Target(url=url, headers={}, extensions={})
-    return pinned(url, host=host, port=port)
+        return Target(purpose=Purpose.CALLBACK, url=url)
+    return pinned(url, host=host, port=port, purpose=Purpose.CALLBACK)
 
 
 class Unresolvable(TargetRefused):
     """The name did not resolve (no address to check, none to send to)."""
 
 
-def pinned(url: str, *, host: str, port: int | None) -> Target:
+def pinned(url: str, *, host: str, port: int | None, purpose: Purpose) -> Target:
     """`url` (whose host is `host`, already judged public by name) sent to an address checked now.
 
     Every address the name resolves to must be public (TargetRefused otherwise; Unresolvable when it
@@ -128,7 +121,7 @@ def pinned(url: str, *, host: str, port: int | None) -> Target:
     """
     try:
         ipaddress.ip_address(host)
-        return Target(url=url, headers={}, extensions={})
+        return Target(purpose=purpose, url=url)
     except ValueError:
         pass
     try:
@@ -154,4 +147,4 @@ def pinned(url: str, *, host: str, port: int | None) -> Target:
     pinned_url = parts._replace(netloc=netloc).geturl()
     host_header = host if not port else f"{host}:{port}"
     # TLS still verifies the certificate against the name, while the socket goes to the checked IP.
-    return Target(url=pinned_url, headers={"Host": host_header}, extensions={"sni_hostname": host})
+    return Target(purpose=purpose, url=pinned_url, headers={"Host": host_header}, extensions={"sni_hostname": host})

@@ -8,20 +8,24 @@
   compare-and-set fence that makes a level go out once whatever process steps it.
 - NotificationDelivery: one message to one recipient, written in the transaction that decided it
   and sent by a worker; every row ends sent, failed or skipped, with `detail` saying why, and the
-  card lists them all.
+  card lists them all. A message that is not about a card (a callback that gave up, a business
+  deadline near) names its operation instead.
 - CardResponseCounter: the cumulative histograms of time to acknowledge and to decide (/metrics).
 - SlackRefusal: refused Slack interaction requests, counted per reason and hour.
 """
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import and_
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from operations.notify import rules
-from operations.notify.policy import RunStatus, TargetKind
-from operations.notify.recipients import Channel
+from operations.notify.kinds import TARGETS, Kind, Ref, channels_in_order, targets_in_order
+from operations.notify.policy import RunStatus
 from operations.vocabulary import choices_of
 
 
@@ -63,20 +67,38 @@ class PolicyLevel(models.Model):
         return f"{self.policy_id} level {self.order + 1}"
 
 
+def _holds(ref: Ref) -> Q:
+    return Q(**{f"{ref}__isnull": False}) if ref in (Ref.USER, Ref.GROUP) else ~Q(**{str(ref): ""})
+
+
+def _empty(ref: Ref) -> Q:
+    return Q(**{f"{ref}__isnull": True}) if ref in (Ref.USER, Ref.GROUP) else Q(**{str(ref): ""})
+
+
+def _fields_match_kind() -> Q:
+    """Each kind's value in its own column and every other column empty (operations.notify.kinds.TARGETS)."""
+    alternatives = []
+    for ref in Ref:
+        kinds = sorted(str(kind) for kind, held_in in TARGETS.items() if held_in is ref)
+        others = reduce(and_, (_empty(other) for other in Ref if other is not ref))
+        alternatives.append(Q(kind__in=kinds) & others & _holds(ref))
+    return reduce(lambda a, b: a | b, alternatives)
+
+
 class PolicyTarget(models.Model):
-    # One vocabulary with the pure policy code (a copy here once drifted from its twin).
-    Kind = TargetKind
+    # One vocabulary with the pure policy code and the outbox (operations.notify.kinds).
+    Kind = Kind
 
     level = models.ForeignKey(PolicyLevel, on_delete=models.CASCADE, related_name="targets")
     position = models.PositiveSmallIntegerField()
-    kind = models.CharField(max_length=16, choices=choices_of(TargetKind))
+    kind = models.CharField(max_length=16, choices=choices_of(targets_in_order()))
     # PROTECT: deleting a person or group a policy pages must be a conscious edit of the policy first.
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     group = models.ForeignKey("auth.Group", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     email = models.EmailField(blank=True)
-    # slack_webhook / pagerduty: the NAME of the environment variable holding the URL / routing key.
+    # A secret target (operations.notify.kinds.Ref.ENV): the NAME of the environment variable holding it.
     env = models.CharField(max_length=100, blank=True)
     channel = models.CharField(max_length=24, blank=True)  # slack_channel: posted with the Slack app's bot token
 
@@ -84,28 +106,7 @@ class PolicyTarget(models.Model):
         ordering = ["level", "position"]
         constraints = [
             models.UniqueConstraint(fields=["level", "position"], name="one_target_per_position"),
-            models.CheckConstraint(
-                name="target_fields_match_kind",
-                condition=(
-                    Q(kind="user", user__isnull=False, group__isnull=True, email="", env="", channel="")
-                    | Q(kind="group", group__isnull=False, user__isnull=True, email="", env="", channel="")
-                    | (Q(kind="email", user__isnull=True, group__isnull=True, env="", channel="") & ~Q(email=""))
-                    | (
-                        Q(
-                            kind__in=["slack_webhook", "pagerduty"],
-                            user__isnull=True,
-                            group__isnull=True,
-                            email="",
-                            channel="",
-                        )
-                        & ~Q(env="")
-                    )
-                    | (
-                        Q(kind="slack_channel", user__isnull=True, group__isnull=True, email="", env="")
-                        & ~Q(channel="")
-                    )
-                ),
-            ),
+            models.CheckConstraint(name="target_fields_match_kind", condition=_fields_match_kind()),
         ]
 
     def __str__(self) -> str:
@@ -114,12 +115,12 @@ class PolicyTarget(models.Model):
     @property
     def ref(self) -> str:
         """The target as the policy's TOML names it: a username, group name, address, env name or channel."""
-        if self.kind == self.Kind.USER:
+        ref = TARGETS[Kind(self.kind)]
+        if ref is Ref.USER:
             return self.user.get_username() if self.user else ""
-        if self.kind == self.Kind.GROUP:
+        if ref is Ref.GROUP:
             return self.group.name if self.group else ""
-        addresses: dict[str, str] = {self.Kind.EMAIL: self.email, self.Kind.SLACK_CHANNEL: self.channel}
-        return addresses.get(self.kind, self.env)
+        return str(getattr(self, str(ref)))
 
 
 class PolicyRun(models.Model):
@@ -160,17 +161,24 @@ class NotificationDelivery(models.Model):
     State = rules.State
     Event = rules.Event
 
-    escalation = models.ForeignKey("operations.Escalation", on_delete=models.CASCADE, related_name="notifications")
+    # The card the message is about; a message about no card (Event.CALLBACK_FAILED,
+    # BUSINESS_DEADLINE_NEAR) names its operation instead.
+    escalation = models.ForeignKey(
+        "operations.Escalation", on_delete=models.CASCADE, null=True, blank=True, related_name="notifications"
+    )
+    operation = models.ForeignKey(
+        "operations.Operation", on_delete=models.CASCADE, null=True, blank=True, related_name="notices"
+    )
     round = models.PositiveSmallIntegerField()
     # The policy level (0-based); -1 for follow-ups and messages outside the policy's levels.
     level = models.SmallIntegerField()
     # The last level's repetition; for messages outside the levels, a per-card counter.
     repetition = models.PositiveIntegerField()
-    channel = models.CharField(max_length=16, choices=choices_of(Channel))
+    channel = models.CharField(max_length=16, choices=choices_of(channels_in_order()))
     # An email address, a channel id or the NAME of the variable holding a secret; never a secret.
     address = models.CharField(max_length=254)
     display = models.CharField(max_length=150)  # "alice (oncall)", "PagerDuty", "Slack"
-    event = models.CharField(max_length=16, choices=choices_of(rules.Event))
+    event = models.CharField(max_length=32, choices=choices_of(rules.Event))
     state = models.CharField(max_length=16, choices=choices_of(rules.State), default=rules.State.PENDING.value)
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
@@ -188,7 +196,8 @@ class NotificationDelivery(models.Model):
     response_url = models.CharField(max_length=2000, blank=True)
     # What a message outside the levels says beyond the card's facts, in pollerdash's words: a
     # hand-over ("alice handed you this card"), a take-over, an acceptance to confirm; for a
-    # slack_reply, "replace" (the message shows the card's new state) or the ephemeral text.
+    # slack_reply, "replace" (the message shows the card's new state) or the ephemeral text; for a
+    # callback that gave up, "<callback id> <event type>" then, on the next line, why.
     note = models.CharField(max_length=500, blank=True)
     # The person whose act caused the message (a give-back's restart, a hand-over, a take-over, an
     # acceptance to confirm): it counts against their NOTIFY_MAX_PER_ACTOR_PER_HOUR, not everyone's
@@ -205,7 +214,16 @@ class NotificationDelivery(models.Model):
             models.UniqueConstraint(
                 fields=["escalation", "round", "level", "repetition", "channel", "address", "event"],
                 name="one_notification_per_slot",
-            )
+            ),
+            # A message about no card goes to each recipient once per event of its operation.
+            models.UniqueConstraint(
+                fields=["operation", "event", "repetition", "channel", "address"],
+                condition=Q(escalation__isnull=True),
+                name="one_notice_per_slot",
+            ),
+            models.CheckConstraint(
+                condition=Q(escalation__isnull=False) | Q(operation__isnull=False), name="notification_has_a_subject"
+            ),
         ]
         indexes = [
             models.Index(fields=["next_attempt_at"], condition=Q(state="pending"), name="notification_due_idx"),
@@ -214,7 +232,8 @@ class NotificationDelivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"card {self.escalation_id}: {self.event} {self.channel} {self.display} ({self.state})"
+        about = f"card {self.escalation_id}" if self.escalation_id is not None else f"operation {self.operation_id}"
+        return f"{about}: {self.event} {self.channel} {self.display} ({self.state})"
 
 
 class CardResponseCounter(models.Model):

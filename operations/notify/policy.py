@@ -19,12 +19,13 @@ at once, like a profile's validation.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from operations.notify.kinds import TARGETS, Kind, Ref, targets_in_order
 from operations.validation import Problem
 
 MAX_LEVELS = 10
@@ -47,27 +48,15 @@ _SLACK_CHANNEL = re.compile(r"[CGD][A-Z0-9]{6,20}")
 _EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]+\.[^@\s\x00-\x1f\x7f]+")
 
 
-class TargetKind(StrEnum):
-    USER = "user"  # ref: a username; mailed at the account's address
-    GROUP = "group"  # ref: a Django group; each member with the responder role is mailed
-    EMAIL = "email"  # ref: an address outside pollerdash (a team list)
-    SLACK_WEBHOOK = "slack_webhook"  # ref: the NAME of the env variable holding the webhook URL
-    SLACK_CHANNEL = "slack_channel"  # ref: a channel id, posted with the Slack app's bot token
-    PAGERDUTY = "pagerduty"  # ref: the NAME of the env variable holding the routing key
-
-
-SECRET_REF_KINDS = frozenset({TargetKind.SLACK_WEBHOOK, TargetKind.PAGERDUTY})
-
-
 @dataclass(frozen=True)
 class Target:
-    kind: TargetKind
+    kind: Kind
     ref: str
 
     @property
     def key(self) -> str:
         """Stable identity inside a policy; carries env names, never secret values."""
-        ref = self.ref.lower() if self.kind in (TargetKind.EMAIL,) else self.ref
+        ref = self.ref.lower() if self.kind is Kind.EMAIL else self.ref
         return f"{self.kind}:{ref}"
 
 
@@ -104,7 +93,7 @@ class Policy:
             levels=tuple(
                 Level(
                     wait_s=int(level["wait_s"]),
-                    targets=tuple(Target(kind=TargetKind(t["kind"]), ref=t["ref"]) for t in level["targets"]),
+                    targets=tuple(Target(kind=Kind(t["kind"]), ref=t["ref"]) for t in level["targets"]),
                 )
                 for level in data["levels"]
             ),
@@ -197,39 +186,59 @@ def _level(raw: object, *, where: str, directory: Directory) -> tuple[Level | No
 
 
 def _target(raw: object, *, where: str, directory: Directory) -> tuple[Target | None, Problem | None]:
-    """A target is a one-key table: {user = "alice"}, {pagerduty = "PD_ROUTING_PAYMENTS"}, ..."""
-    kinds = ", ".join(str(k) for k in TargetKind)
+    """A target is a one-key table: {user = "alice"}, {pagerduty = "ONCALL_PD_PAYMENTS"}, ..."""
+    kinds = ", ".join(str(k) for k in targets_in_order())
     if not isinstance(raw, Mapping) or len(raw) != 1:
         return None, Problem(where, f"must be one of {{{kinds}}} = value")
     ((kind_raw, ref),) = raw.items()
-    try:
-        kind = TargetKind(kind_raw)
-    except ValueError:
+    kind = next((k for k in TARGETS if k.value == kind_raw), None)
+    if kind is None:
         return None, Problem(where, f"{kind_raw!r} is not a target kind ({kinds})")
     if not isinstance(ref, str) or not ref or ref != ref.strip():
         return None, Problem(f"{where}.{kind}", "must be a non-empty string without surrounding spaces")
-    if kind is TargetKind.USER and ref not in directory.usernames:
-        return None, Problem(f"{where}.user", f"no user named {ref!r}")
-    if kind is TargetKind.GROUP and ref not in directory.groups:
-        return None, Problem(f"{where}.group", f"no group named {ref!r}")
-    if kind is TargetKind.EMAIL and (len(ref) > 254 or not _EMAIL.fullmatch(ref)):
-        return None, Problem(f"{where}.email", "is not an email address")
-    if kind in SECRET_REF_KINDS and not _ENV_NAME.fullmatch(ref):
-        # The commonest mistake is pasting the secret itself: say so without echoing it.
-        return None, Problem(
-            f"{where}.{kind}",
-            f"must name an environment variable ({ENV_PREFIX} then A-Z, 0-9, _), not hold the secret itself",
-        )
-    if kind in SECRET_REF_KINDS and ref.endswith("_FILE"):
-        return None, Problem(f"{where}.{kind}", "name the variable itself: its _FILE form is read too")
-    if kind is TargetKind.SLACK_CHANNEL:
-        if not _SLACK_CHANNEL.fullmatch(ref):
-            return None, Problem(f"{where}.slack_channel", "must be a Slack channel id such as C0123456789")
-        if not directory.slack_app_configured:
-            return None, Problem(
-                f"{where}.slack_channel", "needs the Slack app (SLACK_BOT_TOKEN); use slack_webhook without it"
-            )
+    problem = _REF_CHECKS[TARGETS[kind]](ref, directory)
+    if problem:
+        return None, Problem(f"{where}.{kind}", problem)
     return Target(kind=kind, ref=ref), None
+
+
+def _user_problem(ref: str, directory: Directory) -> str:
+    return "" if ref in directory.usernames else f"no user named {ref!r}"
+
+
+def _group_problem(ref: str, directory: Directory) -> str:
+    return "" if ref in directory.groups else f"no group named {ref!r}"
+
+
+def _email_problem(ref: str, directory: Directory) -> str:
+    return "" if len(ref) <= 254 and _EMAIL.fullmatch(ref) else "is not an email address"
+
+
+def _env_problem(ref: str, directory: Directory) -> str:
+    if not _ENV_NAME.fullmatch(ref):
+        # The commonest mistake is pasting the secret itself: say so without echoing it.
+        return f"must name an environment variable ({ENV_PREFIX} then A-Z, 0-9, _), not hold the secret itself"
+    if ref.endswith("_FILE"):
+        return "name the variable itself: its _FILE form is read too"
+    return ""
+
+
+def _channel_problem(ref: str, directory: Directory) -> str:
+    if not _SLACK_CHANNEL.fullmatch(ref):
+        return "must be a Slack channel id such as C0123456789"
+    if not directory.slack_app_configured:
+        return "needs the Slack app (SLACK_BOT_TOKEN); use slack_webhook without it"
+    return ""
+
+
+# How each kind of value is checked (operations.notify.kinds.TARGETS says which kind holds which).
+_REF_CHECKS: Mapping[Ref, Callable[[str, Directory], str]] = {
+    Ref.USER: _user_problem,
+    Ref.GROUP: _group_problem,
+    Ref.EMAIL: _email_problem,
+    Ref.ENV: _env_problem,
+    Ref.CHANNEL: _channel_problem,
+}
 
 
 # --- the run of a policy on one card ------------------------------------------------------------------

@@ -14,17 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
-from operations.notify.policy import Notify, TargetKind
-
-
-class Channel(StrEnum):
-    EMAIL = "email"
-    SLACK_WEBHOOK = "slack_webhook"
-    SLACK_CHANNEL = "slack_channel"
-    PAGERDUTY = "pagerduty"
-    SLACK_REPLY = "slack_reply"  # the answer to a click in Slack (not a policy target)
+from operations.notify.kinds import LABELS, Kind
+from operations.notify.policy import Notify
 
 
 @dataclass(frozen=True)
@@ -48,14 +40,14 @@ class Recipient:
     of the environment variable holding a webhook URL or routing key; never a secret."""
 
     notify: Notify
-    channel: Channel
+    channel: Kind
     address: str
     display: str
     skip_reason: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.channel}:{self.address.lower() if self.channel is Channel.EMAIL else self.address}"
+        return f"{self.channel}:{self.address.lower() if self.channel is Kind.EMAIL else self.address}"
 
 
 def expand(notifications: Sequence[Notify], *, people: People) -> list[Recipient]:
@@ -73,34 +65,36 @@ def expand(notifications: Sequence[Notify], *, people: People) -> list[Recipient
 
 def _of(notify: Notify, *, people: People) -> list[Recipient]:
     target = notify.target
-    if target.kind is TargetKind.EMAIL:
-        return [Recipient(notify, Channel.EMAIL, target.ref, target.ref)]
-    if target.kind is TargetKind.SLACK_WEBHOOK:
-        return [Recipient(notify, Channel.SLACK_WEBHOOK, target.ref, "Slack")]
-    if target.kind is TargetKind.SLACK_CHANNEL:
-        return [Recipient(notify, Channel.SLACK_CHANNEL, target.ref, f"Slack {target.ref}")]
-    if target.kind is TargetKind.PAGERDUTY:
-        return [Recipient(notify, Channel.PAGERDUTY, target.ref, "PagerDuty")]
-    if target.kind is TargetKind.USER:
+    if target.kind is Kind.USER:
         return [_person(notify, people.by_username.get(target.ref), username=target.ref, via="")]
-    members = people.group_members.get(target.ref)
+    if target.kind is Kind.GROUP:
+        return _group(notify, target.ref, people=people)
+    if target.kind is Kind.EMAIL:
+        return [Recipient(notify, Kind.EMAIL, target.ref, target.ref)]
+    # A chat or a pager: one row through the channel of the target's own kind.
+    display = f"{LABELS[target.kind]} {target.ref}" if target.kind is Kind.SLACK_CHANNEL else LABELS[target.kind]
+    return [Recipient(notify, target.kind, target.ref, display)]
+
+
+def _group(notify: Notify, name: str, *, people: People) -> list[Recipient]:
+    members = people.group_members.get(name)
     if not members:
         # The group was emptied or deleted after the policy was saved: GoAlert #4548's lesson is
         # to say so at once instead of silently waiting out the level.
-        return [Recipient(notify, Channel.EMAIL, f"group:{target.ref}", target.ref, "the group has no members")]
+        return [Recipient(notify, Kind.EMAIL, f"group:{name}", name, "the group has no members")]
     return [
-        _person(notify, people.by_username.get(name), username=name, via=target.ref)
-        for name in sorted(members)
-        if name in people.by_username and people.by_username[name].is_responder
-    ] or [Recipient(notify, Channel.EMAIL, f"group:{target.ref}", target.ref, "no member has the responder role")]
+        _person(notify, people.by_username.get(member), username=member, via=name)
+        for member in sorted(members)
+        if member in people.by_username and people.by_username[member].is_responder
+    ] or [Recipient(notify, Kind.EMAIL, f"group:{name}", name, "no member has the responder role")]
 
 
 def _person(notify: Notify, person: Person | None, *, username: str, via: str) -> Recipient:
     display = username if not via else f"{username} ({via})"
     if person is None:
-        return Recipient(notify, Channel.EMAIL, f"user:{username}", display, "the account no longer exists")
+        return Recipient(notify, Kind.EMAIL, f"user:{username}", display, "the account no longer exists")
     if not person.is_active:
-        return Recipient(notify, Channel.EMAIL, f"user:{username}", display, "the account is inactive")
+        return Recipient(notify, Kind.EMAIL, f"user:{username}", display, "the account is inactive")
     if not person.email:
-        return Recipient(notify, Channel.EMAIL, f"user:{username}", display, "the account has no email address")
-    return Recipient(notify, Channel.EMAIL, person.email, display)
+        return Recipient(notify, Kind.EMAIL, f"user:{username}", display, "the account has no email address")
+    return Recipient(notify, Kind.EMAIL, person.email, display)

@@ -1,5 +1,6 @@
 """The notification outbox's rules: retries, what an acknowledgement or a decision does to the
-rows not sent yet, and the order of PagerDuty and Slack follow-ups.
+rows not sent yet, and the order of follow-ups (PagerDuty's acknowledge and resolve, a Slack post
+updated in place).
 
 The rows themselves (NotificationDelivery) live in the database; these are the decisions about
 them, pure, so the services (escalations/oncall/) stay thin and every rule has a unit test. `Event`
@@ -12,16 +13,19 @@ and `State` are the one vocabulary of those rows: the model's choices are made f
 - `follow_up_ready`: a follow-up (PagerDuty acknowledge/resolve, Slack message update) waits for
   the row it follows, so trigger -> acknowledge -> resolve arrive in order with one dedup_key;
 - `never_held_by_hourly_caps`: the messages the hourly caps may count but never hold back.
+
+Which channels follow a message up, and which fold a card's repeated pages into one alert, is
+each channel's own word (escalations/oncall/channels/): the callers pass it in.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from enum import StrEnum
 
-from operations.notify.recipients import Channel
+from operations.notify.kinds import Kind
 
 
 class State(StrEnum):
@@ -39,9 +43,24 @@ class Event(StrEnum):
     TAKEN_OVER = "taken_over"  # the responder a card was taken over from is told
     AWAITING_SECOND = "awaiting_second"  # an acceptance needs a second responder
     SLACK_REPLY = "slack_reply"  # the answer to a click in Slack
+    # Not about a card: an operation's message to NOTIFY_EMAILS and NOTIFY_WEBHOOK_URL.
+    CALLBACK_FAILED = "callback_failed"  # an agent's completion callback gave up
+    BUSINESS_DEADLINE_NEAR = "business_deadline_near"  # a business deadline is near, the job still runs
 
 
 TERMINAL = frozenset({State.SENT, State.FAILED, State.SKIPPED})
+# Messages that reach people and count against the caps, as opposed to a stream's follow-ups and
+# the answer to a click.
+TO_PEOPLE = frozenset(
+    {
+        Event.LEVEL,
+        Event.REASSIGNED,
+        Event.TAKEN_OVER,
+        Event.AWAITING_SECOND,
+        Event.CALLBACK_FAILED,
+        Event.BUSINESS_DEADLINE_NEAR,
+    }
+)
 
 # Delay before attempt 1, 2, ... of one row: six attempts over about 18 minutes. PagerDuty asks
 # for a retry on 429/5xx "after some time", "preferably with a backoff of a few minutes"; a page
@@ -71,7 +90,7 @@ class Row:
     """What the rules need to know of one outbox row of a card."""
 
     id: int
-    channel: Channel
+    channel: Kind
     address: str
     event: Event
     state: State
@@ -94,7 +113,7 @@ class Skip:
 class FollowUp:
     """A row to add: after `after_row_id` (the stream's last row), same channel and address."""
 
-    channel: Channel
+    channel: Kind
     address: str
     event: Event
     after_row_id: int
@@ -106,25 +125,32 @@ class Changes:
     add: tuple[FollowUp, ...]
 
 
-def on_acknowledge(*, rows: Sequence[Row]) -> Changes:
-    return _close_streams(rows=rows, event=Event.ACKNOWLEDGED, why="acknowledged before it was sent")
+def on_acknowledge(*, rows: Sequence[Row], followed_up: Set[Kind]) -> Changes:
+    return _close_streams(
+        rows=rows, followed_up=followed_up, event=Event.ACKNOWLEDGED, why="acknowledged before it was sent"
+    )
 
 
-def on_end(*, rows: Sequence[Row]) -> Changes:
-    return _close_streams(rows=rows, event=Event.ENDED, why="the card was closed before it was sent")
+def on_end(*, rows: Sequence[Row], followed_up: Set[Kind]) -> Changes:
+    return _close_streams(
+        rows=rows, followed_up=followed_up, event=Event.ENDED, why="the card was closed before it was sent"
+    )
 
 
-def _close_streams(*, rows: Sequence[Row], event: Event, why: str) -> Changes:
+def _close_streams(*, rows: Sequence[Row], followed_up: Set[Kind], event: Event, why: str) -> Changes:
     """Level sends not attempted yet are skipped (an in-flight attempt cannot be recalled and is
-    left alone). Each PagerDuty or Slack stream whose first message went out, or may have, gets
-    one follow-up of `event`, ordered after the stream's last row that went out or may go out
-    (never after a row skipped here or earlier: a follow-up chained to a skipped re-trigger after a
-    give-back would itself be skipped, and the alert would stay open); email has no follow-up."""
+    left alone). Each stream of a channel in `followed_up` (PagerDuty, a Slack-app post) whose
+    first message went out, or may have, gets one follow-up of `event`, ordered after the stream's
+    last row that went out or may go out (never after a row skipped here or earlier: a follow-up
+    chained to a skipped re-trigger after a give-back would itself be skipped, and the alert would
+    stay open). Other channels have no follow-up: email cannot be recalled, and an incoming
+    webhook cannot edit what it posted (a click in Slack replaces the message through its
+    response_url instead)."""
     skip = [Skip(row.id, why) for row in rows if row.event is Event.LEVEL and row.unsent]
     skipped = {s.row_id for s in skip}
-    streams: dict[tuple[Channel, str], list[Row]] = {}
+    streams: dict[tuple[Kind, str], list[Row]] = {}
     for row in sorted(rows, key=lambda r: r.id):
-        if row.channel in (Channel.PAGERDUTY, Channel.SLACK_WEBHOOK, Channel.SLACK_CHANNEL):
+        if row.channel in followed_up:
             streams.setdefault((row.channel, row.address), []).append(row)
     add: list[FollowUp] = []
     for (channel, address), stream in streams.items():
@@ -136,22 +162,18 @@ def _close_streams(*, rows: Sequence[Row], event: Event, why: str) -> Changes:
             # Already announced since the stream's last level went out (an acknowledgement
             # repeated, a decision retried); a level sent after a give-back is acknowledged anew.
             continue
-        if channel is Channel.SLACK_WEBHOOK:
-            # An incoming webhook cannot edit what it posted; a click in Slack replaces the message
-            # through its response_url instead (escalations/oncall/slack.py).
-            continue
         add.append(FollowUp(channel=channel, address=address, event=event, after_row_id=live[-1].id))
     return Changes(skip=tuple(skip), add=tuple(add))
 
 
-def never_held_by_hourly_caps(*, event: Event, channel: Channel, slot: tuple[int, int, int]) -> bool:
+def never_held_by_hourly_caps(*, event: Event, one_alert_per_card: bool, slot: tuple[int, int, int]) -> bool:
     """A new card's (or group's) first page - round 0, level 1, its first repetition - and every
-    PagerDuty trigger go out whatever the hourly caps say: a flood of other messages, or someone
-    spending the caps, must never be what keeps on-call from hearing about a new outage. PagerDuty
-    folds a card's triggers into one alert (one dedup_key), so they cannot flood a pager."""
+    page through a channel that folds a card's pages into one alert (PagerDuty's dedup_key) go out
+    whatever the hourly caps say: a flood of other messages, or someone spending the caps, must
+    never be what keeps on-call from hearing about a new outage; such pages cannot flood a pager."""
     if event is not Event.LEVEL:
         return False
-    return channel is Channel.PAGERDUTY or slot == (0, 0, 0)
+    return one_alert_per_card or slot == (0, 0, 0)
 
 
 class Readiness(StrEnum):

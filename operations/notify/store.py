@@ -26,13 +26,13 @@ from django.db import transaction
 
 from operations.audit import entries as audit
 from operations.models import EscalationPolicy, PolicyLevel, PolicyTarget, ProviderProfile
+from operations.notify.kinds import TARGETS, Kind, Ref
 from operations.notify.policy import (
     WAIT_RANGE_S,
     Directory,
     Level,
     Policy,
     Target,
-    TargetKind,
     validate_policy,
 )
 
@@ -182,17 +182,11 @@ def policy_delete(*, row: EscalationPolicy, actor: Mapping[str, str]) -> None:
 def _target_row(
     level: PolicyLevel, position: int, target: Target, *, users: Mapping[str, User], groups: Mapping[str, Group]
 ) -> PolicyTarget:
+    """The row of a target: its value in the column its kind's value names (operations.notify.kinds.Ref)."""
     row = PolicyTarget(level=level, position=position, kind=str(target.kind))
-    if target.kind is TargetKind.USER:
-        row.user = users[target.ref]
-    elif target.kind is TargetKind.GROUP:
-        row.group = groups[target.ref]
-    elif target.kind is TargetKind.EMAIL:
-        row.email = target.ref
-    elif target.kind is TargetKind.SLACK_CHANNEL:
-        row.channel = target.ref
-    else:
-        row.env = target.ref
+    ref = TARGETS[target.kind]
+    value: object = users[target.ref] if ref is Ref.USER else groups[target.ref] if ref is Ref.GROUP else target.ref
+    setattr(row, str(ref), value)
     return row
 
 
@@ -225,8 +219,7 @@ def policy_of(row: EscalationPolicy) -> Policy:
             Level(
                 wait_s=level.wait_s,
                 targets=tuple(
-                    Target(kind=TargetKind(t.kind), ref=t.ref)
-                    for t in sorted(level.targets.all(), key=lambda t: t.position)
+                    Target(kind=Kind(t.kind), ref=t.ref) for t in sorted(level.targets.all(), key=lambda t: t.position)
                 ),
             )
             for level in levels
@@ -252,9 +245,9 @@ def missing_policies(*, names: set[str]) -> set[str]:
 
 def settings_policy() -> Policy | None:
     """The implicit policy of deployments configured with NOTIFY_EMAILS / NOTIFY_WEBHOOK_URL only."""
-    targets = [Target(TargetKind.EMAIL, address) for address in dict.fromkeys(settings.NOTIFY_EMAILS)]
+    targets = [Target(Kind.EMAIL, address) for address in dict.fromkeys(settings.NOTIFY_EMAILS)]
     if settings.NOTIFY_WEBHOOK_URL:
-        targets.append(Target(TargetKind.SLACK_WEBHOOK, LEGACY_WEBHOOK_ENV))
+        targets.append(Target(Kind.SLACK_WEBHOOK, LEGACY_WEBHOOK_ENV))
     if not targets:
         return None
     reminder_s = settings.NOTIFY_REMINDER_S

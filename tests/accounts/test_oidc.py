@@ -301,3 +301,80 @@ def test_a_verified_email_is_kept_and_an_unverified_one_later_clears_it(client, 
     sso(client, oidc, "wanda")
     wanda.refresh_from_db()
     assert wanda.email == ""
+
+
+# --- the sign-in's own requests go through operations.outbound ------------------------------------------
+
+
+class _Redirector:
+    """Answers every request with a redirect to `target` (a key set or userinfo moved elsewhere)."""
+
+    def __init__(self, target: str) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        hits = self.hits = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hits.append(self.headers.get("Accept-Encoding"))
+                self.send_response(302)
+                self.send_header("Location", target)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/keys"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize(("setting", "field"), [("OIDC_OP_JWKS_ENDPOINT", "jwks_uri")])
+def test_a_provider_endpoint_that_redirects_is_refused_not_followed(client, oidc, settings, setting, field):
+    """mozilla-django-oidc's own requests followed redirects, asked for compressed answers and read
+    them whole; they go through operations.outbound now, like the discovery document: a redirect is
+    an answer, and the sign-in says the provider could not be read."""
+    redirector = _Redirector(oidc.discovery[field])
+    try:
+        setattr(settings, setting, redirector.url)
+        oidc.put_user("rita", groups=["oncall"])
+        answer = sso(client, oidc, "rita")
+        assert answer.status_code == 502
+        assert f"could not read the key set {redirector.url}: it answered HTTP 302" in text(answer)
+        assert redirector.hits == ["identity"] and signed_in_as(client) is None
+    finally:
+        redirector.stop()
+
+
+def test_the_sign_in_talks_to_the_provider_only_through_the_outbound_module(client, oidc, monkeypatch):
+    """The token, the key set and userinfo are each one request of purpose `oidc`; the library's own
+    HTTP client (requests) is never used."""
+    import requests
+
+    from operations import outbound
+
+    def no_requests(*args: object, **kwargs: object) -> None:
+        raise AssertionError("mozilla-django-oidc's requests call was used")
+
+    for method in ("get", "post", "request"):
+        monkeypatch.setattr(requests, method, no_requests)
+    seen: list[tuple[str, str]] = []
+    real = outbound.send
+
+    def recording(**kwargs: object) -> outbound.Answer:
+        target = kwargs["target"]
+        seen.append((str(target.purpose), str(target.url)))  # type: ignore[attr-defined]
+        return real(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(outbound, "send", recording)
+    oidc.put_user("sam", groups=["oncall"])
+    assert sso(client, oidc, "sam").status_code == 302 and signed_in_as(client) == "sam"
+    assert {purpose for purpose, _ in seen} == {"oidc"}
+    endpoints = [oidc.discovery[name] for name in ("token_endpoint", "jwks_uri", "userinfo_endpoint")]
+    assert [url for _, url in seen if url in endpoints] == endpoints

@@ -27,7 +27,7 @@ def test_a_port_not_given_keeps_the_previous_run_and_the_receivers_follow_their_
     assert values["WEB_PORT"] == "8101"
     assert values["PAGERDUTY_EVENTS_URL"] == "http://127.0.0.1:9001/v2/enqueue"
     assert values["SLACK_API_URL"] == "http://127.0.0.1:9102/api"
-    assert values["NOTIFY_ALLOWED_HOSTS"] == "127.0.0.1:9001,127.0.0.1:9102"
+    assert values["NOTIFY_ALLOWED_HOSTS"] == "127.0.0.1:9001,127.0.0.1:9102,127.0.0.1:8769"
 
 
 def test_an_older_file_is_brought_up_to_date_and_lines_a_person_added_are_kept(tmp_path: Path) -> None:
@@ -55,3 +55,17 @@ def test_a_bad_or_clashing_port_is_refused_by_name_and_the_file_is_left_as_it_wa
 def test_the_command_line_refuses_an_unknown_name(tmp_path: Path, capsys) -> None:
     assert envfile.main([str(tmp_path / "demo.env"), "WEB_PROT=8100"]) == 2
     assert "WEB_PROT" in capsys.readouterr().err
+
+
+def test_every_value_reads_back_the_same_when_a_shell_sources_the_file(tmp_path: Path) -> None:
+    """make demo sources var/demo.env in a shell: a value the shell would split (the Teams
+    workflow's URL once carried an "&") would reach the processes cut, and its channel would fail."""
+    import subprocess
+
+    path = tmp_path / "demo.env"
+    values = envfile.write(path, given={"TEAMS_PORT": "9203"})
+    assert values["ONCALL_TEAMS_DEMO"].startswith("http://127.0.0.1:9203/workflows/")
+    script = f'set -a; . "{path}"; set +a; env -0'
+    sourced = subprocess.run(["bash", "-c", script], capture_output=True, check=True, env={}).stdout
+    seen = dict(item.split("=", 1) for item in sourced.decode().split("\0") if "=" in item)
+    assert {name: seen.get(name) for name in values} == values

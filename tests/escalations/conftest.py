@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -125,6 +126,20 @@ def fake_slack(settings: object, monkeypatch: pytest.MonkeyPatch) -> object:
     settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]  # type: ignore[attr-defined]
     settings.SLACK_API_URL = f"{receiver.base_url}/api"  # type: ignore[attr-defined]
     monkeypatch.setenv("ONCALL_SLACK", receiver.webhook_url(CANARY_SLACK_HOOK))
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def fake_teams(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """A Teams Workflows webhook that checks every Adaptive Card message; ONCALL_TEAMS is its URL."""
+    from demo.faketeams import FakeTeams
+    from tests.support import CANARY_TEAMS_SIG
+
+    receiver = FakeTeams(signature=CANARY_TEAMS_SIG).start()
+    host = receiver.base_url.removeprefix("http://")
+    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]
+    monkeypatch.setenv("ONCALL_TEAMS", receiver.webhook_url())
     yield receiver
     receiver.stop()
 

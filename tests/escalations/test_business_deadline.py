@@ -22,7 +22,15 @@ from operations import dispatch
 from operations.audit.story import operation_story
 from operations.controller import poll_once
 from operations.decisions.services import escalation_decide
-from operations.models import AuditEntry, Authorization, Decision, Escalation, Operation, StatusCheck
+from operations.models import (
+    AuditEntry,
+    Authorization,
+    Decision,
+    Escalation,
+    NotificationDelivery,
+    Operation,
+    StatusCheck,
+)
 from operations.vocabulary import Reason, Status
 from tests.support import T0, job_id, signed_in_now
 
@@ -199,7 +207,7 @@ def notify(settings):
     settings.SITE_URL = "https://pollerdash.example.test"
 
 
-def test_the_early_warning_is_sent_once_while_the_job_still_runs(watched, make_profile, clock, notify):
+def test_the_early_warning_is_sent_once_while_the_job_still_runs(watched, make_profile, clock, notify, pump):
     profile = make_profile(business_deadline_warning_s=60)
     op = watched(provider=profile)
     assert dispatch.warn_business_deadlines(now=BUSINESS - timedelta(seconds=61)) == 0
@@ -207,11 +215,17 @@ def test_the_early_warning_is_sent_once_while_the_job_still_runs(watched, make_p
     # Recorded on the operation: the next passes (any dispatcher) do not warn again.
     assert dispatch.warn_business_deadlines(now=BUSINESS - timedelta(seconds=30)) == 0
     assert reload(op).business_deadline_warned_at == BUSINESS - timedelta(seconds=60)
-    notices = [args for func, args in queued() if func == "escalations.tasks.notify_business_deadline"]
-    assert notices == [(op.pk,)]
+    # One outbox row per recipient, written with the warning, sent by a worker like every message.
+    [row] = NotificationDelivery.objects.filter(operation=op)
+    assert (row.event, row.channel, row.address, row.escalation_id) == (
+        "business_deadline_near",
+        "email",
+        "oncall@example.test",
+        None,
+    )
 
     clock.move_to(BUSINESS - timedelta(seconds=60), tick=False)
-    assert tasks.notify_business_deadline(op.pk) == "sent: email"
+    assert pump() == ["sent"]
     [message] = mail.outbox
     assert message.subject == f"[pollerdash] Business deadline in 1 min: {op.provider.slug} ({op.pk})"
     assert f"https://pollerdash.example.test/operations/{op.pk}/" in message.body
@@ -229,16 +243,32 @@ def test_no_warning_without_the_profile_key_or_once_the_job_is_done(watched, mak
     drive(done)
     assert reload(done).status == Status.SUCCEEDED
     assert dispatch.warn_business_deadlines(now=BUSINESS - timedelta(seconds=5)) == 0
-    assert queued() == []
+    assert queued() == [] and not NotificationDelivery.objects.exists()
 
 
-def test_a_queued_warning_for_a_job_that_ended_meanwhile_is_not_sent(watched, make_profile, notify, drive):
+def test_a_queued_warning_for_a_job_that_ended_meanwhile_is_not_sent(watched, make_profile, notify, drive, pump):
     profile = make_profile(business_deadline_warning_s=600)
     op = watched("slow_success", params={"polls": 0}, provider=profile)
     assert dispatch.warn_business_deadlines(now=T0) == 1
     drive(op)
-    assert tasks.notify_business_deadline(op.pk) == "skipped: the operation is no longer being watched"
+    assert pump() == ["skipped"]
     assert mail.outbox == []
+    row = NotificationDelivery.objects.get(operation=op)
+    assert (row.state, row.detail) == ("skipped", "the operation is no longer being watched")
+
+
+def test_a_warning_queued_by_the_version_before_becomes_a_message_like_the_others(
+    watched, make_profile, notify, pump, clock
+):
+    """A task the previous version queued (it sent the message from the task itself) still in the
+    queue during an upgrade: it writes the outbox rows, and a worker sends them."""
+    profile = make_profile(business_deadline_warning_s=600)
+    op = watched(provider=profile)
+    assert tasks.notify_business_deadline(op.pk) == "queued: 1 message(s)"
+    assert tasks.notify_business_deadline("op_01ARZ3NDEKTSV4RRFFQ69G5FAV") == "skipped: the operation no longer exists"
+    assert pump() == ["sent"]
+    [message] = mail.outbox
+    assert message.subject.startswith("[pollerdash] Business deadline in ")
 
 
 def test_the_chart_marks_where_polling_stopped_at_the_business_deadline(watched, drive):

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from escalations.mailfiles import EmailBackend
-from escalations.oncall import transport
+from operations import outbound
 from operations.decisions.services import escalation_decide
 from operations.lifecycle import humans
 from operations.models import Escalation, EscalationPolicy, NotificationDelivery, PolicyRun
@@ -193,7 +193,7 @@ def test_a_receiver_that_never_answers_frees_the_worker_at_its_timeout(
 ) -> None:
     import time
 
-    monkeypatch.setattr(transport, "READ_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(outbound, "ONCALL_READ_TIMEOUT_S", 0.5)
     fake_pd.answer("hang")
     esc = stopped()
     started = time.monotonic()

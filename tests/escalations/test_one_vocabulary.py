@@ -17,7 +17,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from escalations.oncall import email, pagerduty, slack_blocks
+from escalations.oncall.channels import email, pagerduty, slack_blocks, teams_webhook
+from escalations.oncall.channels.base import Message
 from escalations.oncall.facts import card_facts, card_status
 from operations.audit.story import story_line
 from operations.credentials import credentials_publish_all
@@ -26,6 +27,7 @@ from operations.decisions.options import Kind
 from operations.decisions.services import escalation_decide
 from operations.decisions.signin import PASSWORD, SignIn
 from operations.models import AuditEntry, Decision, Escalation, Operation
+from operations.notify.rules import Event
 from operations.representation import operation_object
 from operations.vocabulary import CancelState, Reason
 from tests.support import signed_in_now
@@ -230,17 +232,20 @@ def test_every_option_and_outcome_reads_in_words_on_every_surface(
     for seq, body in AuditEntry.objects.order_by("pk").values_list("seq", "body"):
         problems += words_problems(f"story entry {seq}", story_line(seq=seq, body=bytes(body)).text)
 
-    # What on-call is sent about each card: email, Slack, PagerDuty (with the card's status as it is now).
+    # What on-call is sent about each card: email, Slack, PagerDuty, Teams (with the card's status as it is now).
     now = timezone.now()
     for esc in Escalation.objects.all():
         facts = card_facts(escalation=esc, now=now)
         status = card_status(escalation=esc)
-        message = email.card_email(facts=facts, first=True, now=now)
+        level = Message(event=Event.LEVEL, address="x@example.test", head="", intro="", first=True, last=False, now=now)
+        message = email.card_email(level, facts=facts)
         problems += words_problems(f"email {esc.pk}", f"{message.subject}\n{message.text}\n{visible(message.html)}")
         blocks = slack_blocks.card_message(facts=facts, status=status, interactive=True)
         problems += words_problems(f"slack {esc.pk}", json.dumps(blocks, ensure_ascii=False))
         event = pagerduty.trigger_event(facts=facts, instance="test")
         problems += words_problems(f"pagerduty {esc.pk}", json.dumps(event, ensure_ascii=False), machine_ids=True)
+        card = teams_webhook.card_card(facts=facts, head="Decision needed", now=now)
+        problems += words_problems(f"teams {esc.pk}", json.dumps(card, ensure_ascii=False))
 
     # And what was actually sent: each card's "Decision needed", the acceptance waiting for a second responder.
     assert any("Second responder needed" in message.subject for message in mailoutbox)

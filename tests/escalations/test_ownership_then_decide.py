@@ -241,27 +241,29 @@ def test_through_the_dashboard_a_card_taken_over_is_closed_by_its_new_holder(pag
 
 def test_the_outbox_model_and_the_rules_share_one_vocabulary() -> None:
     """The model's enums ARE the pure rules' enums, and its fields allow exactly their values: a new
-    event or state cannot be written by one side and unknown to the other."""
+    event, state or kind cannot be written by one side and unknown to the other. One enum names both
+    a policy's targets and the outbox's channels (operations.notify.kinds)."""
     from operations.models import PolicyTarget
-    from operations.notify.policy import RunStatus, TargetKind
-    from operations.notify.recipients import Channel
+    from operations.notify.kinds import CHANNELS, TARGETS, Kind
+    from operations.notify.policy import RunStatus
 
     assert NotificationDelivery.Event is rules.Event and NotificationDelivery.State is rules.State
-    assert PolicyRun.Status is RunStatus and PolicyTarget.Kind is TargetKind
+    assert PolicyRun.Status is RunStatus and PolicyTarget.Kind is Kind
     fields = {
-        (NotificationDelivery, "event"): rules.Event,
-        (NotificationDelivery, "state"): rules.State,
-        (NotificationDelivery, "channel"): Channel,
-        (PolicyRun, "status"): RunStatus,
-        (PolicyTarget, "kind"): TargetKind,
+        (NotificationDelivery, "event"): list(rules.Event),
+        (NotificationDelivery, "state"): list(rules.State),
+        (NotificationDelivery, "channel"): [kind for kind in Kind if kind in CHANNELS],
+        (PolicyRun, "status"): list(RunStatus),
+        (PolicyTarget, "kind"): [kind for kind in Kind if kind in TARGETS],
     }
-    for (model, name), enum in fields.items():
+    for (model, name), members in fields.items():
         allowed = [value for value, _ in model._meta.get_field(name).choices]
-        assert allowed == [member.value for member in enum], f"{model.__name__}.{name}"
+        assert allowed == [member.value for member in members], f"{model.__name__}.{name}"
 
 
 @pytest.mark.parametrize("event", [value for value, _ in NotificationDelivery._meta.get_field("event").choices])
 def test_every_event_the_model_holds_is_read_by_the_rules(event, stopped) -> None:
+    from escalations.oncall.channels.registry import FOLLOWED_UP
     from escalations.oncall.outbox import rule_row
 
     esc = stopped()
@@ -277,4 +279,4 @@ def test_every_event_the_model_holds_is_read_by_the_rules(event, stopped) -> Non
         created_at=timezone.now(),
     )
     assert rule_row(row).event == event
-    assert rules.on_end(rows=[rule_row(row)]) is not None
+    assert rules.on_end(rows=[rule_row(row)], followed_up=FOLLOWED_UP) is not None

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from demo.fakeslack import interaction, signed
+from escalations.oncall.channels.slack_blocks import ACK_ACTION_ID, OPEN_ACTION_ID
 from escalations.oncall.slack import (
     Account,
     Click,
@@ -23,7 +24,6 @@ from escalations.oncall.slack import (
     parse_click,
     verify,
 )
-from escalations.oncall.slack_blocks import ACK_ACTION_ID, OPEN_ACTION_ID
 from operations.models import NotificationDelivery, PolicyRun, SlackRefusal
 from tests.support import CANARY_SLACK_BOT, CANARY_SLACK_SECRET
 

@@ -31,7 +31,7 @@ from tests.support import readme_shell_blocks
 pytestmark = [pytest.mark.integration, pytest.mark.sqlite]
 
 ROOT = Path(__file__).resolve().parents[2]
-PORT_NAMES = ("WEB_PORT", "PROVIDER_PORT", "CALLBACK_PORT", "PAGERDUTY_PORT", "SLACK_PORT")
+PORT_NAMES = ("WEB_PORT", "PROVIDER_PORT", "CALLBACK_PORT", "PAGERDUTY_PORT", "SLACK_PORT", "TEAMS_PORT")
 
 
 def free_ports(count: int) -> list[int]:
@@ -140,7 +140,7 @@ def logins(text: str) -> dict[str, str]:
 def test_make_demo_reruns_on_new_ports_keeps_its_data_shows_the_hand_offs_and_stops_cleanly(
     checkout: Path, tmp_path: Path
 ) -> None:
-    first = Demo(checkout, dict(zip(PORT_NAMES, free_ports(5), strict=True)), tmp_path / "first.log")
+    first = Demo(checkout, dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True)), tmp_path / "first.log")
     try:
         text = first.wait_until_up()
         assert f"open {first.url('WEB_PORT')}" in text
@@ -157,8 +157,14 @@ def test_make_demo_reruns_on_new_ports_keeps_its_data_shows_the_hand_offs_and_st
             timeout=120,
         )
         assert ran.returncode == 0 and '"done":true' in ran.stdout.replace(" ", ""), ran.stdout + ran.stderr
-        # A card opens and pages: the demo's PagerDuty shows the trigger and Slack an Acknowledge.
+        # A card opens and pages: the demo's PagerDuty shows the trigger, Teams the card, and Slack an Acknowledge.
         wait_for(lambda: "triggered" in get(first.url("PAGERDUTY_PORT")), timeout=120, what="a page", log=first.log)
+        wait_for(
+            lambda: "Open in pollerdash" in get(first.url("TEAMS_PORT")),
+            timeout=60,
+            what="a Teams card",
+            log=first.log,
+        )
         slack = wait_for(
             lambda: (page := get(first.url("SLACK_PORT"))) and "Acknowledge</button>" in page and page,
             timeout=60,
@@ -201,7 +207,7 @@ def test_make_demo_reruns_on_new_ports_keeps_its_data_shows_the_hand_offs_and_st
     # (fourteen at once queued behind the demo's two workers and /system/ warned of dispatch lag).
     assert len(first_due) >= 10 and max(Counter(first_due).values()) == 1
 
-    second = Demo(checkout, dict(zip(PORT_NAMES, free_ports(5), strict=True)), tmp_path / "second.log")
+    second = Demo(checkout, dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True)), tmp_path / "second.log")
     try:
         text = second.wait_until_up()
         assert f"open {second.url('WEB_PORT')}" in text and "kept" in text

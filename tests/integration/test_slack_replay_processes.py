@@ -13,7 +13,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from demo.fakeslack import FakeSlack, interaction, signed
-from escalations.oncall.slack_blocks import ACK_ACTION_ID
+from escalations.oncall.channels.slack_blocks import ACK_ACTION_ID
 from operations.decisions import ownership
 from operations.models import AuditEntry, Escalation
 from tests.integration.support import start_web

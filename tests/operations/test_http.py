@@ -7,6 +7,7 @@ import threading
 import tracemalloc
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -18,23 +19,35 @@ PLAIN = b'{"state": "running"}'
 
 
 class Provider:
-    """Answers 200 with a fixed body and Content-Encoding per path; remembers what was asked."""
+    """Answers 200 with a fixed body and Content-Encoding per path (a redirect for /redirect);
+    remembers what was asked (a proxy's absolute URL too)."""
 
     ANSWERS = {
         "/gzip": (BOMB, "gzip"),
         "/gzip-gzip": (gzip.compress(BOMB, compresslevel=9), "gzip, gzip"),
         "/plain": (PLAIN, None),
         "/identity": (PLAIN, "identity"),
+        "/big": (b"x" * (300 * 1024), None),
     }
 
     def __init__(self) -> None:
         provider = self
         self.accept_encodings: list[str | None] = []
+        self.requests: list[tuple[str, dict[str, str]]] = []
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 provider.accept_encodings.append(self.headers.get("Accept-Encoding"))
-                body, encoding = provider.ANSWERS[self.path]
+                provider.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                path = urlsplit(self.path).path
+                if path == "/redirect":
+                    self.send_response(302)
+                    self.send_header("Location", "/plain")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body, encoding = provider.ANSWERS[path]
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 if encoding:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from operations.notify.kinds import Kind
 from operations.notify.policy import (
     Directory,
     Level,
@@ -17,7 +18,6 @@ from operations.notify.policy import (
     RunState,
     RunStatus,
     Target,
-    TargetKind,
     policy_acknowledge,
     policy_end,
     policy_step,
@@ -52,8 +52,31 @@ def test_a_valid_policy_is_read_whole():
     )
     assert isinstance(policy, Policy)
     assert [len(level.targets) for level in policy.levels] == [2, 2]
-    assert policy.levels[1].targets[1] == Target(TargetKind.PAGERDUTY, "ONCALL_PD_PAYMENTS")
+    assert policy.levels[1].targets[1] == Target(Kind.PAGERDUTY, "ONCALL_PD_PAYMENTS")
     assert Policy.from_json(policy.to_json()) == policy
+
+
+def test_a_teams_target_names_the_variable_that_holds_its_workflows_url():
+    raw = {"name": "chat", "levels": [{"wait_s": 60, "targets": [{"teams_webhook": "ONCALL_TEAMS_PAYMENTS"}]}]}
+    policy = validate_policy(raw, directory=DIRECTORY)
+    assert isinstance(policy, Policy)
+    assert policy.levels[0].targets == (Target(Kind.TEAMS_WEBHOOK, "ONCALL_TEAMS_PAYMENTS"),)
+    # The Workflows URL carries its own signature (sig=...): pasted here, it is refused, never echoed.
+    pasted = "https://prod-01.westeurope.logic.azure.com/workflows/abc/triggers/manual/paths/invoke?sig=s3cr3t"
+    problems = problems_of({"name": "chat", "levels": [{"wait_s": 60, "targets": [{"teams_webhook": pasted}]}]})
+    assert problems == [
+        "levels[0].targets[0].teams_webhook: must name an environment variable (ONCALL_ then A-Z, 0-9, _),"
+        " not hold the secret itself"
+    ]
+    assert not any("s3cr3t" in problem for problem in problems)
+
+
+def test_slack_reply_is_a_channel_not_a_target():
+    problems = problems_of({"name": "p", "levels": [{"wait_s": 60, "targets": [{"slack_reply": "x"}]}]})
+    assert problems == [
+        "levels[0].targets[0]: 'slack_reply' is not a target kind"
+        " (user, group, email, slack_webhook, slack_channel, pagerduty, teams_webhook)"
+    ]
 
 
 def test_every_problem_is_named_at_once():
@@ -103,7 +126,7 @@ def test_a_pasted_secret_is_refused_without_being_echoed():
         (
             {"name": "p", "levels": [{"wait_s": 60, "targets": [{"phone": "+1555"}]}]},
             "levels[0].targets[0]: 'phone' is not a target kind"
-            " (user, group, email, slack_webhook, slack_channel, pagerduty)",
+            " (user, group, email, slack_webhook, slack_channel, pagerduty, teams_webhook)",
         ),
         (
             {"name": "p", "levels": [{"wait_s": 60, "targets": [{"user": "alice"}, {"user": "alice"}]}]},
@@ -145,8 +168,8 @@ TWO_LEVELS = Policy(
     name="p",
     repeat_last_level=1,
     levels=(
-        Level(wait_s=300, targets=(Target(TargetKind.USER, "alice"),)),
-        Level(wait_s=600, targets=(Target(TargetKind.GROUP, "oncall"), Target(TargetKind.PAGERDUTY, "ONCALL_PD_KEY"))),
+        Level(wait_s=300, targets=(Target(Kind.USER, "alice"),)),
+        Level(wait_s=600, targets=(Target(Kind.GROUP, "oncall"), Target(Kind.PAGERDUTY, "ONCALL_PD_KEY"))),
     ),
 )
 
@@ -227,7 +250,7 @@ def test_naive_datetimes_are_refused():
 # --- properties ----------------------------------------------------------------------------------------------
 
 targets = st.sampled_from(
-    [Target(TargetKind.USER, "alice"), Target(TargetKind.EMAIL, "x@example.com"), Target(TargetKind.PAGERDUTY, "PD")]
+    [Target(Kind.USER, "alice"), Target(Kind.EMAIL, "x@example.com"), Target(Kind.PAGERDUTY, "PD")]
 )
 levels = st.builds(
     Level,

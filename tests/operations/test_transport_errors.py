@@ -14,7 +14,7 @@ import ssl
 import httpx
 import pytest
 
-from operations import http
+from operations import http, outbound
 from operations.provider_targets import check_destination
 from operations.redaction import register_secret
 from tests.support import CANARY, has_canary, job_id
@@ -62,7 +62,7 @@ def test_connect_errors_are_told_apart_by_their_cause(cause, kind):
         except OSError as inner:
             raise httpx.ConnectError(str(inner)) from inner
     except httpx.ConnectError as exc:
-        assert http.transport_error_kind(exc) == kind
+        assert outbound.transport_error_kind(exc) == kind
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_connect_errors_are_told_apart_by_their_cause(cause, kind):
     ],
 )
 def test_other_transport_errors_map_to_their_word(exc, kind):
-    assert http.transport_error_kind(exc) == kind
+    assert outbound.transport_error_kind(exc) == kind
 
 
 def test_an_exception_quoting_a_secret_leaves_no_trace_in_the_result_or_the_log(monkeypatch, caplog):
@@ -85,9 +85,11 @@ def test_an_exception_quoting_a_secret_leaves_no_trace_in_the_result_or_the_log(
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.LocalProtocolError(f"Illegal header value b'Bearer {CANARY}\\n'")
 
-    monkeypatch.setattr(http, "_client", httpx.Client(transport=httpx.MockTransport(refuse)))
-    monkeypatch.setattr(http, "_client_pid", os.getpid())
-    with caplog.at_level(logging.INFO, logger="operations.http"):
+    monkeypatch.setitem(
+        outbound._clients, outbound.Purpose.PROVIDER, httpx.Client(transport=httpx.MockTransport(refuse))
+    )
+    monkeypatch.setattr(outbound, "_clients_pid", os.getpid())
+    with caplog.at_level(logging.INFO, logger="operations.outbound"):
         raw = http.send(method="GET", url="http://provider.test/v1/jobs/x")
 
     assert (raw.transport_error, raw.transport_detail) == (
@@ -95,7 +97,7 @@ def test_an_exception_quoting_a_secret_leaves_no_trace_in_the_result_or_the_log(
         detail_of("invalid_request", "LocalProtocolError"),
     )
     # The operator's log keeps the exception's text, scrubbed.
-    [record] = [r for r in caplog.records if r.name == "operations.http"]
+    [record] = [r for r in caplog.records if r.name == "operations.outbound"]
     assert "Illegal header value" in record.getMessage() and "[redacted]" in record.getMessage()
     assert not has_canary(record.getMessage())
 

@@ -1,4 +1,4 @@
-"""Card emails: a plain ASCII subject, a text part and an HTML part, both with the deep link first.
+"""The email channel: a plain ASCII subject, a text part and an HTML part, both with the deep link first.
 
 Why subjects used to print as ``=?utf-8?q?=5Bpollerdash=5D_Decision_needed...?=``: the subject was
 joined with an em dash, and one non-ASCII character makes Django encode the whole header as RFC
@@ -13,14 +13,20 @@ value and its only link is the card's.
 
 from __future__ import annotations
 
+import smtplib
 import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 
+from django.conf import settings
+from django.core.mail import EmailMultiAlternatives
+
 from escalations.agent_text import quoted
-from escalations.oncall.facts import CardFacts
+from escalations.oncall.channels.base import Channel, Message, Outcome, Unsendable, Verdict
+from escalations.oncall.facts import CardFacts, Notice
 from operations.decisions.options import human_duration
+from operations.notify.kinds import Kind
 
 SUBJECT_MAX = 150
 LAST_NOTICE = (
@@ -74,18 +80,14 @@ class Email:
     html: str
 
 
-def card_email(
-    *, facts: CardFacts, first: bool, now: datetime, last: bool = False, head: str = "", intro: str = ""
-) -> Email:
-    """The email of a level send: the first says "Decision needed", later ones how long it waited.
-
-    `last`: no more messages follow for this card (NOTIFY_MAX_PER_CARD). `head` and `intro`:
-    pollerdash's own words for a message outside the levels (a card handed to someone, taken over
-    from them, an acceptance to confirm).
-    """
+def card_email(message: Message, *, facts: CardFacts) -> Email:
+    """The email of a message about a card: the first says "Decision needed", later ones how long it
+    waited; a message outside the levels (a card handed to someone, taken over from them, an
+    acceptance to confirm) has pollerdash's own head and first sentence. The last message about a
+    card (NOTIFY_MAX_PER_CARD) says so."""
+    first, now, last, intro = message.first, message.now, message.last, message.intro
     waited = human_duration(now - facts.opened_at)
-    if not head:
-        head = "Decision needed" if first else f"Still undecided after {waited}"
+    head = message.head or ("Decision needed" if first else f"Still undecided after {waited}")
     what = f"{facts.reason_label} - {facts.provider_slug} ({facts.operation_id})"
     group_line = ""
     if facts.group_size > 1:
@@ -162,3 +164,58 @@ def _business(value: datetime | None, now: datetime) -> str:
     if value > now:
         return f"{_utc(value)} (in {human_duration(value - now)})"
     return f"{_utc(value)} (passed {human_duration(now - value)} ago)"
+
+
+def notice_email(notice: Notice) -> Email:
+    """A message about no card: pollerdash's words, the operation's link, its facts, the agent's
+    words quoted after them."""
+    lines = [notice.opening, "", f"Operation: {notice.link}"]
+    for paragraph in notice.paragraphs:
+        lines += ["", paragraph]
+    if notice.facts:
+        width = max(len(label) for label, _ in notice.facts) + 2
+        lines += ["", *(f"{label + ':':<{width}} {value}" for label, value in notice.facts)]
+    if notice.quoted:
+        lines += ["", *([notice.quoted_intro] if notice.quoted_intro else []), *notice.quoted]
+    text = "\n".join(lines)
+    cells = "".join(
+        f'<tr><th scope="row" align="left" valign="top">{escape(label)}</th><td>{escape(value)}</td></tr>'
+        for label, value in notice.facts
+    )
+    html = (
+        '<!doctype html><html><body><div lang="en">'
+        f"<p>{escape(notice.opening)}</p>"
+        f'<p><a href="{escape(notice.link, quote=True)}"><strong>Open the operation</strong></a></p>'
+        + "".join(f"<p>{escape(paragraph)}</p>" for paragraph in notice.paragraphs)
+        + (f'<table cellpadding="4">{cells}</table>' if cells else "")
+        + (f"<p>{escape(notice.quoted_intro)}</p>" if notice.quoted and notice.quoted_intro else "")
+        + "".join(f"<p>{escape(line)}</p>" for line in notice.quoted)
+        + "</div></body></html>"
+    )
+    return Email(subject=ascii_subject(f"[pollerdash] {notice.subject}"), text=text, html=html)
+
+
+class EmailChannel(Channel):
+    """One email per row (one address), sent by Django's mail backend within EMAIL_TIMEOUT."""
+
+    kind = Kind.EMAIL
+
+    def deliver(self, message: Message) -> Outcome:
+        if message.notice is not None:
+            email = notice_email(message.notice)
+        elif message.card is not None:
+            email = card_email(message, facts=message.card)
+        else:
+            raise Unsendable("an email needs a card or a notice")
+        mail = EmailMultiAlternatives(email.subject, email.text, settings.DEFAULT_FROM_EMAIL, [message.address])
+        mail.attach_alternative(email.html, "text/html")
+        try:
+            mail.send()
+        except smtplib.SMTPRecipientsRefused:
+            return Outcome(Verdict.FAILED, None, "the mail server refused the address")
+        except smtplib.SMTPResponseException as exc:
+            verdict = Verdict.FAILED if exc.smtp_code >= 500 else Verdict.RETRY
+            return Outcome(verdict, None, f"the mail server answered {exc.smtp_code}")
+        except (OSError, smtplib.SMTPException) as exc:
+            return Outcome(Verdict.RETRY, None, f"mail not sent ({type(exc).__name__})")
+        return Outcome(Verdict.SENT, None, "sent")

@@ -1,4 +1,6 @@
-"""Slack Block Kit messages for a card: posted by a level, replaced when the card moves on.
+"""Slack Block Kit messages for a card (posted by a level, replaced when the card moves on), shared by
+the three Slack channels (slack_webhook, slack_channel, slack_reply), and the text of a message about
+no card.
 
 The message shows the reason, pollerdash's link to the card first, the operation, requests used,
 the deadlines (as Slack date tokens, so every reader sees their own local time, with UTC as the
@@ -21,7 +23,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from escalations.agent_text import quoted, slack_escaped
-from escalations.oncall.facts import CardFacts, CardStatus
+from escalations.oncall.facts import CardFacts, CardStatus, Notice
 
 ACK_ACTION_ID = "pollerdash_ack"
 OPEN_ACTION_ID = "pollerdash_open"
@@ -87,6 +89,18 @@ def card_message(*, facts: CardFacts, status: CardStatus, interactive: bool, hea
     )
     fallback = f"{head}: {facts.reason_label} - {facts.provider_slug} ({facts.operation_id}) {facts.card_url}"
     return {"text": slack_escaped(_cut(fallback, 400)), "blocks": blocks, "unfurl_links": False, "unfurl_media": False}
+
+
+def notice_message(notice: Notice) -> dict:
+    """A message about no card, Slack-compatible (`text`, mrkdwn), with the structured copy receivers
+    of NOTIFY_WEBHOOK_URL read since 1.1 (`pollerdash: {event, url}`)."""
+    summary = f" · {slack_escaped(notice.summary)}" if notice.summary else ""
+    text = (
+        f"*{slack_escaped(notice.title)}* for <{notice.link[:URL_MAX]}|{slack_escaped(notice.operation_id)}>{summary}"
+    )
+    if notice.quoted:
+        text += "\n" + " · ".join(slack_escaped(line) for line in notice.quoted)
+    return {"text": _cut(text, TEXT_MAX), "pollerdash": {"event": f"escalation.{notice.event}", "url": notice.link}}
 
 
 def replacement(*, facts: CardFacts, status: CardStatus) -> dict:

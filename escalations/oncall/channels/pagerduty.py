@@ -1,4 +1,4 @@
-"""PagerDuty Events API v2: the events pollerdash sends for a card, and what an answer means.
+"""The PagerDuty channel (Events API v2): the events pollerdash sends for a card, and what an answer means.
 
 One card is one alert: `trigger` when a level names a PagerDuty target, `acknowledge` when a
 responder acknowledges, `resolve` when the card is decided or superseded, all with the same
@@ -15,8 +15,8 @@ The routing key is a secret. Events are built and stored WITHOUT it (`routing_ke
 export can ever hold it. The same events serve PagerDuty-compatible receivers (Grafana OnCall's
 and GoAlert's integrations: docs/oncall-integrations.md).
 
-`classify` also reads the answers of Slack's webhooks and response URLs (2xx accepted; 429 and 5xx
-retried; other 4xx refused for good, with the receiver's words).
+The answers are read as every webhook's are (escalations.oncall.channels.base.answer_outcome), with
+PagerDuty's `errors` kept as the reason of a refusal.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from enum import StrEnum
+from urllib.parse import urlsplit
+
+from django.conf import settings
 
 from escalations.agent_text import quoted
+from escalations.oncall.channels.base import Message, Request, Unsendable, WebhookChannel, admit, cut, secret
 from escalations.oncall.facts import CardFacts
+from operations.notify.kinds import Kind
+from operations.notify.rules import Event
 
 EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 SUMMARY_MAX = 1024
@@ -40,7 +44,6 @@ CLIENT = "pollerdash"
 # custom_details carry the card's facts; agent text is capped so the event stays small and legible.
 UNTRUSTED_TEXT_MAX = 500
 DETAIL_MAX = 1000
-ERROR_EXCERPT_MAX = 300
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _KEY_SAFE = re.compile(r"[^A-Za-z0-9._:/-]")
@@ -92,7 +95,7 @@ def trigger_event(*, facts: CardFacts, instance: str) -> dict:
         "card_url": facts.card_url,
         "reason": facts.reason,
         # Quoted, links disabled, capped (escalations.oncall.facts): it may quote the provider.
-        "why_it_stopped": _cap(_text(facts.detail), DETAIL_MAX),
+        "why_it_stopped": cut(_text(facts.detail), DETAIL_MAX),
         "operation_id": facts.operation_id,
         "provider": facts.provider_slug,
         "provider_account": facts.provider_account,
@@ -109,7 +112,7 @@ def trigger_event(*, facts: CardFacts, instance: str) -> dict:
         "event_action": str(Action.TRIGGER),
         "dedup_key": dedup_key(instance=instance, escalation_id=facts.escalation_id),
         "payload": {
-            "summary": _cap(summary, SUMMARY_MAX),
+            "summary": cut(summary, SUMMARY_MAX),
             "source": f"pollerdash/{facts.provider_slug}",
             "severity": str(SEVERITY_BY_REASON.get(facts.reason, Severity.WARNING)),
             "timestamp": _iso(facts.opened_at),
@@ -147,77 +150,28 @@ def encode(event: Mapping, *, routing_key: str) -> bytes:
     return body
 
 
-# --- answers ----------------------------------------------------------------------------------------
+class PagerDuty(WebhookChannel):
+    """trigger for a level; acknowledge and resolve follow it, in order, on the card's one alert."""
 
+    kind = Kind.PAGERDUTY
+    follow_ups = {Event.ACKNOWLEDGED: "acknowledge", Event.ENDED: "resolve"}
+    one_alert_per_card = True
 
-class Verdict(StrEnum):
-    ACCEPTED = "accepted"
-    REJECTED = "rejected"  # recorded as failed, not retried
-    RETRY = "retry"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    verdict: Verdict
-    http_status: int | None
-    detail: str  # short, safe to store and show: never the request body or the routing key
-    retry_after_s: float | None = None
-
-
-def classify(
-    *, status: int | None, headers: Mapping[str, str], body: bytes, transport_error: str = "", now: datetime
-) -> Outcome:
-    """What an answer (or its absence) means. `transport_error` is the exception's type name
-    (timeouts, refused connections); those are retried like a 5xx."""
-    if status is None:
-        return Outcome(Verdict.RETRY, None, f"no answer ({transport_error or 'connection failed'})")
-    retry_after = _retry_after(headers, now=now)
-    if status == 202:
-        return Outcome(Verdict.ACCEPTED, status, "accepted")
-    if status == 429:
-        return Outcome(Verdict.RETRY, status, "rate limited by the receiver", retry_after)
-    if 500 <= status <= 599:
-        return Outcome(Verdict.RETRY, status, f"receiver error HTTP {status}", retry_after)
-    if 200 <= status <= 299:
-        # A compatible receiver that answers 200/204 accepted the event all the same.
-        return Outcome(Verdict.ACCEPTED, status, f"accepted (HTTP {status})")
-    return Outcome(Verdict.REJECTED, status, _rejection(status, body))
-
-
-def _rejection(status: int, body: bytes) -> str:
-    """PagerDuty's 400 says why in `errors`, Slack in a short text; keep a printable excerpt of it."""
-    reasons: list[str] = []
-    try:
-        parsed = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        parsed = None
-    if isinstance(parsed, Mapping):
-        errors = parsed.get("errors")
-        if isinstance(errors, list):
-            reasons = [str(e) for e in errors if isinstance(e, str | int | float)]
-        elif isinstance(parsed.get("message"), str):
-            reasons = [parsed["message"]]
-    elif parsed is None and body and len(body) <= 200:
-        # Slack answers a refused webhook post with one word: no_service, channel_is_archived...
-        reasons = [body.decode("utf-8", "replace")]
-    text = f"refused (HTTP {status})" + (f": {'; '.join(reasons)}" if reasons else "")
-    return _cap(_text(text), ERROR_EXCERPT_MAX)
-
-
-def _retry_after(headers: Mapping[str, str], *, now: datetime) -> float | None:
-    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit() and len(value) <= 9:
-        return float(value)
-    try:
-        at = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if at.tzinfo is None:
-        return None
-    return max(0.0, (at - now).total_seconds())
+    def render(self, message: Message) -> Request:
+        if message.card is None:
+            raise Unsendable("PagerDuty is paged about cards only")
+        target = admit(settings.PAGERDUTY_EVENTS_URL, what="PAGERDUTY_EVENTS_URL")
+        instance = settings.PAGERDUTY_DEDUP_PREFIX or urlsplit(settings.SITE_URL).netloc or "pollerdash"
+        if message.event is Event.LEVEL:
+            event = trigger_event(facts=message.card, instance=instance)
+        else:
+            action = Action.ACKNOWLEDGE if message.event is Event.ACKNOWLEDGED else Action.RESOLVE
+            event = follow_up_event(action=action, instance=instance, escalation_id=message.card.escalation_id)
+        try:
+            body = encode(event, routing_key=secret(message.address))
+        except ValueError as exc:
+            raise Unsendable(f"{message.address}: {exc}") from None
+        return Request(target=target, body=body)
 
 
 def _line(text: str) -> str:
@@ -226,10 +180,6 @@ def _line(text: str) -> str:
 
 def _text(text: str) -> str:
     return _CONTROL.sub("", text)
-
-
-def _cap(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _iso(value: datetime | None) -> str:
