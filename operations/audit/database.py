@@ -142,7 +142,9 @@ def prune(*, log: str, after: int, upto: int) -> int:
         removed, _ = AuditEntry.objects.filter(log=log, seq__gt=after, seq__lte=upto).delete()
         return removed
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pollerdash_audit_prune(%s, %s, %s)", [log, upto, after])
+        # Typed exactly: with plain integer literals an overload (text, integer, integer) someone
+        # created in schema public would be the better match and run as the owner, who calls this.
+        cursor.execute("SELECT pollerdash_audit_prune(%s::text, %s::bigint, %s::bigint)", [log, upto, after])
         return int(cursor.fetchone()[0])
 
 

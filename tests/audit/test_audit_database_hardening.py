@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -143,6 +145,11 @@ def test_a_function_planted_in_schema_public_never_runs_inside_the_owners_prune(
             "INSERT INTO public.planted_ran VALUES (current_user); "
             "RETURN pg_catalog.convert_from($1, $2::name); END $$"
         )
+        # And an overload the owner's own call would pick if it passed plain integers.
+        cursor.execute(
+            "CREATE FUNCTION public.pollerdash_audit_prune(text, integer, integer) RETURNS bigint LANGUAGE plpgsql "
+            "AS $$ BEGIN INSERT INTO public.planted_ran VALUES (current_user); RETURN 0; END $$"
+        )
     archive.archive_before(before=T0 + timedelta(minutes=1), storage=FileSystemStorage(location=tmp_path))
     checkpoints.sign_checkpoint()  # the audit.archived entry, signed
     assert database.prune(log=LOG, after=0, upto=4) == 4  # the owner's prune still works...
@@ -255,28 +262,23 @@ def test_the_deployment_guide_gives_exactly_the_grants_and_revokes_the_tests_use
 # --- a LOGIN role of its own, for the attack over its own connection ---------------------------------------
 
 
-class login_role:  # noqa: N801 - used as a context manager, like open()
+@contextmanager
+def login_role() -> Iterator[psycopg.Connection]:
     """A LOGIN role with exactly the deployment guide's grants, connected over its own psycopg
-    connection; dropped again at the end (roles are cluster-wide: a random name, always dropped)."""
-
-    def __init__(self) -> None:
-        self.name = f"pd_login_{uuid.uuid4().hex[:10]}"
-        self.connection: psycopg.Connection | None = None
-
-    def __enter__(self) -> psycopg.Connection:
+    connection. Roles are cluster-wide and this one is committed: a random name, always dropped."""
+    name = f"pd_login_{uuid.uuid4().hex[:10]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {name} LOGIN")
+    try:
         with connection.cursor() as cursor:
-            cursor.execute(f"CREATE ROLE {self.name} LOGIN")
             for grant in DEPLOYMENT_GRANTS:
-                cursor.execute(grant.format(role=self.name))
+                cursor.execute(grant.format(role=name))
         params = connection.settings_dict
-        self.connection = psycopg.connect(
-            host=params["HOST"] or "127.0.0.1", port=params["PORT"] or 5432, dbname=params["NAME"], user=self.name
-        )
-        return self.connection
-
-    def __exit__(self, *exc: object) -> None:
-        if self.connection is not None:
-            self.connection.close()
+        with psycopg.connect(
+            host=params["HOST"] or "127.0.0.1", port=params["PORT"] or 5432, dbname=params["NAME"], user=name
+        ) as attacker:
+            yield attacker
+    finally:
         with connection.cursor() as cursor:
-            cursor.execute(f"DROP OWNED BY {self.name}")
-            cursor.execute(f"DROP ROLE {self.name}")
+            cursor.execute(f"DROP OWNED BY {name}")
+            cursor.execute(f"DROP ROLE {name}")

@@ -75,8 +75,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--follow-symlinks",
             action="store_true",
-            help="when FILE, or a directory on its way, is a symbolic link another user owns, follow it"
-            " (refused by default; a link at FILE itself is refused whoever owns it)",
+            help="follow a symbolic link at FILE (refused by default, whoever owns it), or one another user owns"
+            " on the way to it (links you or root own on the way are followed anyway)",
         )
         parser.add_argument(
             "--allow-foreign-pipe",
