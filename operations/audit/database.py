@@ -1,8 +1,9 @@
 """What the audit log asks of the database that PostgreSQL and SQLite answer differently, in one place.
 
-PostgreSQL guards the log itself (migrations 0011, 0017, 0019, 0021, 0026): triggers refuse
+PostgreSQL guards the log itself (migrations 0011, 0017, 0019, 0021, 0026, 0037): triggers refuse
 UPDATE, DELETE and TRUNCATE, only the archive ledger's owner adds its rows, only the owner of
-`pollerdash_audit_prune` removes archived entries; the integrator numbers a batch and stores its
+`pollerdash_audit_prune` removes archived entries, and every one of those functions runs with a
+fixed search path, so no name the runtime role plants is looked up; the integrator numbers a batch and stores its
 nodes in one statement over arrays each. SQLite has no roles and no triggers: whoever can write
 the file can write every table, so every question of a role is answered yes, and the same writes
 go through the ORM. The modules that use these (integrate, tree, ledger, archive, health) hold no
@@ -112,9 +113,9 @@ def may_record() -> tuple[bool, str]:
         return True, "sqlite"
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT current_user, pg_get_userbyid(c.relowner), "
-            "coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false) "
-            "FROM pg_class c WHERE c.oid = 'operations_auditarchive'::regclass"
+            "SELECT current_user, pg_catalog.pg_get_userbyid(c.relowner), "
+            "coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false) "
+            "FROM pg_catalog.pg_class c WHERE c.oid = 'operations_auditarchive'::regclass"
         )
         current, owner, superuser = cursor.fetchone()
     return current == owner or bool(superuser), f"{current} (the ledger's owner is {owner})"
@@ -141,7 +142,9 @@ def prune(*, log: str, after: int, upto: int) -> int:
         removed, _ = AuditEntry.objects.filter(log=log, seq__gt=after, seq__lte=upto).delete()
         return removed
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pollerdash_audit_prune(%s, %s, %s)", [log, upto, after])
+        # Typed exactly: with plain integer literals an overload (text, integer, integer) someone
+        # created in schema public would be the better match and run as the owner, who calls this.
+        cursor.execute("SELECT pollerdash_audit_prune(%s::text, %s::bigint, %s::bigint)", [log, upto, after])
         return int(cursor.fetchone()[0])
 
 
@@ -160,17 +163,65 @@ def protection(tables: Iterable[str]) -> Protection | None:
         return None
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT c.relname, pg_get_userbyid(c.relowner), current_user, "
-            "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
-            "FROM pg_class c WHERE c.relname = ANY(%s) AND c.relnamespace = to_regnamespace(current_schema())",
+            "SELECT c.relname, pg_catalog.pg_get_userbyid(c.relowner), current_user, "
+            "(SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) "
+            "FROM pg_catalog.pg_class c WHERE c.relname = ANY(%s) "
+            "AND c.relnamespace = pg_catalog.to_regnamespace(pg_catalog.current_schema())",
             [list(tables)],
         )
         owners = cursor.fetchall()
         cursor.execute(
-            "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid IN "
-            "(SELECT oid FROM pg_class WHERE relname = ANY(%s) AND relnamespace = to_regnamespace(current_schema())) "
-            "AND NOT tgisinternal",
+            "SELECT tgname, tgenabled FROM pg_catalog.pg_trigger WHERE tgrelid IN "
+            "(SELECT oid FROM pg_catalog.pg_class WHERE relname = ANY(%s) "
+            "AND relnamespace = pg_catalog.to_regnamespace(pg_catalog.current_schema())) AND NOT tgisinternal",
             [list(tables)],
         )
         triggers = dict(cursor.fetchall())
     return Protection(owners=owners, triggers=triggers)
+
+
+@dataclass(frozen=True)
+class RuntimeRole:
+    """What the runtime role may create beyond the tables' rows (PostgreSQL): temporary objects in
+    this database, and objects in the tables' schema or in public (the schemas it may CREATE in)."""
+
+    name: str
+    database: str
+    superuser: bool
+    temporary: bool
+    creates_in: list[str]
+
+
+def runtime_role() -> RuntimeRole | None:
+    """The runtime role's TEMPORARY and CREATE privileges; None on SQLite, which has no roles.
+    Catalogs are named with their schema: a temporary table of this session must not answer."""
+    if not _postgres():
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_user, pg_catalog.current_database(), "
+            "coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false), "
+            "pg_catalog.has_database_privilege(pg_catalog.current_database(), 'TEMPORARY'), "
+            "ARRAY(SELECT n.nspname::text FROM pg_catalog.pg_namespace n "
+            "WHERE n.nspname IN (pg_catalog.current_schema(), 'public') "
+            "AND pg_catalog.has_schema_privilege(n.oid, 'CREATE') ORDER BY n.nspname)"
+        )
+        name, database, superuser, temporary, creates_in = cursor.fetchone()
+    return RuntimeRole(
+        name=name, database=database, superuser=bool(superuser), temporary=bool(temporary), creates_in=creates_in
+    )
+
+
+def function_settings() -> dict[str, list[str]] | None:
+    """pollerdash's functions in the tables' schema (signature -> their SET settings, e.g.
+    `search_path=pg_catalog, pg_temp`); None on SQLite, which has none."""
+    if not _postgres():
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.oid::pg_catalog.regprocedure::text, coalesce(p.proconfig, '{}') FROM pg_catalog.pg_proc p "
+            "WHERE p.pronamespace = pg_catalog.to_regnamespace(pg_catalog.current_schema()) "
+            "AND p.proname LIKE %s",
+            ["pollerdash%"],
+        )
+        return {signature: list(config) for signature, config in cursor.fetchall()}

@@ -4,6 +4,9 @@
   owner-only insert guard among them;
 - the runtime database role neither owns the audit tables nor is a superuser - either could drop
   the triggers, leaving only the signed checkpoints to reveal tampering;
+- the runtime role may create neither temporary objects nor objects in schema public (or the
+  tables' schema): names planted there shadow the real ones for whoever looks them up by name; and
+  every pollerdash database function runs with its fixed search path, so none does (PostgreSQL);
 - checkpoints are being signed: the newest genuine one is recent, and no signer reports a failed
   verification or checkpoint rows it had to pass over because they do not verify;
 - every archive ledger row is recorded in the log itself (operations.audit.ledger);
@@ -34,6 +37,17 @@ EXPECTED_TRIGGERS = frozenset(
     + [f"{table}_no_truncate" for table in AUDIT_TABLES]
     + ["operations_auditarchive_owner_only"]
 )
+# The database functions migration 0037 defines, each with this fixed search path: the temporary
+# schema explicitly last, so nothing the caller planted is found by name (docs/DESIGN.md section 8).
+PINNED_FUNCTIONS = (
+    "pollerdash_audit_append_only()",
+    "pollerdash_audit_entry_guard()",
+    "pollerdash_audit_archive_guard()",
+    "pollerdash_audit_entry_data(bytea)",
+    "pollerdash_audit_prune(text,bigint,bigint)",
+)
+FIXED_SEARCH_PATH = "search_path=pg_catalog, pg_temp"  # as pg_proc.proconfig holds it
+SET_SEARCH_PATH = "SET search_path = pg_catalog, pg_temp"  # as the migration says it
 # The system panel turns red when the newest checkpoint is older than this many intervals.
 STALE_INTERVALS = 3
 # ...and when the oldest entry awaiting integration is older than this (every dispatcher pass integrates).
@@ -132,7 +146,67 @@ def _database_checks() -> list[HealthCheck]:
             )
         else:
             checks.append(HealthCheck(f"{table} owner", True, f"owned by {owner}, not by the runtime role"))
-    return checks
+    return [*checks, *_runtime_role_checks(), _function_check()]
+
+
+def _runtime_role_checks() -> list[HealthCheck]:
+    role = database.runtime_role()
+    if role is None:
+        return []
+    # A superuser may do anything; the owner checks above already say to run as another role.
+    superuser = " (it is a superuser: run pollerdash as the application role)" if role.superuser else ""
+    if role.temporary:
+        temporary = HealthCheck(
+            "temporary objects",
+            False,
+            f"the runtime role {role.name} may create temporary tables and functions in {role.database}, which "
+            "come first when its session looks a table up by name; pollerdash's functions look nothing up that "
+            f"way, but take the means away: REVOKE TEMPORARY ON DATABASE {role.database} FROM PUBLIC (and from "
+            f"{role.name} if granted to it; docs/deployment.md){superuser}",
+        )
+    else:
+        temporary = HealthCheck(
+            "temporary objects", True, f"the runtime role {role.name} may not create temporary objects"
+        )
+    if role.creates_in:
+        revokes = "; ".join(f"REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC" for schema in role.creates_in)
+        schemas = HealthCheck(
+            "schema CREATE",
+            False,
+            f"the runtime role {role.name} may create objects in schema {', '.join(role.creates_in)}, where another "
+            f"role's session (the owner's, running the archive) may find them by name: {revokes} (and from "
+            f"{role.name} if granted to it; docs/deployment.md){superuser}",
+        )
+    else:
+        schemas = HealthCheck(
+            "schema CREATE",
+            True,
+            f"the runtime role {role.name} may not create objects in pollerdash's schema or public",
+        )
+    return [temporary, schemas]
+
+
+def _function_check() -> HealthCheck:
+    functions = database.function_settings()
+    if functions is None:
+        return HealthCheck("function search_path", True, "SQLite has no database functions")
+    missing = [name for name in PINNED_FUNCTIONS if name not in functions]
+    loose = sorted(name for name, config in functions.items() if FIXED_SEARCH_PATH not in config)
+    problems = []
+    if missing:
+        problems.append(f"missing: {', '.join(missing)} (run manage.py migrate as the owner)")
+    if loose:
+        problems.append(
+            f"without {SET_SEARCH_PATH}: {', '.join(loose)} - it looks names up through "
+            "its caller's search path, where the runtime role can plant them (manage.py migrate as the owner sets it)"
+        )
+    if problems:
+        return HealthCheck("function search_path", False, "; ".join(problems))
+    return HealthCheck(
+        "function search_path",
+        True,
+        f"every pollerdash database function ({len(functions)}) runs with {SET_SEARCH_PATH}",
+    )
 
 
 def _checkpoint_check() -> HealthCheck:

@@ -8,9 +8,10 @@ the tamper tests start from genuine bytes (format 2, test_audit_tree_verifier.py
 
 with the checkpoints a minute apart on the injected clock (the last one at T0 + 4 min).
 
-`app_role` (PostgreSQL) is the application role of the README, with exactly its grants, for
+`app_role` (PostgreSQL) is the application role of docs/deployment.md, with exactly its grants, for
 attacks run as what every pollerdash process runs as: `app_role.run(sql)` for one statement,
-`with app_role.session():` for application code.
+`app_role.script(*sql)` for several in one transaction, `with app_role.session():` for application
+code.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def verify(tmp_path: Path, keys_file: Path) -> Callable[..., tuple[int, dict]]:
 
 @dataclass
 class AppRole:
-    """A PostgreSQL role with exactly the README's grants ("Database roles"): it neither owns the
+    """A PostgreSQL role with exactly the deployment guide's grants ("Database roles"): it neither owns the
     audit tables nor is a superuser, as every pollerdash process runs in production."""
 
     name: str
@@ -93,6 +94,19 @@ class AppRole:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(f"SET LOCAL ROLE {self.name}")
                 cursor.execute(sql, params)
+                cursor.execute("RESET ROLE")
+        except DatabaseError as exc:
+            return str(exc)
+        return "allowed"
+
+    def script(self, *statements: str) -> str:
+        """Several statements as this role in one transaction (a savepoint), as an attacker sends
+        them: "allowed", or the database's refusal of the first one refused."""
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL ROLE {self.name}")
+                for statement in statements:
+                    cursor.execute(statement)
                 cursor.execute("RESET ROLE")
         except DatabaseError as exc:
             return str(exc)
@@ -112,21 +126,27 @@ class AppRole:
 
 @pytest.fixture
 def app_role(db: None) -> AppRole:
-    """The application role of the README, created inside the test's transaction (roles are
+    """The application role of docs/deployment.md, created inside the test's transaction (roles are
     transactional in PostgreSQL: the test's rollback drops it again). PostgreSQL only."""
     if connection.vendor != "postgresql":
         pytest.skip("database roles are PostgreSQL's")
     role = AppRole(f"pd_app_{uuid.uuid4().hex[:10]}")
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE ROLE {role.name} NOLOGIN")
-        for grant in README_GRANTS:
+        for grant in DEPLOYMENT_GRANTS:
             cursor.execute(grant.format(role=role.name))
     return role
 
 
-# README.md, "Database roles": what the application role is given, word for word.
-README_GRANTS = (
+# docs/deployment.md, "Database roles": what the application role is given, word for word (a test
+# holds the guide to it). The database-wide revokes are not applied here: the attacks run with
+# PostgreSQL's defaults, which the functions must withstand whatever the grants.
+DEPLOYMENT_GRANTS = (
     "GRANT USAGE ON SCHEMA public TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
+)
+DEPLOYMENT_REVOKES = (
+    "REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC",
+    "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 )

@@ -248,8 +248,8 @@ def test_a_symlink_planted_after_the_check_is_replaced_not_followed(sample_expor
     path = tmp_path / "incident.jsonl"
     real_target = audit_export._target
 
-    def check_then_plant(target: Path, *, follow: bool) -> object:
-        checked = real_target(target, follow=follow)
+    def check_then_plant(target: Path, **options: bool) -> object:
+        checked = real_target(target, **options)
         target.symlink_to(victim)
         return checked
 
@@ -268,8 +268,8 @@ def test_a_pipe_swapped_for_a_symlink_is_not_opened_through_it(sample_export, tm
     victim.write_text("keep me")
     real_target = audit_export._target
 
-    def check_then_swap(target: Path, *, follow: bool) -> object:
-        checked = real_target(target, follow=follow)
+    def check_then_swap(target: Path, **options: bool) -> object:
+        checked = real_target(target, **options)
         target.unlink()
         target.symlink_to(victim)
         return checked

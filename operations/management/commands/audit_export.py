@@ -1,4 +1,5 @@
-"""`manage.py audit_export [--operation ID] [--since T] [--until T] [--consistency-from SIZE] [--format 2|3] [-o FILE]`.
+"""`manage.py audit_export [--operation ID] [--since T] [--until T] [--consistency-from SIZE] [--format 2|3] [-o FILE]
+[--follow-symlinks] [--allow-foreign-pipe]`.
 
 An audit export (JSONL: a full one in format 2; an operation or time-window one in format 3, with
 batch inclusion proofs, or with `--format 2` one inclusion proof per entry for a reader whose
@@ -7,10 +8,13 @@ else the export closes at the signer's newest checkpoint), then streams the head
 with their proofs and the checkpoints in
 bounded memory, to stdout or to FILE (a regular file is written beside it, under a fresh private
 name, and renamed when complete, so a failed export never leaves a plausible-looking partial file;
-the file keeps the mode of the one it replaces, and a new one is 0600; a FILE that is a symbolic
-link is refused - one planted in a shared directory would send the export wherever it points -
-unless --follow-symlinks, which writes the link's target and keeps the link; a pipe or device is
-written through, opened with O_NOFOLLOW; a FILE named *.gz is written compressed with gzip).
+the file keeps the mode of the one it replaces if you own that one, else it is 0600; a FILE that
+is a symbolic link is refused - one planted in a shared directory would send the export wherever
+it points - unless --follow-symlinks, which writes the link's target and keeps the link, and so is
+a directory on the way that is a link another user owns, or that every user may write without the
+sticky bit; a pipe or device is written through, opened with O_NOFOLLOW, and only if you or root
+own it unless --allow-foreign-pipe; a FILE named *.gz is written compressed with gzip: the rules
+are operations/audit/export_file.py's).
 Checkpoint rows that do not verify are left out and named on stderr. Check it with
 `pollerdash-audit-verify FILE --keys KEYS` (`manage.py audit_keys --all` prints the key lines).
 """
@@ -21,17 +25,14 @@ import contextlib
 import errno
 import gzip
 import os
-import stat
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from operations.audit import checkpoints, genuine
+from operations.audit import checkpoints, export_file, genuine
 from operations.audit import verify as av
 from operations.audit.export import VERSIONS, ExportError, stream_export
 
@@ -74,7 +75,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--follow-symlinks",
             action="store_true",
-            help="when FILE is a symbolic link, write its target (refused by default)",
+            help="follow a symbolic link at FILE (refused by default, whoever owns it), or one another user owns"
+            " on the way to it (links you or root own on the way are followed anyway)",
+        )
+        parser.add_argument(
+            "--allow-foreign-pipe",
+            action="store_true",
+            help="write into a pipe or device at FILE that another user owns (refused by default: whoever reads it"
+            " receives the whole export)",
         )
 
     def handle(self, *args: object, **options: object) -> None:
@@ -82,7 +90,13 @@ class Command(BaseCommand):
         until = _time(str(options["until"])) if options["until"] else None
         output = options["output"]
         # Checked before anything is signed: a typo in the path must not cost a checkpoint.
-        target = _target(Path(str(output)), follow=bool(options["follow_symlinks"])) if output else None
+        target = (
+            _target(
+                Path(str(output)), follow=bool(options["follow_symlinks"]), foreign=bool(options["allow_foreign_pipe"])
+            )
+            if output
+            else None
+        )
         skipped: list[genuine.Skipped] = []
         try:
             lines = stream_export(
@@ -94,7 +108,7 @@ class Command(BaseCommand):
                 skipped=skipped,
             )
             count = self._write(lines, target)
-        except (ExportError, checkpoints.CheckpointError, DatabaseError) as exc:
+        except (ExportError, checkpoints.CheckpointError, DatabaseError, export_file.ExportFileError) as exc:
             raise CommandError(str(exc)) from None
         except BrokenPipeError:
             # The reader stopped early (`| head`): say so once, without a traceback.
@@ -104,6 +118,9 @@ class Command(BaseCommand):
             if exc.errno == errno.ELOOP:
                 raise CommandError(f"{output} is a symbolic link now; refusing to follow it") from None
             raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from None
+        finally:
+            if target is not None:
+                target.close()
         if skipped:
             # The export holds only checkpoints the signer made; say what it left out, and where.
             self.stderr.write(
@@ -116,45 +133,25 @@ class Command(BaseCommand):
             "(KEYS from manage.py audit_keys --all)"
         )
 
-    def _write(self, lines: object, target: _Target | None) -> int:
-        count = 0
-        if target is None or not target.atomic:
-            # A pipe or device: opened without following a link planted there since the check.
-            writer = open(os.open(target.path, os.O_WRONLY | os.O_NOFOLLOW), "wb") if target else None
-            with writer or contextlib.nullcontext(sys.stdout.buffer) as raw:
-                with _maybe_gzip(raw, target) as out:
-                    # `lines` was set above whenever this branch runs.
-                    for line in lines:  # type: ignore[attr-defined]  # set above on this path
-                        out.write(line)
-                        count += 1
-                raw.flush()
+    def _write(self, lines: object, target: export_file.Target | None) -> int:
+        def stream(raw: BinaryIO) -> int:
+            count = 0
+            with _maybe_gzip(raw, target) as out:
+                for line in lines:  # type: ignore[attr-defined]  # an iterator of bytes lines
+                    out.write(line)
+                    count += 1
+            raw.flush()
             return count
-        # mkstemp: a fresh name created with O_EXCL, so nothing planted in the directory is followed,
-        # and mode 0600 from the start, so the export is never readable by others while written.
-        fd, name = tempfile.mkstemp(dir=target.path.parent, prefix=f".{target.path.name}.", suffix=".partial")
-        partial = Path(name)
-        try:
-            with open(fd, "wb") as handle:
-                with _maybe_gzip(handle, target) as out:
-                    for line in lines:  # type: ignore[attr-defined]  # set above on this path
-                        out.write(line)
-                        count += 1
-                handle.flush()
-                # A file the operator made (e.g. 0600, or 0640 for an auditors' group) keeps its mode;
-                # lstat: a link planted since the check lends it nothing (the rename then replaces
-                # the link itself, which it never follows).
-                with contextlib.suppress(FileNotFoundError):
-                    replaced = os.lstat(target.path)
-                    if stat.S_ISREG(replaced.st_mode):
-                        os.fchmod(handle.fileno(), stat.S_IMODE(replaced.st_mode))
-                os.fsync(handle.fileno())
-            os.replace(partial, target.path)
-        finally:
-            partial.unlink(missing_ok=True)
-        return count
+
+        if target is None:
+            return stream(sys.stdout.buffer)
+        if target.atomic:
+            return export_file.write_atomic(target, stream)
+        with export_file.open_through(target) as raw:
+            return stream(raw)
 
 
-def _maybe_gzip(raw: BinaryIO, target: _Target | None) -> contextlib.AbstractContextManager[BinaryIO]:
+def _maybe_gzip(raw: BinaryIO, target: export_file.Target | None) -> contextlib.AbstractContextManager[BinaryIO]:
     """-o FILE.gz writes the export compressed (the verifier reads it as it is): an operation's
     entries are repetitive JSON and shrink several times; proof hashes do not."""
     if target is not None and target.compressed:
@@ -163,29 +160,9 @@ def _maybe_gzip(raw: BinaryIO, target: _Target | None) -> contextlib.AbstractCon
     return contextlib.nullcontext(raw)
 
 
-@dataclass(frozen=True)
-class _Target:
-    path: Path
-    # A regular file is written beside and renamed into place; a pipe or a device is written through.
-    atomic: bool
-    compressed: bool = False  # the name given ends in .gz
-
-
-def _target(path: Path, *, follow: bool) -> _Target:
-    """Where -o writes: never a directory or a missing one; a symbolic link only with `follow`
-    (then its target, and the link stays)."""
-    if path.is_symlink() and not follow:
-        raise CommandError(
-            f"{path} is a symbolic link; refusing to follow it (a link planted in a shared directory would send "
-            "the export wherever it points): name the file itself, or pass --follow-symlinks to write its target"
-        )
-    resolved = path.resolve()
-    if resolved.is_dir():
-        raise CommandError(f"{path} is a directory; name a file")
-    if not resolved.parent.is_dir():
-        raise CommandError(f"directory {resolved.parent} does not exist")
-    if resolved.exists() and not resolved.is_file():
-        return _Target(path=resolved, atomic=False, compressed=path.name.endswith(".gz"))
-    if not os.access(resolved.parent, os.W_OK) or (resolved.exists() and not os.access(resolved, os.W_OK)):
-        raise CommandError(f"cannot write {path}: permission denied")
-    return _Target(path=resolved, atomic=True, compressed=path.name.endswith(".gz"))
+def _target(path: Path, *, follow: bool, foreign: bool) -> export_file.Target:
+    """Where -o writes (operations.audit.export_file), checked before anything is signed."""
+    try:
+        return export_file.target(path, follow_symlinks=follow, allow_foreign=foreign)
+    except export_file.ExportFileError as exc:
+        raise CommandError(str(exc)) from None
