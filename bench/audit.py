@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import ROOT, django_on_scratch_postgres, drop_scratch_database, percentile  # noqa: E402
+from bench._setup import ROOT, django_on_scratch_postgres, drop_scratch_database, percentile
 
 # BENCH_AUDIT_DB: another name, so two worktrees' kept logs do not drop each other's.
 DB_NAME = os.environ.get("BENCH_AUDIT_DB", "bench_audit")
@@ -104,7 +104,7 @@ def _append_writer(index: int, seconds: float, start_at: float, out: multiproces
                     data=decision_data(len(latencies), now),
                 )
             latencies.append(time.perf_counter() - start)
-    except Exception as exc:  # noqa: BLE001 - reported in the output
+    except Exception as exc:  # reported in the output
         error = repr(exc)
     finally:
         connection.close()
@@ -319,7 +319,7 @@ def run_measured(script: list[str], **kwargs: object) -> Measured:
     """Run `python SCRIPT ARGS...` in a child; wall time, CPU time and peak RSS."""
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-c", _PEAK_WRAPPER, *script], stdout=out, stderr=err, **kwargs)  # type: ignore[call-overload]
+        proc = subprocess.Popen([sys.executable, "-c", _PEAK_WRAPPER, *script], stdout=out, stderr=err, **kwargs)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -581,7 +581,7 @@ def _import_ms(env: dict[str, str]) -> float:
 def _print_proofs(big: object, label: str) -> None:
     from bench import audit_big
 
-    times = audit_big.time_proofs(big)  # type: ignore[arg-type]
+    times = audit_big.time_proofs(big)
     print(
         f"inclusion proof ({label}; tree.inclusion_proof, {times.hashes} hashes, 500 random entries, each verified"
         f" against the signed root): median {times.median_ms:.2f} ms p99 {times.p99_ms:.2f} ms;"

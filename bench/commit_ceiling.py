@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psycopg  # noqa: E402
+import psycopg
 
 BASE = os.environ.get("BENCH_PG", "postgres://root@127.0.0.1:5432")
 NAME = "bench_commit_ceiling"

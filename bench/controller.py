@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import django_on_scratch_postgres, start_fake_provider  # noqa: E402
+from bench._setup import django_on_scratch_postgres, start_fake_provider
 
 
 def bench_decide(seconds: float) -> float:

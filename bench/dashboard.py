@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import django_on_scratch_postgres, percentile  # noqa: E402
+from bench._setup import django_on_scratch_postgres, percentile
 
 BATCH = 2000
 
@@ -233,7 +233,7 @@ def seed(
     return user, target.pk
 
 
-def _copy_audit(connection, *, rows, first, total, target, target_audit, rng) -> None:  # noqa: ANN001
+def _copy_audit(connection, *, rows, first, total, target, target_audit, rng) -> None:
     """COPY `total` entry bodies (controller decisions and a few human ones), `target_audit` for one operation."""
     from operations.audit.entries import iso
 
@@ -291,7 +291,7 @@ def _copy_audit(connection, *, rows, first, total, target, target_audit, rng) ->
             copy.write_row(("pollerdash/audit", seq, f"{seq - 1:064x}", f"{seq:064x}", body, at, entry_type, op.pk))
 
 
-def measure(client, url: str, *, runs: int, headers: dict[str, str] | None = None) -> dict[str, float]:  # noqa: ANN001
+def measure(client, url: str, *, runs: int, headers: dict[str, str] | None = None) -> dict[str, float]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import ROOT, django_on_scratch_postgres, percentile, start_fake_provider  # noqa: E402
+from bench._setup import ROOT, django_on_scratch_postgres, percentile, start_fake_provider
 
 DB_NAME = "pollerdash_bench_dispatch"
 FOREVER = 10**9  # the `bench` scenario never finishes within a run
@@ -229,7 +229,7 @@ class CpuPerPoll:
         )
 
 
-def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):  # noqa: ANN201
+def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: float):
     from operations.models import ProviderAccount, ProviderProfile
 
     profile = ProviderProfile.objects.create(
@@ -255,7 +255,7 @@ def make_profile(provider_url: str, *, slug: str, period_s: float, rate_limit: f
     return profile
 
 
-def create_operations(profile, count: int, *, first_due, spacing_s: float, tag: str) -> list[str]:  # noqa: ANN001
+def create_operations(profile, count: int, *, first_due, spacing_s: float, tag: str) -> list[str]:
     """Bulk-create watched operations (registration cost is not what is measured here)."""
     from django.utils import timezone
 
@@ -305,7 +305,7 @@ class Window:
     started_in_window: int
 
 
-def polls_due_between(start, end, *, expected: int, grace_s: float = 10.0) -> Window:  # noqa: ANN001
+def polls_due_between(start, end, *, expected: int, grace_s: float = 10.0) -> Window:
     """Waits until all `expected` polls due in [start, end) started, or a grace period passed (the
     ones still missing are reported as missing, not hidden)."""
     from django.utils import timezone

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile  # noqa: E402
+from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile
 
 CLIENTS = 8
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import (  # noqa: E402
+from bench._setup import (
     ROOT,
     django_on_scratch_postgres,
     drop_scratch_database,
@@ -92,7 +92,7 @@ def copy_rows(
         for first in range(1, count + 1, 200_000):
             last = min(count, first + 200_000 - 1)
             cursor.execute(
-                f"INSERT INTO {table} ({quoted}) SELECT {', '.join(select)}"  # noqa: S608 - our own columns
+                f"INSERT INTO {table} ({quoted}) SELECT {', '.join(select)}"  # our own columns
                 f" FROM {table} AS t, generate_series(%s::bigint, %s::bigint) AS n"
                 f" WHERE t.{model._meta.pk.column} = %s",
                 [first, last, template_pk],
@@ -195,7 +195,7 @@ def build_finished_work(sizes: Sizes, provider_url: str) -> None:
     done.delete()
     with connection.cursor() as cursor:
         for table in ("operations_operation", "operations_statuscheck", "django_q_task"):
-            cursor.execute(f"ANALYZE {table}")  # noqa: S608 - fixed names
+            cursor.execute(f"ANALYZE {table}")  # fixed names
 
 
 # --- watching the database while the archive runs ----------------------------------------------------

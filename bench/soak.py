@@ -49,8 +49,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile, start_fake_provider  # noqa: E402
-from bench.soak_record import STALL_S, Recorder, load_samples, proc_state, timeline  # noqa: E402
+from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile, start_fake_provider
+from bench.soak_record import STALL_S, Recorder, load_samples, proc_state, timeline
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # The soak profile's schedule (flags change it): 6 s growing 1.3x a wait up to 30 s, jitter in
@@ -211,7 +211,7 @@ def kill_a_leaseholder(recorder: Recorder) -> int | None:
     return None
 
 
-def make_profile(provider_url: str):  # noqa: ANN201
+def make_profile(provider_url: str):
     from operations.models import ProviderAccount, ProviderProfile
 
     profile = ProviderProfile.objects.create(
@@ -237,7 +237,7 @@ def make_profile(provider_url: str):  # noqa: ANN201
     return profile
 
 
-def register(profile, jobs: list[tuple[int, float, float]]) -> None:  # noqa: ANN001
+def register(profile, jobs: list[tuple[int, float, float]]) -> None:
     """Create watched operations as registration leaves them (first poll due now), in bulk."""
     from django.utils import timezone
 
@@ -283,7 +283,7 @@ def pure_schedule(duration_s: float, rng: random.Random) -> tuple[int, float]:
     return requests, t - duration_s
 
 
-def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, provider_url: str, out: Path) -> dict:  # noqa: ANN001
+def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, provider_url: str, out: Path) -> dict:
     rng = random.Random(args.seed)
     start = time.time()
     arrive_s = args.seconds / 2

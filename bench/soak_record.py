@@ -153,7 +153,7 @@ class Recorder(threading.Thread):
     def _provider_requests(self, client: Any) -> int | None:
         try:
             entries = client.get("/_requests", params={"since": self.seq}).json()["requests"]
-        except Exception:  # noqa: BLE001 - a figure missing for one second is not worth stopping the soak
+        except Exception:  # a figure missing for one second is not worth stopping the soak
             return None
         if entries:
             self.seq = entries[-1]["seq"]

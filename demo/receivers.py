@@ -122,6 +122,7 @@ class _PagerDutyHandler(fakepagerduty._Handler):
     def do_GET(self) -> None:
         if self.path.partition("?")[0] != "/":
             return self.reply(404, b"not found", content_type="text/plain")
+        # Typing: FakeReceiver.start sets receiver on the server (demo/fakehttp.py).
         receiver: DemoPagerDuty = self.server.receiver  # type: ignore[attr-defined]
         self.reply(200, pagerduty_page(receiver.received()), content_type="text/html; charset=utf-8")
 
@@ -208,6 +209,7 @@ class _SlackHandler(fakeslack._Handler):
     def do_GET(self) -> None:
         if self.path.partition("?")[0] != "/":
             return self._text(404, "not_found")
+        # Typing: FakeReceiver.start sets receiver on the server (demo/fakehttp.py).
         receiver: DemoSlack = self.server.receiver  # type: ignore[attr-defined]
         self.reply(
             200,
@@ -218,6 +220,7 @@ class _SlackHandler(fakeslack._Handler):
     def do_POST(self) -> None:
         if self.path.partition("?")[0] != "/demo/click":
             return super().do_POST()
+        # Typing: FakeReceiver.start sets receiver on the server (demo/fakehttp.py).
         receiver: DemoSlack = self.server.receiver  # type: ignore[attr-defined]
         raw = self.read_body()
         form = {k: v[0] for k, v in parse_qs((raw or b"").decode("utf-8", "replace")).items()}
@@ -261,7 +264,7 @@ class DemoSlack(fakeslack.FakeSlack):
         headers = fakeslack.signed(body=body, secret=self.signing_secret, timestamp=int(time.time()))
         request = urllib.request.Request(self.interactions_url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - a fixed local URL
+            with urllib.request.urlopen(request, timeout=10) as answer:  # a fixed local URL
                 answer.read()
         except urllib.error.HTTPError as exc:
             return f"pollerdash answered {exc.code} to the click."

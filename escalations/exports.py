@@ -79,6 +79,7 @@ class _ClosingResponse(StreamingHttpResponse):
     database connection is closed or handed back)."""
 
     def __init__(self, *args: object, on_close: Callable[[], None], **kwargs: object) -> None:
+        # Typing: the arguments are StreamingHttpResponse's own, passed through.
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._on_close = on_close
 

@@ -91,6 +91,7 @@ async def run(
         answer = await mcp.session.call_tool("watch_job", arguments, allow_claimed=True)
         if not isinstance(answer, CreateTaskResult):
             # Already done (or refused): the ordinary tool answer is the final one.
+            # Typing: pollerdash answers a tool call with one TextContent first; the SDK types content as any kind.
             print(answer.content[0].text)  # type: ignore[union-attr]
             return 1 if getattr(answer, "is_error", False) else 0
         task = extra(answer)
@@ -112,6 +113,7 @@ async def run(
         outcome = result.get("structuredContent") or {}
         print(f"result: {outcome.get('result')}", flush=True)
         acked = await mcp.call_tool("ack_job", {"operation_id": task["taskId"]})
+        # Typing: as above, the first content is pollerdash's TextContent.
         print(acked.content[0].text.split(".")[0], flush=True)  # type: ignore[union-attr]
         return 0
 

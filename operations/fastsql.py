@@ -159,6 +159,7 @@ def _bound_cursor(db: BaseDatabaseWrapper) -> Any:
         import psycopg
 
         cursor = psycopg.Cursor(db.connection)
+        # Typing: a cached cursor kept on Django's connection wrapper, which declares no such field.
         db._fastsql_cursor = cursor  # type: ignore[attr-defined]
     return cursor
 

@@ -360,6 +360,7 @@ class _DeadlineBackend(httpcore.SyncBackend):
             port,
             _time_left(timeout, httpcore.ConnectTimeout),
             local_address,
+            # Typing: httpcore hands our backend the socket options it was given, untyped here.
             socket_options,  # type: ignore[arg-type]
         )
         return _DeadlineStream(inner)

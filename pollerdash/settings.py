@@ -34,7 +34,7 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY and DEBUG:
     # Development only.
-    SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"  # noqa: S105
+    SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")

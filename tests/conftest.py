@@ -139,7 +139,7 @@ def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
             leaks.append(f"response to {getattr(req, 'path', '?')}")
         return response
 
-    BaseHandler.get_response = get_response  # type: ignore[method-assign]
+    BaseHandler.get_response = get_response
     # First in line (Django's logging set-up may have replaced the handlers), so it sees each
     # record before the redaction filter scrubs it in place.
     for name in ("", "django"):
@@ -150,7 +150,7 @@ def _canary_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     try:
         yield
     finally:
-        BaseHandler.get_response = original  # type: ignore[method-assign]
+        BaseHandler.get_response = original
     leaks += canary_log_handler.leaks[start:]
     leaks += canary_emails()
     if _uses_db(request):
@@ -190,7 +190,7 @@ def make_profile(db: None, fake_provider: object) -> Callable[..., object]:
     from operations.models import ProviderAccount, ProviderProfile
 
     def make(**overrides: object) -> ProviderProfile:
-        base = fake_provider.base_url  # type: ignore[attr-defined]
+        base = fake_provider.base_url
         slug = str(overrides.pop("slug", f"fake-{uuid.uuid4().hex[:8]}"))
         fields: dict[str, object] = {
             "name": "Fake export",
@@ -262,7 +262,7 @@ def app_role(db: None) -> str:
 @pytest.fixture
 def clock(time_machine: object) -> object:
     """The injected clock, frozen at T0; tests move it with clock.move_to(...) / clock.shift(...)."""
-    time_machine.move_to(T0, tick=False)  # type: ignore[attr-defined]
+    time_machine.move_to(T0, tick=False)
     return time_machine
 
 
@@ -278,9 +278,9 @@ def make_operation(profile: object) -> Callable[..., object]:
     def make(job: str, *, provider: object | None = None, **kwargs: object) -> object:
         kwargs.setdefault("registered_by", "operator:test")
         return operation_register(
-            provider_slug=(provider or profile).slug,  # type: ignore[attr-defined]
+            provider_slug=(provider or profile).slug,
             provider_job_id=job,
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
 
     return make
@@ -296,11 +296,11 @@ def drive(clock: object, rng: random.Random) -> Callable[..., list[str]]:
     def run(operation: object, *, max_polls: int = 50) -> list[str]:
         results: list[str] = []
         for _ in range(max_polls):
-            op = Operation.objects.get(pk=operation.pk)  # type: ignore[attr-defined]
+            op = Operation.objects.get(pk=operation.pk)
             if op.status not in POLLABLE_STATUSES:
                 break
             if op.next_poll_at is not None and op.next_poll_at > datetime.now(UTC):
-                clock.move_to(op.next_poll_at, tick=False)  # type: ignore[attr-defined]
+                clock.move_to(op.next_poll_at, tick=False)
             results.append(str(poll_once(operation_id=op.pk, fence=op.fence, rng=rng)))
         return results
 
@@ -368,7 +368,7 @@ def _install_flush_bypass() -> None:
         finally:
             _set_audit_triggers(enabled=True)
 
-    TransactionTestCase._fixture_teardown = fixture_teardown  # type: ignore[method-assign]
+    TransactionTestCase._fixture_teardown = fixture_teardown
 
 
 # --- the test OpenID Provider (tests/oidc_provider/) -------------------------------------------------
@@ -383,7 +383,7 @@ def oidc_provider(live_server: object) -> Iterator[object]:
 
     from tests.oidc_provider.fixture import start_op
 
-    base = live_server.url  # type: ignore[attr-defined]
+    base = live_server.url
     with start_op(
         client_id="pollerdash-tests",
         client_secret=secrets.token_urlsafe(24),
@@ -400,23 +400,23 @@ def oidc(oidc_provider: object, settings: object) -> object:
     from accounts import discovery
 
     op = oidc_provider
-    settings.OIDC_ENABLED = True  # type: ignore[attr-defined]
-    settings.OIDC_OP_ISSUER = op.issuer  # type: ignore[attr-defined]
-    settings.OIDC_RP_CLIENT_ID = op.client_id  # type: ignore[attr-defined]
-    settings.OIDC_RP_CLIENT_SECRET = op.client_secret  # type: ignore[attr-defined]
-    settings.OIDC_RP_SCOPES = "openid email profile groups"  # type: ignore[attr-defined]
-    settings.OIDC_RESPONDER_GROUPS = ["oncall"]  # type: ignore[attr-defined]
-    settings.OIDC_VIEWER_GROUPS = ["watchers"]  # type: ignore[attr-defined]
-    settings.OIDC_ADMIN_GROUPS = ["pd-admins"]  # type: ignore[attr-defined]
-    settings.AUTHENTICATION_BACKENDS = [  # type: ignore[attr-defined]
+    settings.OIDC_ENABLED = True
+    settings.OIDC_OP_ISSUER = op.issuer
+    settings.OIDC_RP_CLIENT_ID = op.client_id
+    settings.OIDC_RP_CLIENT_SECRET = op.client_secret
+    settings.OIDC_RP_SCOPES = "openid email profile groups"
+    settings.OIDC_RESPONDER_GROUPS = ["oncall"]
+    settings.OIDC_VIEWER_GROUPS = ["watchers"]
+    settings.OIDC_ADMIN_GROUPS = ["pd-admins"]
+    settings.AUTHENTICATION_BACKENDS = [
         "accounts.backends.ThrottleBackend",
         "accounts.oidc.OIDCBackend",
         "django.contrib.auth.backends.ModelBackend",
     ]
     # Signing out ends at the provider's end_session_endpoint: its origin joins form-action, as the
     # settings derive it from OIDC_ISSUER.
-    policy = settings.CONTENT_SECURITY_POLICY  # type: ignore[attr-defined]
+    policy = settings.CONTENT_SECURITY_POLICY
     directives = {**policy["DIRECTIVES"], "form-action": ["'self'", f"http://127.0.0.1:{op.port}"]}
-    settings.CONTENT_SECURITY_POLICY = {**policy, "DIRECTIVES": directives}  # type: ignore[attr-defined]
+    settings.CONTENT_SECURITY_POLICY = {**policy, "DIRECTIVES": directives}
     discovery.forget()
     return op

@@ -50,15 +50,15 @@ class App:
         self.called = True
         body = b""
         while True:
-            message = await receive()  # type: ignore[operator]
+            message = await receive()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
                 return
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        await send({"type": "http.response.start", "status": 200, "headers": []})  # type: ignore[operator]
-        await send({"type": "http.response.body", "body": str(len(body)).encode()})  # type: ignore[operator]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(len(body)).encode()})
 
 
 def run(path: str, chunks: list[bytes], *, content_length: int | None = None) -> tuple[App, list[dict], int]:

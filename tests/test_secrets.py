@@ -103,8 +103,8 @@ PEM_LINES = ("MIIBVQIBADANBgkqhkiG9w0BAQEFAASCAT8wggE7", CANARY, "BEGIN PRIVATE 
 
 def body_of(response: object) -> str:
     if getattr(response, "streaming", False):
-        return b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
-    return response.content.decode()  # type: ignore[attr-defined]
+        return b"".join(response.streaming_content).decode()
+    return response.content.decode()
 
 
 @pytest.mark.django_db
@@ -148,7 +148,7 @@ def agent_client(db) -> Client:
 
 
 def register(agent_client: Client, profile: object, job: str) -> str:
-    body = {"provider": profile.slug, "provider_job_id": job}  # type: ignore[attr-defined]
+    body = {"provider": profile.slug, "provider_job_id": job}
     response = agent_client.post("/api/v1/operations", body, content_type="application/json")
     assert response.status_code == 202, response.content
     return response.json()["id"]

@@ -71,7 +71,7 @@ class ThreadlessHandler(ASGIHandler):
         try:
             # Django's own step after the middleware (private, so the stubs leave it out).
             return await self._get_response_async(request)  # type: ignore[attr-defined]
-        except Exception as exc:  # noqa: BLE001 - answered as problem+json, logged there
+        except Exception as exc:  # answered as problem+json, logged there
             return unexpected(request, exc)
 
     def make_view_atomic(self, view: Callable) -> Callable:

@@ -67,6 +67,7 @@ async def _task_call(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -
         view = await run_db(load_task, agent_id=caller.agent_id, task_id=operation_id) if operation_id else None
         if view is None:
             refused = error_result(not_found(str(operation_id or "")))
+            # Typing: error_result always answers one TextContent; the SDK types content as a union of kinds.
             raise MCPError(code=INVALID_PARAMS, message=refused.content[0].text, data=refused.structured_content)  # type: ignore[union-attr]
         return {"task": legacy_task(view)}
     answered = await call_next(dataclasses.replace(ctx, params=params))

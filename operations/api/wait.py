@@ -151,7 +151,7 @@ class Watcher:
             try:
                 for start in range(0, len(ids), CHUNK):
                     rows += await run_db(api_selectors.statuses, operation_ids=ids[start : start + CHUNK])
-            except Exception:  # noqa: BLE001 - a database hiccup must not end every wait; retry next tick
+            except Exception:  # a database hiccup must not end every wait; retry next tick
                 continue
             woken: dict[str, list[_Waiter]] = {}
             for operation_id, status, sequence in rows:
@@ -175,7 +175,7 @@ class Watcher:
         """Load every woken operation in one query and hand each waiter its fresh object."""
         try:
             objects = await run_db(load_operations, operation_ids=list(woken))
-        except Exception:  # noqa: BLE001 - the waiters then load their operation themselves
+        except Exception:  # the waiters then load their operation themselves
             objects = {}
         for operation_id, group in woken.items():
             for waiter in group:

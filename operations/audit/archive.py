@@ -132,7 +132,7 @@ def _stored(step: Callable[[], T]) -> T:
         return step()
     except ArchiveError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every backend has its own exception classes
+    except Exception as exc:  # every backend has its own exception classes
         raise ArchiveError(f"the archive storage failed, nothing removed: {type(exc).__name__}: {exc}") from None
 
 
@@ -143,6 +143,7 @@ def _read_back(storage: Storage, name: str) -> tuple[str, int]:
 
 def _digest(handle: object) -> tuple[str, int]:
     sha, count = hashlib.sha256(), 0
+    # Typing: any binary file object Storage.open hands back; Django types it as File[Any] without read.
     for chunk in iter(lambda: handle.read(1 << 20), b""):  # type: ignore[attr-defined]
         sha.update(chunk)
         count += len(chunk)
@@ -159,6 +160,7 @@ class _Hashing:
         self.count = 0
 
     def read(self, size: int = -1) -> bytes:
+        # Typing: raw is the binary file Storage.open handed back (see _digest).
         chunk: bytes = self.raw.read(size)  # type: ignore[attr-defined]
         self.sha.update(chunk)
         self.count += len(chunk)
@@ -179,6 +181,7 @@ def _check_stored(storage: Storage, row: AuditArchive, *, keys: list[av.Verifier
         with storage.open(row.name, "rb") as stored:
             hashing = _Hashing(stored)
             try:
+                # Typing: _Hashing is a binary reader (read only), which is all verify_export uses of a BinaryIO.
                 result: dict[str, object] | av.VerifyFailure = av.verify_export(hashing, keys=keys)  # type: ignore[arg-type]
             except av.VerifyFailure as failure:
                 result = failure
@@ -186,7 +189,7 @@ def _check_stored(storage: Storage, row: AuditArchive, *, keys: list[av.Verifier
 
     try:
         result, digest = read()
-    except Exception as exc:  # noqa: BLE001 - every backend has its own exception classes
+    except Exception as exc:  # every backend has its own exception classes
         raise ArchiveError(
             f"cannot read the archive {row.name} back from its storage ({type(exc).__name__}: {exc}); nothing "
             "removed (an archive written with --to DIR is read from the same --to DIR)"

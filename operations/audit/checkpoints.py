@@ -213,6 +213,7 @@ def sign_checkpoint(
             fastsql.named_lock(f"pollerdash/checkpoint/{log}")
             if _pk(latest_genuine_checkpoint(log, keys=keys)) != _pk(anchor):
                 continue  # another signer got there first: verify from its checkpoint instead
+            # Typing: body_args are the verified tree's size and root hash, built above for _store's keywords.
             signed = _store(log=log, key=key, anchor=anchor, now=now, **body_args)  # type: ignore[arg-type]
         if signed.chain_head:
             continue  # the switch is signed: now the tree at its integrated size
@@ -367,7 +368,7 @@ class Signer:
             logger.error("audit checkpoint NOT signed: %s", self.last_error)
             close_old_connections()
             return TickResult(signed=None, error=self.last_error)
-        except Exception as exc:  # noqa: BLE001 - the signer outlives any row it cannot read; it says so
+        except Exception as exc:  # the signer outlives any row it cannot read; it says so
             self.last_error = f"unexpected {type(exc).__name__}: {exc}"
             logger.exception("audit checkpoint NOT signed")
             return TickResult(signed=None, error=self.last_error)

@@ -80,6 +80,7 @@ def record_data(row: AuditArchive) -> dict[str, object]:
 def _data(body: object, *, log: str) -> dict[str, object] | None:
     """The `data` of a stored `audit.archived` entry; None for bytes that are not one (the type
     column is the appender's word, and anyone who may append may append junk under it)."""
+    # Typing: the driver hands a bytea column back as bytes or memoryview.
     raw = body.encode() if isinstance(body, str) else bytes(body)  # type: ignore[call-overload]
     try:
         entry = json.loads(raw)

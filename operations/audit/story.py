@@ -318,6 +318,7 @@ def _user_renamed(data: Mapping[str, object], actor: str, at: datetime) -> str:
 
 def _user_roles_changed(data: Mapping[str, object], actor: str, at: datetime) -> str:
     before, after = data.get("before") or {}, data.get("after") or {}
+    # Typing: before/after are our own user.* entries' role mappings.
     return f"{actor} changed the roles of {data.get('username')}: {_roles(before)} -> {_roles(after)}"  # type: ignore[arg-type]
 
 

@@ -31,7 +31,7 @@ class Provider:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:  # http.server's name
                 provider.asked_encoding = self.headers.get("Accept-Encoding", "")
                 doc = json.dumps(provider.document()).encode()
                 self.send_response(200)

@@ -30,13 +30,13 @@ def sso(client: Client, op: object, username: str, *, next_url: str = "/", fresh
     query = {"next": next_url} | ({"fresh": "1"} if fresh else {})
     start = client.get(f"/oidc/authenticate/?{urlencode(query)}")
     assert start.status_code == 302, start.content
-    back = urlsplit(op.authorize(start["Location"], username=username))  # type: ignore[attr-defined]
+    back = urlsplit(op.authorize(start["Location"], username=username))
     assert back.netloc == "testserver" and back.path == "/oidc/callback/"
     return client.get(f"{back.path}?{back.query}")
 
 
 def text(answer: object) -> str:
-    return html.unescape(answer.content.decode())  # type: ignore[attr-defined]
+    return html.unescape(answer.content.decode())
 
 
 def signed_in_as(client: Client) -> str | None:
@@ -369,8 +369,8 @@ def test_the_sign_in_talks_to_the_provider_only_through_the_outbound_module(clie
 
     def recording(**kwargs: object) -> outbound.Answer:
         target = kwargs["target"]
-        seen.append((str(target.purpose), str(target.url)))  # type: ignore[attr-defined]
-        return real(**kwargs)  # type: ignore[arg-type]
+        seen.append((str(target.purpose), str(target.url)))
+        return real(**kwargs)
 
     monkeypatch.setattr(outbound, "send", recording)
     oidc.put_user("sam", groups=["oncall"])

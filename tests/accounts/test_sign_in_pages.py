@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def ivy(settings: object) -> object:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # type: ignore[attr-defined]
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     user = get_user_model().objects.create_user(username="ivy", password="pw-ivy")
     user.groups.add(Group.objects.get_or_create(name="responder")[0])
     return user
@@ -206,10 +206,10 @@ def test_start_up_checks_name_what_sign_in_is_missing(settings):
 @pytest.fixture
 def unreachable_provider(settings: object) -> None:
     discovery.forget()
-    settings.OIDC_ENABLED = True  # type: ignore[attr-defined]
-    settings.OIDC_OP_ISSUER = "http://127.0.0.1:9"  # type: ignore[attr-defined]  # nothing listens there
-    settings.OIDC_RP_CLIENT_ID = "pollerdash"  # type: ignore[attr-defined]
-    settings.AUTHENTICATION_BACKENDS = [  # type: ignore[attr-defined]
+    settings.OIDC_ENABLED = True
+    settings.OIDC_OP_ISSUER = "http://127.0.0.1:9"  # nothing listens there
+    settings.OIDC_RP_CLIENT_ID = "pollerdash"
+    settings.AUTHENTICATION_BACKENDS = [
         "accounts.backends.ThrottleBackend",
         "accounts.oidc.OIDCBackend",
         "django.contrib.auth.backends.ModelBackend",

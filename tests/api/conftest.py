@@ -89,7 +89,7 @@ def register(api: ApiClient, profile: object) -> Callable[..., dict]:
 
     def make(scenario: str = "slow_success", **body: object) -> dict:
         params = body.pop("params", {})
-        body.setdefault("provider", profile.slug)  # type: ignore[attr-defined]
+        body.setdefault("provider", profile.slug)
         body.setdefault("provider_job_id", job_id(scenario, **params))
         response = api.register(**body)
         assert response.status_code == 202, response.content
@@ -155,7 +155,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def run_async(coro: object) -> object:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+    return asyncio.run(coro)
 
 
 def wait_until(predicate: Callable[[], object], *, timeout: float = 10.0, interval: float = 0.02) -> object:

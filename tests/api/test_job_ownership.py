@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db
 
 
 def cancels_received(fake_provider: object, job: str) -> int:
-    return sum(1 for r in fake_provider.requests(job) if r["kind"] == "cancel")  # type: ignore[attr-defined]
+    return sum(1 for r in fake_provider.requests(job) if r["kind"] == "cancel")
 
 
 def run_queued_cancels() -> None:
@@ -236,7 +236,7 @@ def test_two_agents_registering_one_provider_job_through_two_account_labels_at_o
     real_check = registration._watched_by_another
 
     def check_then_wait(**kwargs: object) -> bool:
-        found = real_check(**kwargs)  # type: ignore[arg-type]
+        found = real_check(**kwargs)
         both_checked.wait()
         return found
 
@@ -246,7 +246,7 @@ def test_two_agents_registering_one_provider_job_through_two_account_labels_at_o
     def register_as(who: object, slug: str) -> None:
         try:
             outcome = registration.operation_register_for_agent(
-                agent=who.agent,  # type: ignore[attr-defined]
+                agent=who.agent,
                 request=registration.AgentRegistration(provider=slug, provider_job_id=job),
             )
             answers[slug] = "registered" if not outcome.replayed else "replayed"

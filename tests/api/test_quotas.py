@@ -13,12 +13,12 @@ pytestmark = pytest.mark.django_db
 
 
 def assert_quota_refusal(response: object, quota: str, words: str) -> dict:
-    assert response.status_code == 429, response.content  # type: ignore[attr-defined]
-    assert response["Content-Type"] == "application/problem+json"  # type: ignore[index]
-    body = response.json()  # type: ignore[attr-defined]
+    assert response.status_code == 429, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
     assert body["code"] == "quota_exceeded" and body["quota"] == quota
     assert words in body["detail"]
-    assert response["Retry-After"] == str(body["retry_after_s"])  # type: ignore[index]
+    assert response["Retry-After"] == str(body["retry_after_s"])
     return body
 
 

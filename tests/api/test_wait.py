@@ -44,7 +44,7 @@ def poll_now(operation_id: str) -> None:
     poll_once(operation_id=op.pk, fence=op.fence)
 
 
-def in_background(fn, *args) -> threading.Thread:  # noqa: ANN001
+def in_background(fn, *args) -> threading.Thread:
     thread = threading.Thread(target=fn, args=args, daemon=True)
     thread.start()
     return thread

@@ -37,9 +37,9 @@ from tests.support import T0
 def signing_key(tmp_path: Path, settings: object) -> av.VerifierKey:
     path = tmp_path / "audit-signing-key.pem"
     key = checkpoints.generate_key_file(path)
-    settings.AUDIT_SIGNING_KEY_FILE = str(path)  # type: ignore[attr-defined]
-    settings.AUDIT_VERIFIER_KEYS_FILE = ""  # type: ignore[attr-defined]
-    settings.AUDIT_LOG_NAME = "pollerdash/audit"  # type: ignore[attr-defined]
+    settings.AUDIT_SIGNING_KEY_FILE = str(path)
+    settings.AUDIT_VERIFIER_KEYS_FILE = ""
+    settings.AUDIT_LOG_NAME = "pollerdash/audit"
     return key
 
 
@@ -53,17 +53,17 @@ def keys_file(tmp_path: Path, signing_key: av.VerifierKey) -> Path:
 @pytest.fixture
 def sample_export(db: None, clock: object, signing_key: av.VerifierKey) -> Sample:
     append_entries(4, operation_id=OP_A)
-    clock.move_to(T0 + timedelta(seconds=1), tick=False)  # type: ignore[attr-defined]
+    clock.move_to(T0 + timedelta(seconds=1), tick=False)
     checkpoints.sign_checkpoint()
-    clock.move_to(T0 + timedelta(seconds=61), tick=False)  # type: ignore[attr-defined]
+    clock.move_to(T0 + timedelta(seconds=61), tick=False)
     append_entries(2, operation_id=OP_B, start=5)
     append_entries(2, operation_id=OP_A, start=7)
     checkpoints.sign_checkpoint()
-    clock.move_to(T0 + timedelta(seconds=121), tick=False)  # type: ignore[attr-defined]
+    clock.move_to(T0 + timedelta(seconds=121), tick=False)
     checkpoints.sign_checkpoint()  # an empty minute: same size, newer time
-    clock.move_to(T0 + timedelta(seconds=181), tick=False)  # type: ignore[attr-defined]
+    clock.move_to(T0 + timedelta(seconds=181), tick=False)
     append_entries(3, operation_id=OP_B, start=9)
-    clock.move_to(T0 + timedelta(seconds=241), tick=False)  # type: ignore[attr-defined]
+    clock.move_to(T0 + timedelta(seconds=241), tick=False)
     data = b"".join(stream_export())
     return Sample(data=data, closed_at=T0 + timedelta(seconds=241), key=signing_key)
 

@@ -29,7 +29,7 @@ from tests.support import T0, job_id
 pytestmark = pytest.mark.django_db
 
 
-def run_archive(before: str, directory) -> str:  # noqa: ANN001
+def run_archive(before: str, directory) -> str:
     out = StringIO()
     call_command("archive", "--before", before, "--to", str(directory), stdout=out)
     return out.getvalue()
@@ -141,7 +141,7 @@ def test_a_prune_interrupted_midway_leaves_a_valid_log_and_the_next_run_finishes
 
 def test_an_archive_that_does_not_read_back_removes_nothing(sample_export, tmp_path, monkeypatch):
     class Lossy(FileSystemStorage):
-        def _save(self, name, content):  # noqa: ANN001, ANN202 - Storage's own signature
+        def _save(self, name, content):  # Storage's own signature
             return super()._save(name, type(content)(open(tmp_path / "junk", "w+b")))
 
     (tmp_path / "junk").write_bytes(b"not the archive\n")

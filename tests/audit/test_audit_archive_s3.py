@@ -27,7 +27,7 @@ BUCKET = "pollerdash-archives"
 
 
 @pytest.fixture
-def bucket(monkeypatch: pytest.MonkeyPatch, settings: object):  # noqa: ANN201
+def bucket(monkeypatch: pytest.MonkeyPatch, settings: object):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -39,8 +39,8 @@ def bucket(monkeypatch: pytest.MonkeyPatch, settings: object):  # noqa: ANN201
         monkeypatch.setenv(name, value)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     client.create_bucket(Bucket=BUCKET)
-    settings.STORAGES = {  # type: ignore[attr-defined]
-        **settings.STORAGES,  # type: ignore[attr-defined]
+    settings.STORAGES = {
+        **settings.STORAGES,
         "audit_archive": s3_audit_archive(bucket=BUCKET, prefix="audit", endpoint_url=endpoint, region="us-east-1"),
     }
     try:

@@ -44,7 +44,7 @@ def with_batch(lines: list[bytes], **changes: object) -> list[bytes]:
 
 
 @pytest.fixture
-def scoped(sample_export) -> list[bytes]:  # noqa: ANN001
+def scoped(sample_export) -> list[bytes]:
     return b"".join(export.stream_export(operation_id=OP_A)).split(b"\n")[:-1]
 
 

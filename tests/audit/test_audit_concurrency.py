@@ -43,7 +43,7 @@ def test_eight_writers_and_two_integrators_number_every_entry_once():
                         data=decision_data(appended[index]),
                     )
                 appended[index] += 1
-        except Exception as exc:  # noqa: BLE001 - reported below, with the thread's name
+        except Exception as exc:  # reported below, with the thread's name
             errors.append(f"writer {index}: {exc!r}")
         finally:
             connection.close()  # each thread has its own connection
@@ -53,7 +53,7 @@ def test_eight_writers_and_two_integrators_number_every_entry_once():
             start.wait()
             while not writing.is_set():
                 integrated[index] += integrate.integrate_once(limit=50) or 0
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(f"integrator {index}: {exc!r}")
         finally:
             connection.close()

@@ -252,7 +252,7 @@ def test_an_archive_waits_for_the_signer_to_sign_its_record_before_pruning(
 # --- checkpoints the application role writes ---------------------------------------------------------------
 
 
-def forged_checkpoint_rows(good) -> list[dict[str, object]]:  # noqa: ANN001
+def forged_checkpoint_rows(good) -> list[dict[str, object]]:
     """Rows the application role can insert: a bad signature at a bigger size, garbage, a genuine
     note under a row that claims a bigger tree, and a genuine note from the future."""
     bigger = good.note.replace(f"\n{good.size}\n", "\n1000000\n", 1)
@@ -264,7 +264,7 @@ def forged_checkpoint_rows(good) -> list[dict[str, object]]:  # noqa: ANN001
     ]
 
 
-def insert_checkpoint(row: dict[str, object], *, app_role=None) -> None:  # noqa: ANN001
+def insert_checkpoint(row: dict[str, object], *, app_role=None) -> None:
     sql = (
         "INSERT INTO operations_auditcheckpoint(log, size, head_hash, tree, chain_head, signed_at, key_id, note) "
         "VALUES (%s, %s, %s, true, '', %s, %s, %s)"
@@ -277,13 +277,13 @@ def insert_checkpoint(row: dict[str, object], *, app_role=None) -> None:  # noqa
         assert app_role.run(sql, params) == "allowed"  # checkpoints stay insertable: the signer is the app
 
 
-def forge_checkpoints(app_role=None) -> None:  # noqa: ANN001
+def forge_checkpoints(app_role=None) -> None:
     good = checkpoints.latest_genuine_checkpoint(keys=checkpoints.trusted_keys())
     for row in forged_checkpoint_rows(good):
         insert_checkpoint(row, app_role=app_role)
 
 
-def check_forged_checkpoints_are_skipped(keys_file, tmp_path) -> None:  # noqa: ANN001
+def check_forged_checkpoints_are_skipped(keys_file, tmp_path) -> None:
     append_entries(2, start=12)
     skipped: list = []
     signed = checkpoints.sign_checkpoint(skipped=skipped)

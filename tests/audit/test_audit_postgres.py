@@ -90,7 +90,7 @@ def test_inserts_and_the_one_assignment_of_seq_still_work_under_the_triggers(aud
     assert checkpoints.sign_checkpoint().size == 5
 
 
-def names(checks: list) -> dict[str, tuple[bool, str]]:  # noqa: ANN001
+def names(checks: list) -> dict[str, tuple[bool, str]]:
     return {check.name: (check.ok, check.message) for check in checks}
 
 

@@ -29,7 +29,7 @@ HEADER, CP0, E1, E2, E3, E4, CP4, E5, E6, E7, E8, C8, CP8, E9, E10, E11, C11, CP
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def expect(verify, data: bytes, reason: str, *args: str) -> dict:  # noqa: ANN001
+def expect(verify, data: bytes, reason: str, *args: str) -> dict:
     status, result = verify(data, *args)
     assert (status, result.get("reason")) == (1, reason), result
     return result

@@ -53,7 +53,7 @@ def test_a_genuine_export_verifies(sample_export, verify):
     assert result["head"] == entry_hash(lines[E11])
 
 
-def expect(verify, data: bytes, reason: str, seq: int | None, *args: str) -> dict:  # noqa: ANN001
+def expect(verify, data: bytes, reason: str, seq: int | None, *args: str) -> dict:
     status, result = verify(data, *args)
     assert (status, result.get("reason"), result.get("seq")) == (1, reason, seq), result
     return result
@@ -119,7 +119,7 @@ def test_truncate_mid_line(sample_export, verify):
     expect(verify, sample_export.data[:-40], av.PARSE, None)
 
 
-def truncated_to_cp8(sample) -> bytes:  # noqa: ANN001
+def truncated_to_cp8(sample) -> bytes:
     """Everything after checkpoint 8 dropped and the unsigned header rewritten to match."""
     lines = sample.lines[: CP8 + 1]
     header = json.loads(lines[HEADER])

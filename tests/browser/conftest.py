@@ -59,11 +59,11 @@ def browser() -> Iterator[object]:
 @pytest.fixture(autouse=True)
 def _fast_live_refresh(settings: object) -> None:
     # Live refresh every second, so "appears without reloading" is quick to observe.
-    settings.DASHBOARD_REFRESH_S = 1  # type: ignore[attr-defined]
+    settings.DASHBOARD_REFRESH_S = 1
     # One inbox row per card: most pages under test show a few cards of one profile, which would
     # otherwise form a group; the tests of groups turn grouping on (CARD_GROUP_WINDOW_S).
-    settings.CARD_GROUP_WINDOW_S = 0  # type: ignore[attr-defined]
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # type: ignore[attr-defined]
+    settings.CARD_GROUP_WINDOW_S = 0
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def watched_page(
 ) -> tuple[object, object]:
     """A new context and page that append every JavaScript error and CSP violation to `errors`;
     `options` go to the browser context (a time zone, a colour scheme)."""
-    context = browser.new_context(viewport=viewport, **options)  # type: ignore[attr-defined]
+    context = browser.new_context(viewport=viewport, **options)
     page = context.new_page()
     page.set_default_timeout(20_000)
     _trace_requests(page)
@@ -98,18 +98,18 @@ def _trace_requests(page: object) -> None:
     started = time.monotonic()
 
     def add(kind: str, request: object, status: object = "") -> None:
-        url = urlsplit(request.url)  # type: ignore[attr-defined]
+        url = urlsplit(request.url)
         path = url.path + (f"?{url.query[:60]}" if url.query else "")
-        trace.append(f"{time.monotonic() - started:7.2f}s {kind:<8} {request.method} {path} {status}")  # type: ignore[attr-defined]
+        trace.append(f"{time.monotonic() - started:7.2f}s {kind:<8} {request.method} {path} {status}")
 
-    page.on("request", lambda request: add("request", request))  # type: ignore[attr-defined]
-    page.on("requestfinished", lambda request: add("finished", request, _status(request)))  # type: ignore[attr-defined]
-    page.on("requestfailed", lambda request: add("failed", request, request.failure))  # type: ignore[attr-defined]
-    page._pd_trace = trace  # type: ignore[attr-defined]
+    page.on("request", lambda request: add("request", request))
+    page.on("requestfinished", lambda request: add("finished", request, _status(request)))
+    page.on("requestfailed", lambda request: add("failed", request, request.failure))
+    page._pd_trace = trace
 
 
 def _status(request: object) -> object:
-    response = request.response()  # type: ignore[attr-defined]
+    response = request.response()
     return response.status if response else ""
 
 
@@ -132,7 +132,7 @@ def blank_page(browser: object) -> Iterator[object]:
     errors: list[str] = []
     context, page = watched_page(browser, viewport=DESKTOP, errors=errors)
     yield page
-    context.close()  # type: ignore[attr-defined]
+    context.close()
     assert not errors, f"JavaScript errors or CSP violations in the page: {errors}"
 
 
@@ -147,15 +147,15 @@ def open_page(browser: object, live_server: object) -> Iterator[Callable[..., ob
     def make(user: object, *, viewport: dict[str, int] = DESKTOP, **options: object) -> object:
         context, page = watched_page(browser, viewport=viewport, errors=errors, **options)
         contexts.append(context)
-        make.pages.append(page)  # type: ignore[attr-defined]
-        page.goto(f"{live_server.url}/")  # type: ignore[attr-defined]
-        page.fill("#id_username", user.get_username())  # type: ignore[attr-defined]
-        page.fill("#id_password", "pw-" + user.get_username())  # type: ignore[attr-defined]
+        make.pages.append(page)
+        page.goto(f"{live_server.url}/")
+        page.fill("#id_username", user.get_username())
+        page.fill("#id_password", "pw-" + user.get_username())
         page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")  # type: ignore[attr-defined]
+        page.wait_for_url(f"{live_server.url}/")
         return page
 
-    make.pages = []  # type: ignore[attr-defined]  # read by pytest_runtest_makereport on a failure
+    make.pages = []  # read by pytest_runtest_makereport on a failure
     yield make
     for context in contexts:
         context.close()
@@ -188,7 +188,7 @@ def budget_card(make_operation: Callable[..., object]) -> Callable[..., object]:
     ) -> Escalation:
         op = make_operation(job_id(scenario), max_status_requests=1, purpose=purpose, **kwargs)
         for _ in range(2):
-            current = Operation.objects.get(pk=op.pk)  # type: ignore[attr-defined]
+            current = Operation.objects.get(pk=op.pk)
             poll_once(operation_id=current.pk, fence=current.fence)
         return Escalation.objects.select_related("operation").get(operation=op, state="open")
 

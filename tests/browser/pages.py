@@ -50,7 +50,7 @@ def shoot(page: object, artifacts: Path, name: str) -> Path:
     path = artifacts / f"{name}.png"
     # caret="initial": hiding the caret writes a style attribute on every input, which htmx then
     # copies onto the swapped-in element and the CSP (no inline styles) rightly refuses.
-    page.screenshot(path=str(path), full_page=True, caret="initial")  # type: ignore[attr-defined]
+    page.screenshot(path=str(path), full_page=True, caret="initial")
     return path
 
 
@@ -58,16 +58,16 @@ def fits_a_phone(page: object, artifacts: Path, name: str) -> None:
     """The page as it is now, on a phone: a screenshot, no sideways scrolling, and no control too small
     to tap (the screenshot is taken first, so a failure has one to look at)."""
     shoot(page, artifacts, name)
-    scroll_width, width = page.evaluate("[document.documentElement.scrollWidth, innerWidth]")  # type: ignore[attr-defined]
+    scroll_width, width = page.evaluate("[document.documentElement.scrollWidth, innerWidth]")
     assert scroll_width <= width, f"{name}: the page is {scroll_width} px wide on a {width} px screen"
-    small = page.evaluate(_SMALL_TARGETS, TAP_MIN)  # type: ignore[attr-defined]
+    small = page.evaluate(_SMALL_TARGETS, TAP_MIN)
     assert not small, f"{name}: controls smaller than {TAP_MIN}×{TAP_MIN} px to tap: {small}"
 
 
 def session_of(page: object) -> object:
     from django.contrib.sessions.backends.db import SessionStore
 
-    cookie = next(c for c in page.context.cookies() if c["name"] == "sessionid")  # type: ignore[attr-defined]
+    cookie = next(c for c in page.context.cookies() if c["name"] == "sessionid")
     return SessionStore(session_key=cookie["value"])
 
 
@@ -79,10 +79,10 @@ def age_sign_in(page: object, *, minutes: int) -> None:
     from operations.decisions.signin import SignIn
 
     session = session_of(page)
-    now = signins.current(session)  # type: ignore[arg-type]
+    now = signins.current(session)
     assert now is not None
     aged = SignIn(
         method=now.method, at=timezone.now() - timedelta(minutes=minutes), issuer=now.issuer, subject=now.subject
     )
-    session[signins.SIGN_IN] = aged.as_record()  # type: ignore[index]
-    session.save()  # type: ignore[attr-defined]
+    session[signins.SIGN_IN] = aged.as_record()
+    session.save()

@@ -51,15 +51,15 @@ def wait_for(page: object, script: str, *, timeout_s: float = 20.0) -> object:
     """Evaluate `script` until it is truthy (wait_for_function would need eval, which the CSP refuses)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = page.evaluate(script)  # type: ignore[attr-defined]
+        value = page.evaluate(script)
         if value:
             return value
-        page.wait_for_timeout(100)  # type: ignore[attr-defined]
+        page.wait_for_timeout(100)
     raise AssertionError(f"timed out waiting for {script}")
 
 
 def away(page: object, hidden: bool) -> None:
-    page.evaluate(  # type: ignore[attr-defined]
+    page.evaluate(
         """hidden => { window.__visible = hidden ? "hidden" : "visible"; window.__focus = !hidden;
         document.dispatchEvent(new Event("visibilitychange")); }""",
         hidden,

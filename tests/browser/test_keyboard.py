@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def visible_hints(page: object, selector: str = "kbd.key-hint") -> list[str]:
     """The key hints a person can see on the page."""
-    return page.eval_on_selector_all(  # type: ignore[attr-defined]
+    return page.eval_on_selector_all(
         selector, "els => els.filter(e => e.checkVisibility()).map(e => e.textContent.trim())"
     )
 

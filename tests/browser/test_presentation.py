@@ -76,7 +76,7 @@ def test_a_provider_refused_cancel_has_one_name_on_every_page_the_csv_and_the_re
 
 
 def local(moment: object, form: str = "%Y-%m-%d %H:%M:%S") -> str:
-    return moment.astimezone(ZoneInfo(LOS_ANGELES)).strftime(form)  # type: ignore[attr-defined]
+    return moment.astimezone(ZoneInfo(LOS_ANGELES)).strftime(form)
 
 
 def test_a_viewer_in_los_angeles_with_a_dark_system_sees_local_times_in_the_dark(

@@ -30,20 +30,20 @@ CANCEL = "Cancel the job at the provider"
 
 def op_login(page: object, username: str) -> None:
     """Fill the test provider's own sign-in form."""
-    expect(page.get_by_role("heading", name="Test identity provider")).to_be_visible()  # type: ignore[arg-type]
-    page.fill("#id_username", username)  # type: ignore[attr-defined]
-    page.fill("#id_password", f"pw-{username}")  # type: ignore[attr-defined]
-    page.get_by_role("button", name="Sign in").click()  # type: ignore[attr-defined]
+    expect(page.get_by_role("heading", name="Test identity provider")).to_be_visible()
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"pw-{username}")
+    page.get_by_role("button", name="Sign in").click()
 
 
 def sso_sign_in(page: object, base_url: str, username: str, *, start: str = "/") -> None:
-    page.goto(f"{base_url}{start}")  # type: ignore[attr-defined]
-    page.get_by_test_id("sso").click()  # type: ignore[attr-defined]
+    page.goto(f"{base_url}{start}")
+    page.get_by_test_id("sso").click()
     op_login(page, username)
     # Back on pollerdash (a redirect is never committed, so this is the page the chain ends on:
     # the start page, or the callback's refusal), fully loaded: a test that reads the session or
     # reloads right away would otherwise race the redirect chain still in flight.
-    page.wait_for_url(lambda url: url.startswith(base_url), wait_until="load")  # type: ignore[attr-defined]
+    page.wait_for_url(lambda url: url.startswith(base_url), wait_until="load")
 
 
 def entries(entry_type: str) -> list[dict]:
@@ -179,8 +179,8 @@ def test_signing_out_ends_the_session_at_the_provider_too(blank_page, oidc, live
     with pytest.raises(PlaywrightTimeoutError):
         page.wait_for_event("request", predicate=lambda r: r.headers.get("hx-request") == "true", timeout=3000)
     [(route, answer)] = held
-    assert answer.status == 302 and answer.headers["location"].startswith(oidc.discovery["end_session_endpoint"])  # type: ignore[attr-defined]
-    route.fulfill(response=answer)  # type: ignore[attr-defined]
+    assert answer.status == 302 and answer.headers["location"].startswith(oidc.discovery["end_session_endpoint"])
+    route.fulfill(response=answer)
     page.wait_for_url(f"{live_server.url}/accounts/login/")
     # The provider forgot her too: signing in again shows its form instead of coming straight back.
     page.get_by_test_id("sso").click()

@@ -16,7 +16,7 @@ from tests.support import job_id
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: object) -> None:
     # Real logins, but without 1,000,000 PBKDF2 rounds per test user.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # type: ignore[attr-defined]
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +29,13 @@ def _export_slots_freed_after_each_test(monkeypatch: pytest.MonkeyPatch, django_
     take = export_slots.take
 
     def recording(**kwargs: object) -> export_slots.Slot:
-        slot = take(**kwargs)  # type: ignore[arg-type]
+        slot = take(**kwargs)
         taken.append(slot)
         return slot
 
     monkeypatch.setattr(export_slots, "take", recording)
     yield
-    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+    with django_db_blocker.unblock():
         for slot in taken:
             slot.release()
 
@@ -75,7 +75,7 @@ def stopped(
         # The shortest deadline registration allows: two or three real polls, then the deadline.
         kwargs.setdefault("deadline_at", timezone.now() + timedelta(seconds=11))
         kwargs.setdefault("max_status_requests", 100)
-        op = make_operation(job_id(scenario, **params), provider=provider, **kwargs)  # type: ignore[arg-type]
+        op = make_operation(job_id(scenario, **params), provider=provider, **kwargs)
         drive(op)
         return Escalation.objects.select_related("operation").get(operation=op, state=Escalation.State.OPEN)
 
@@ -87,9 +87,9 @@ def signing_key(tmp_path: object, settings: object) -> object:
     """A real Ed25519 audit signing key, so exports can close with a signed checkpoint."""
     from operations.audit import checkpoints
 
-    path = tmp_path / "audit-signing-key.pem"  # type: ignore[operator]
+    path = tmp_path / "audit-signing-key.pem"
     key = checkpoints.generate_key_file(path)
-    settings.AUDIT_SIGNING_KEY_FILE = str(path)  # type: ignore[attr-defined]
+    settings.AUDIT_SIGNING_KEY_FILE = str(path)
     return key
 
 
@@ -109,8 +109,8 @@ def fake_pd(settings: object) -> object:
 
     receiver = FakePagerDuty(accepted_keys=[CANARY_PD_KEY]).start()
     host = receiver.base_url.removeprefix("http://")
-    settings.PAGERDUTY_EVENTS_URL = receiver.url  # type: ignore[attr-defined]
-    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]  # type: ignore[attr-defined]
+    settings.PAGERDUTY_EVENTS_URL = receiver.url
+    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]
     yield receiver
     receiver.stop()
 
@@ -123,8 +123,8 @@ def fake_slack(settings: object, monkeypatch: pytest.MonkeyPatch) -> object:
 
     receiver = FakeSlack(bot_token=CANARY_SLACK_BOT).start()
     host = receiver.base_url.removeprefix("http://")
-    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]  # type: ignore[attr-defined]
-    settings.SLACK_API_URL = f"{receiver.base_url}/api"  # type: ignore[attr-defined]
+    settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, host]
+    settings.SLACK_API_URL = f"{receiver.base_url}/api"
     monkeypatch.setenv("ONCALL_SLACK", receiver.webhook_url(CANARY_SLACK_HOOK))
     yield receiver
     receiver.stop()

@@ -385,13 +385,13 @@ def test_two_responders_deciding_the_same_card_at_once_apply_exactly_one(stopped
         try:
             barrier.wait(timeout=10)
             results[user.username] = escalation_decide(
-                sign_in=signed_in_now(),  # type: ignore[attr-defined]
+                sign_in=signed_in_now(),
                 escalation_id=esc.pk,
                 user=user,
                 option_id=option,
                 card_version=version,
             )
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
             connection.close()
@@ -405,9 +405,9 @@ def test_two_responders_deciding_the_same_card_at_once_apply_exactly_one(stopped
     for thread in threads:
         thread.join(timeout=30)
     assert not errors
-    outcomes = sorted(r.outcome for r in results.values())  # type: ignore[attr-defined]
+    outcomes = sorted(r.outcome for r in results.values())
     assert outcomes == ["applied", "refused"]
-    refused = next(r for r in results.values() if r.refused)  # type: ignore[attr-defined]
+    refused = next(r for r in results.values() if r.refused)
     assert refused.message == STALE
     assert Decision.objects.filter(escalation=esc, outcome="applied").count() == 1
     assert Decision.objects.filter(escalation=esc, outcome="refused").count() == 1

@@ -14,12 +14,12 @@ from escalations.oncall import notices
 from escalations.oncall.channels.base import Unsendable, admit
 from operations import outbound
 from operations.models import NotificationDelivery
-from tests.operations.test_http import PLAIN, provider  # noqa: F401 - the fixture, shared
+from tests.operations.test_http import PLAIN, provider  # the fixture, shared
 
 __all__ = ["provider"]
 
 
-def test_a_compressed_answer_keeps_its_status_but_is_never_inflated(provider, settings):  # noqa: F811
+def test_a_compressed_answer_keeps_its_status_but_is_never_inflated(provider, settings):
     settings.NOTIFY_ALLOWED_HOSTS = [provider.url.removeprefix("http://")]
     target = admit(f"{provider.url}/gzip-gzip", what="the test receiver")
     tracemalloc.start()
@@ -33,7 +33,7 @@ def test_a_compressed_answer_keeps_its_status_but_is_never_inflated(provider, se
     assert provider.accept_encodings == ["identity"]
 
 
-def test_a_plain_answer_is_read(provider, settings):  # noqa: F811
+def test_a_plain_answer_is_read(provider, settings):
     settings.NOTIFY_ALLOWED_HOSTS = [provider.url.removeprefix("http://")]
     answer = outbound.send(
         target=admit(f"{provider.url}/plain", what="the test receiver"), method="POST", content=b"{}"
@@ -41,7 +41,7 @@ def test_a_plain_answer_is_read(provider, settings):  # noqa: F811
     assert (answer.http_status, answer.body) == (200, PLAIN)
 
 
-def test_plain_http_to_a_host_not_listed_is_refused_without_quoting_the_url(provider):  # noqa: F811
+def test_plain_http_to_a_host_not_listed_is_refused_without_quoting_the_url(provider):
     with pytest.raises(Unsendable) as refused:
         admit(f"{provider.url}/plain?sig=secret-part", what="the Slack webhook in ONCALL_X")
     assert (
@@ -54,7 +54,7 @@ def test_plain_http_to_a_host_not_listed_is_refused_without_quoting_the_url(prov
 @pytest.mark.django_db
 @pytest.mark.parametrize("path", ["/gzip", "/plain"])
 def test_the_failed_callback_and_business_deadline_webhook_asks_for_identity_and_never_inflates(
-    provider,  # noqa: F811
+    provider,
     settings,
     make_operation,
     pump,
@@ -90,7 +90,7 @@ def test_the_failed_callback_and_business_deadline_webhook_asks_for_identity_and
 
 @pytest.mark.django_db
 def test_the_webhook_of_messages_outside_cards_keeps_the_notification_url_rules(
-    provider,  # noqa: F811
+    provider,
     settings,
     make_operation,
     pump,

@@ -41,7 +41,7 @@ def facts(reason: Reason, **overrides: object) -> Facts:
         "provider_state": "needs_payment",
     }
     values.update(overrides)
-    return Facts(**values)  # type: ignore[arg-type]
+    return Facts(**values)
 
 
 def caps(**overrides: object) -> Capabilities:
@@ -52,7 +52,7 @@ def caps(**overrides: object) -> Capabilities:
         "console_url": "https://console.test/{job_id}",
     }
     values.update(overrides)
-    return Capabilities(**values)  # type: ignore[arg-type]
+    return Capabilities(**values)
 
 
 def expected(reason: Reason, *, cancel: bool, extensions_left: bool, rotated: bool, text_state: bool) -> list[str]:

@@ -47,20 +47,20 @@ def admin_client(client: Client) -> Client:
 def admin_save(client: Client, user: object, **changes: object) -> None:
     """Post the admin's change form for `user` as a browser would, with some fields changed."""
     fields: dict[str, object] = {
-        "username": user.username,  # type: ignore[attr-defined]
+        "username": user.username,
         "first_name": "",
         "last_name": "",
         "email": "",
-        "is_active": "on" if user.is_active else "",  # type: ignore[attr-defined]
-        "is_staff": "on" if user.is_staff else "",  # type: ignore[attr-defined]
-        "is_superuser": "on" if user.is_superuser else "",  # type: ignore[attr-defined]
-        "groups": [str(pk) for pk in user.groups.values_list("pk", flat=True)],  # type: ignore[attr-defined]
-        "date_joined_0": user.date_joined.strftime("%Y-%m-%d"),  # type: ignore[attr-defined]
-        "date_joined_1": user.date_joined.strftime("%H:%M:%S"),  # type: ignore[attr-defined]
+        "is_active": "on" if user.is_active else "",
+        "is_staff": "on" if user.is_staff else "",
+        "is_superuser": "on" if user.is_superuser else "",
+        "groups": [str(pk) for pk in user.groups.values_list("pk", flat=True)],
+        "date_joined_0": user.date_joined.strftime("%Y-%m-%d"),
+        "date_joined_1": user.date_joined.strftime("%H:%M:%S"),
         **changes,
     }
     data = {key: value for key, value in fields.items() if value != ""}
-    response = client.post(reverse("admin:auth_user_change", args=[user.pk]), data)  # type: ignore[attr-defined]
+    response = client.post(reverse("admin:auth_user_change", args=[user.pk]), data)
     assert response.status_code == 302, response.content.decode()[:2000]
 
 

@@ -69,7 +69,7 @@ class Watch:
 
     def _rss_kb(self) -> int:
         status = Path(f"/proc/{self.pid}/status").read_text()
-        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1))  # type: ignore[union-attr]
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1))
 
     def _sample(self) -> None:
         for fd in Path(f"/proc/{self.pid}/fd").iterdir():
@@ -206,7 +206,7 @@ def admin_session(web) -> Iterator[httpx.Client]:
     get_user_model().objects.create_superuser("alice", "alice@example.test", "pw-alice-long-enough")
     with httpx.Client(base_url=web.url, timeout=30) as browser:
         page = browser.get("/accounts/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
         signed = browser.post(
             "/accounts/login/",
             data={"csrfmiddlewaretoken": token, "username": "alice", "password": "pw-alice-long-enough"},
@@ -221,7 +221,7 @@ def test_ordinary_requests_still_work_through_the_guard(web, admin_session, tran
     # An admin form (no files): a policy with its levels as TOML.
     form_page = browser.get("/admin/operations/escalationpolicy/add/")
     assert form_page.status_code == 200
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form_page.text).group(1)  # type: ignore[union-attr]
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form_page.text).group(1)
     levels = '[[levels]]\nwait_s = 300\ntargets = [{ email = "team@example.com" }]\n'
     saved = browser.post(
         "/admin/operations/escalationpolicy/add/",

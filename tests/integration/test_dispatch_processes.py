@@ -45,13 +45,13 @@ BUDGET = Kind("never_finishes", {}, 3, Status.NEEDS_ATTENTION, "request_budget_e
 UNKNOWN = Kind("unknown_state", {}, 12, Status.NEEDS_ATTENTION, "unknown_state", 1)
 
 
-def fast_profile(make_profile, **overrides: object):  # noqa: ANN001, ANN201
+def fast_profile(make_profile, **overrides: object):
     fields: dict[str, object] = {"base_delay_s": 0.05, "max_delay_s": 0.5, "jitter_floor": 0.5}
     fields.update(overrides)
     return make_profile(**fields)
 
 
-def register(profile, kind: Kind) -> Operation:  # noqa: ANN001
+def register(profile, kind: Kind) -> Operation:
     return operation_register(
         provider_slug=profile.slug,
         provider_job_id=job_id(kind.scenario, **kind.params),
@@ -70,7 +70,7 @@ def finished(ops: list[Operation]) -> bool:
     )
 
 
-def provider_log(fake_provider, ops: list[Operation]) -> dict[str, list[dict]]:  # noqa: ANN001
+def provider_log(fake_provider, ops: list[Operation]) -> dict[str, list[dict]]:
     wanted = {op.provider_job_id: op.pk for op in ops}
     by_op: dict[str, list[dict]] = {op.pk: [] for op in ops}
     for entry in fake_provider.requests():
@@ -79,7 +79,7 @@ def provider_log(fake_provider, ops: list[Operation]) -> dict[str, list[dict]]: 
     return by_op
 
 
-def assert_outcomes(expected: dict[str, Kind], fake_provider) -> dict[str, list[dict]]:  # noqa: ANN001
+def assert_outcomes(expected: dict[str, Kind], fake_provider) -> dict[str, list[dict]]:
     """Each operation ended as its scenario says, with exactly the requests it needed."""
     ops = {op.pk: op for op in Operation.objects.filter(pk__in=list(expected))}
     log = provider_log(fake_provider, list(ops.values()))
@@ -133,7 +133,7 @@ def test_a_deadline_passing_while_no_poll_is_due_is_escalated_within_seconds(
     wait_until(lambda: finished([warm_up]), timeout=30, what="both processes to be up", processes=processes)
     deadline = timezone.now() + timedelta(seconds=4)
 
-    def watch(profile, scenario: str, **kwargs: object) -> Operation:  # noqa: ANN001
+    def watch(profile, scenario: str, **kwargs: object) -> Operation:
         return operation_register(
             provider_slug=profile.slug,
             provider_job_id=job_id(scenario, **kwargs),
@@ -350,7 +350,7 @@ def test_a_late_original_returning_after_the_takeover_writes_nothing(processes, 
     assert AuditEntry.objects.filter(operation_id=op.pk, type="controller.decision").count() == 1
 
 
-def _held_by_a_worker(op: Operation, fake_provider) -> int | None:  # noqa: ANN001
+def _held_by_a_worker(op: Operation, fake_provider) -> int | None:
     """The pid of the worker whose request the provider is holding, once it is in flight."""
     if not provider_log(fake_provider, [op])[op.pk]:
         return None

@@ -174,7 +174,7 @@ def test_the_worked_example_polls_a_task_across_a_decision_and_prints_the_result
         text=True,
     )
     lines: Queue[str] = Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in example.stdout], daemon=True).start()  # type: ignore[union-attr]
+    threading.Thread(target=lambda: [lines.put(line) for line in example.stdout], daemon=True).start()
     seen: list[str] = []
 
     def next_line(timeout: float = 60) -> str:

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 
     class QuietHandler(WSGIRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        def log_message(self, format: str, *args: object) -> None:  # stdlib signature
             pass
 
     # Bind first: the issuer (which every ID token names) needs the port.

@@ -193,8 +193,8 @@ def planted() -> dict[str, object]:
 
 
 def url(obj: object, view: str) -> str:
-    meta = obj._meta  # type: ignore[attr-defined]
-    args = () if view == "changelist" or view == "add" else (obj.pk,)  # type: ignore[attr-defined]
+    meta = obj._meta
+    args = () if view == "changelist" or view == "add" else (obj.pk,)
     return reverse(f"admin:{meta.app_label}_{meta.model_name}_{view}", args=args)
 
 

@@ -24,13 +24,13 @@ from operations.cluster_locks import ClusterQueue, KernelLock, Sentinel, timer
 FORK = multiprocessing.get_context("fork")
 
 
-def _hold_and_wait(lock, held: Event) -> None:  # noqa: ANN001
+def _hold_and_wait(lock, held: Event) -> None:
     lock.acquire()
     held.set()
     time.sleep(60)  # killed long before
 
 
-def _killed_while_holding(lock) -> None:  # noqa: ANN001
+def _killed_while_holding(lock) -> None:
     held = FORK.Event()
     child = FORK.Process(target=_hold_and_wait, args=(lock, held))
     child.start()
@@ -68,7 +68,7 @@ def test_a_kernel_lock_excludes_other_processes_while_held():
     lock.release()
 
 
-def _take_one(queue: ClusterQueue, out) -> None:  # noqa: ANN001
+def _take_one(queue: ClusterQueue, out) -> None:
     out.put(queue.get())
 
 

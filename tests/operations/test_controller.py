@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _frozen_clock(clock):  # noqa: ANN001, ANN202 - every test here starts at T0
+def _frozen_clock(clock):  # every test here starts at T0
     return clock
 
 
@@ -29,7 +29,7 @@ def reload(op: Operation) -> Operation:
     return Operation.objects.get(pk=op.pk)
 
 
-def status_requests(fake_provider, op: Operation) -> list[dict]:  # noqa: ANN001
+def status_requests(fake_provider, op: Operation) -> list[dict]:
     return [r for r in fake_provider.requests(job_id=op.provider_job_id) if r["kind"] == "status"]
 
 
@@ -202,7 +202,7 @@ def test_every_decision_is_recorded_in_the_audit_chain(make_operation, drive):
 # --- every scenario: status, escalation reason, delay source and next poll time ----------------------------
 
 
-def poll(op: Operation, rng) -> Operation:  # noqa: ANN001
+def poll(op: Operation, rng) -> Operation:
     poll_once(operation_id=op.pk, fence=reload(op).fence, rng=rng)
     return reload(op)
 

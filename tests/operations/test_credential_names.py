@@ -104,7 +104,7 @@ class Listener:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_GET = do_POST = _answer  # noqa: N815 - http.server's naming
+            do_GET = do_POST = _answer  # http.server's naming
 
             def log_message(self, *args: object) -> None:
                 return

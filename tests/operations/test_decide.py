@@ -44,7 +44,7 @@ def bounds(**overrides: object) -> Bounds:
         "backoff_attempt": 1,
     }
     values.update(overrides)
-    return Bounds(**values)  # type: ignore[arg-type]
+    return Bounds(**values)
 
 
 def ok(body: object, *, status: int = 200, headers: dict[str, tuple[str, ...]] | None = None) -> Observation:
@@ -71,7 +71,7 @@ def test_success_with_failed_counts_is_partial() -> None:
     }
     d = run(ok(body))
     assert d.status is Status.PARTIALLY_SUCCEEDED
-    assert d.result["counts"] == {"total": 100, "succeeded": 97, "failed": 3}  # type: ignore[index]
+    assert d.result["counts"] == {"total": 100, "succeeded": 97, "failed": 3}
 
 
 def test_success_where_every_item_failed_is_still_partial_with_its_counts() -> None:
@@ -82,7 +82,7 @@ def test_success_where_every_item_failed_is_still_partial_with_its_counts() -> N
     }
     d = run(ok(body))
     assert d.status is Status.PARTIALLY_SUCCEEDED and d.error is None
-    assert d.result["counts"] == {"total": 9, "succeeded": 0, "failed": 9}  # type: ignore[index]
+    assert d.result["counts"] == {"total": 9, "succeeded": 0, "failed": 9}
 
 
 @pytest.mark.parametrize("result", [{}, {"output_url": None}, {"output_url": ""}, None])
@@ -95,7 +95,7 @@ def test_success_without_its_result_is_a_contradiction(result: object) -> None:
 def test_pending_waits_with_local_backoff() -> None:
     d = run(ok({"state": "running", "progress_percent": 40}))
     assert (d.action, d.status, d.delay_source) == (Action.WAIT, Status.RUNNING, DelaySource.LOCAL_BACKOFF)
-    assert timedelta(seconds=5) <= d.next_poll_at - NOW <= timedelta(seconds=10)  # type: ignore[operator]
+    assert timedelta(seconds=5) <= d.next_poll_at - NOW <= timedelta(seconds=10)
     assert d.progress_percent == 40 and d.backoff_attempt == 2
 
 
@@ -124,8 +124,8 @@ def test_failure_keeps_the_providers_error_verbatim() -> None:
 
 def test_a_huge_provider_error_is_capped() -> None:
     d = run(ok({"state": "failed", "error": {"message": "x" * 20_000}}))
-    assert d.error["provider_error"]["truncated"] is True  # type: ignore[index]
-    assert len(d.error["provider_error"]["excerpt"]) <= POLICY.error_cap_bytes  # type: ignore[index]
+    assert d.error["provider_error"]["truncated"] is True
+    assert len(d.error["provider_error"]["excerpt"]) <= POLICY.error_cap_bytes
 
 
 @pytest.mark.parametrize(("state", "status"), [("cancelled", Status.CANCELLED), ("expired", Status.EXPIRED)])
@@ -270,7 +270,7 @@ def test_429_with_retry_after_waits_at_least_that_long_and_pauses_the_account() 
 def test_429_without_retry_after_takes_a_much_longer_local_delay() -> None:
     d = run(ok({}, status=429), backoff_attempt=0)
     assert d.delay_source is DelaySource.LOCAL_BACKOFF
-    assert d.next_poll_at - NOW >= timedelta(seconds=15)  # type: ignore[operator]
+    assert d.next_poll_at - NOW >= timedelta(seconds=15)
     assert d.account_pause_until is None
 
 

@@ -177,7 +177,7 @@ def test_url_tricks_are_judged_by_the_origin_they_reach(status_url, accepted, se
     result = validate_profile(raw=valid_raw(status_url=status_url, credential_env="PROVIDER_ACME_TOKEN"))
     assert not isinstance(result, list) if accepted else isinstance(result, list), result
     if not accepted:
-        assert {problem.key for problem in result} == {"status_url"}  # type: ignore[union-attr]
+        assert {problem.key for problem in result} == {"status_url"}
 
 
 def test_ipv6_origins_compare_in_canonical_form(settings):
@@ -385,7 +385,7 @@ def test_an_agents_cancel_is_not_forwarded_where_the_credential_is_not_bound(mak
 
 
 @pytest.fixture
-def stopped_at(make_operation, drive, clock):  # noqa: ANN001, ANN201
+def stopped_at(make_operation, drive, clock):
     def make(profile: ProviderProfile) -> Escalation:
         op = make_operation(
             job_id("never_finishes"),
@@ -400,7 +400,7 @@ def stopped_at(make_operation, drive, clock):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture
-def alice(django_user_model):  # noqa: ANN001, ANN201
+def alice(django_user_model):
     from django.contrib.auth.models import Group
 
     user = django_user_model.objects.create_user(username="alice", password="pw")

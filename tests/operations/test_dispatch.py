@@ -29,7 +29,7 @@ OWNER = "dispatcher@test:1"
 
 
 @pytest.fixture(autouse=True)
-def _frozen_clock(clock):  # noqa: ANN001, ANN202 - every test here starts at T0
+def _frozen_clock(clock):  # every test here starts at T0
     return clock
 
 
@@ -67,7 +67,7 @@ def work(*, only: set[str] | None = None) -> dict[str, str]:
     return results
 
 
-def status_requests(fake_provider, op: Operation) -> list[dict]:  # noqa: ANN001
+def status_requests(fake_provider, op: Operation) -> list[dict]:
     return [r for r in fake_provider.requests(job_id=op.provider_job_id) if r["kind"] == "status"]
 
 
@@ -432,7 +432,7 @@ def test_a_group_task_polls_together_and_a_claim_taken_over_mid_flight_writes_no
     victim = ops[1]
     real_interpret = batch.interpret
 
-    def take_over_the_victim_first(**kwargs: object):  # noqa: ANN202
+    def take_over_the_victim_first(**kwargs: object):
         if not hasattr(take_over_the_victim_first, "done"):
             # Every request of the group is charged and answered; before any outcome is written,
             # the victim's claim is taken away (its lease was judged expired), as the dispatcher does.
@@ -529,7 +529,7 @@ def test_an_answer_that_cannot_be_interpreted_costs_only_its_own_operation(
     victim = ops[2]
     real_decide = controller.decide
 
-    def fail_on_the_victim(**kwargs):  # noqa: ANN003, ANN202
+    def fail_on_the_victim(**kwargs):
         # A fault in interpreting one answer (a bug, an input nobody foresaw).
         if kwargs["observation"].body and victim.provider_job_id.encode() in kwargs["observation"].body:
             raise RuntimeError("unforeseen")
@@ -563,7 +563,7 @@ def test_an_outcome_the_database_refuses_does_not_lose_the_groups_other_outcomes
     victim = ops[1]
     real_interpret = batch.interpret
 
-    def unstorable_for_the_victim(**kwargs):  # noqa: ANN003, ANN202
+    def unstorable_for_the_victim(**kwargs):
         # A value jsonb refuses that got past every check before the write.
         decision, answer = real_interpret(**kwargs)
         if kwargs["op"].pk == victim.pk:
@@ -599,7 +599,7 @@ def test_a_group_charges_together_only_where_the_account_has_ample_room(
     together = []
     real_charge = batch.charge_group
 
-    def spy(*, claims, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def spy(*, claims, **kwargs):
         together.extend(op.pk for op, _ in claims)
         return real_charge(claims=claims, **kwargs)
 
@@ -691,7 +691,7 @@ def test_housekeeping_prunes_old_heartbeats_and_task_failures(clock):
 # --- two dispatchers at once (PostgreSQL: row locks) ------------------------------------------------------
 
 
-def _in_thread(target, *args: object) -> threading.Thread:  # noqa: ANN001
+def _in_thread(target, *args: object) -> threading.Thread:
     def run() -> None:
         try:
             target(*args)

@@ -18,7 +18,7 @@ def gate(**overrides: object):
         "next_poll_at": NOW,
     }
     args.update(overrides)
-    return before_send(**args)  # type: ignore[arg-type]
+    return before_send(**args)
 
 
 def test_a_due_operation_within_bounds_may_poll() -> None:

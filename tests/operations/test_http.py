@@ -59,7 +59,7 @@ class Provider:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client stopped reading, as it should
 
-            do_GET = do_POST = _answer  # noqa: N815 - http.server's naming
+            do_GET = do_POST = _answer  # http.server's naming
 
             def log_message(self, *args: object) -> None:
                 return

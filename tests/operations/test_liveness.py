@@ -38,7 +38,7 @@ def _frozen_clock(clock, settings):
     return clock
 
 
-def polled_at(op: Operation, when) -> None:  # noqa: ANN001
+def polled_at(op: Operation, when) -> None:
     StatusCheck.objects.create(
         operation=op, account=op.account, fence=1, due_at=when, started_at=when, sent_at=when, decision="wait"
     )
@@ -178,7 +178,7 @@ def test_the_panel_shows_a_healthy_idle_fleet_healthy(idle_fleet, client, django
     assert "Dispatch is healthy" in html
 
 
-def _metrics(client) -> dict[str, float]:  # noqa: ANN001
+def _metrics(client) -> dict[str, float]:
     # Scraped as a Prometheus on the same machine would (METRICS_ALLOW_LOOPBACK=1, docs/deployment.md).
     with override_settings(METRICS_ALLOW_LOOPBACK=True):
         text = client.get("/metrics").content.decode()

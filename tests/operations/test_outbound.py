@@ -9,7 +9,7 @@ import pytest
 
 from operations import outbound
 from operations.outbound import Purpose
-from tests.operations.test_http import Provider, provider  # noqa: F401 - the fixture, shared
+from tests.operations.test_http import Provider, provider  # the fixture, shared
 
 __all__ = ["provider"]
 BIG = Provider.ANSWERS["/big"][0]

@@ -368,7 +368,7 @@ def test_a_business_deadline_warning_outside_1_s_to_7_days_is_a_listed_problem(w
 
 
 def test_a_business_deadline_warning_is_optional_and_kept_when_valid():
-    assert validate_profile(raw=minimal_raw()).business_deadline_warning_s is None  # type: ignore[union-attr]
+    assert validate_profile(raw=minimal_raw()).business_deadline_warning_s is None
     for seconds in (1, 900, 7 * 24 * 3600):
         spec = validate_profile(raw=valid_raw(business_deadline_warning_s=seconds))
         assert isinstance(spec, ProfileSpec) and spec.business_deadline_warning_s == seconds

@@ -26,7 +26,7 @@ def plan(**overrides: object):
         "rng": random.Random(7),
     }
     args.update(overrides)
-    return plan_wait(**args)  # type: ignore[arg-type]
+    return plan_wait(**args)
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:

@@ -31,7 +31,7 @@ def test_it_reads_all_three_http_date_forms(value: str) -> None:
 
 
 def test_it_reads_delta_seconds() -> None:
-    assert parse_retry_after(["120"], now=NOW, date_header=None).delay_s == 120  # type: ignore[union-attr]
+    assert parse_retry_after(["120"], now=NOW, date_header=None).delay_s == 120
 
 
 def test_it_measures_a_date_against_the_providers_own_clock() -> None:
@@ -57,7 +57,7 @@ def test_two_retry_after_headers_are_ambiguous() -> None:
 
 
 def test_surrounding_whitespace_is_not_part_of_the_value() -> None:
-    assert parse_retry_after([" 120 "], now=NOW, date_header=None).delay_s == 120  # type: ignore[union-attr]
+    assert parse_retry_after([" 120 "], now=NOW, date_header=None).delay_s == 120
 
 
 def test_no_header_means_no_hint() -> None:
@@ -85,7 +85,7 @@ def test_rfc850_two_digit_years_roll_back_a_century_when_far_ahead() -> None:
     [(30, 30.0), (1.5, 1.5), (0, 0.0)],
 )
 def test_valid_body_hints_are_used(value: float, expected: float) -> None:
-    assert parse_poll_hint_seconds(value, absurd_s=604800).delay_s == expected  # type: ignore[union-attr]
+    assert parse_poll_hint_seconds(value, absurd_s=604800).delay_s == expected
 
 
 @pytest.mark.parametrize("value", [-5, 86_400_000, "120", True, float("nan"), float("inf"), [1]])
@@ -95,8 +95,8 @@ def test_invalid_body_hints_are_ignored_with_a_note(value: object) -> None:
 
 
 def test_a_next_check_time_becomes_a_delay() -> None:
-    assert parse_poll_hint_time("2026-12-01T10:00:45Z", now=NOW, absurd_s=604800).delay_s == 45  # type: ignore[union-attr]
-    assert parse_poll_hint_time("2026-12-01T11:00:45+01:00", now=NOW, absurd_s=604800).delay_s == 45  # type: ignore[union-attr]
+    assert parse_poll_hint_time("2026-12-01T10:00:45Z", now=NOW, absurd_s=604800).delay_s == 45
+    assert parse_poll_hint_time("2026-12-01T11:00:45+01:00", now=NOW, absurd_s=604800).delay_s == 45
 
 
 @pytest.mark.parametrize("value", ["next tuesday", "2026-12-01T10:00:45", "2026-02-30T10:00:00Z", 5])

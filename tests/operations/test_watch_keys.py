@@ -38,7 +38,7 @@ def agents() -> tuple[object, object]:
 
 def register(agent: object, slug: str, job: str) -> Operation:
     return operation_register_for_agent(
-        agent=agent,  # type: ignore[arg-type]
+        agent=agent,
         request=AgentRegistration(provider=slug, provider_job_id=job),
     ).operation
 
@@ -63,7 +63,7 @@ def test_profiles_that_reach_different_jobs_do_not_block_each_other(make_profile
 def edit_in_admin(admin_client: object, profile: ProviderProfile, **changes: object) -> object:
     current = {name: "" if value is None else value for name, value in model_to_dict(profile).items()}
     url = reverse("admin:operations_providerprofile_change", args=(profile.pk,))
-    return admin_client.post(url, form_data(**{**current, **changes}))  # type: ignore[attr-defined]
+    return admin_client.post(url, form_data(**{**current, **changes}))
 
 
 def test_a_profile_change_that_would_make_two_agents_watch_one_job_is_refused(
@@ -169,7 +169,7 @@ BEFORE = [("operations", "0025_profile_backoff_multiplier_range")]
 AFTER = [("operations", "0027_provider_job_watch_key")]
 
 
-def _migrate(targets: list[tuple[str, str]]):  # noqa: ANN202 - the historical apps
+def _migrate(targets: list[tuple[str, str]]):  # the historical apps
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(targets)
@@ -193,7 +193,7 @@ def test_the_migration_keys_live_operations_and_names_two_agents_on_one_job():
 
     def op(pk: str, profile: object, agent: object, status: str = "pending") -> None:
         Op.objects.create(
-            id=pk, provider=profile, account=profile.account, provider_job_id="j1", agent=agent, status=status,  # type: ignore[attr-defined]
+            id=pk, provider=profile, account=profile.account, provider_job_id="j1", agent=agent, status=status,
             deadline_at=T0, max_status_requests=3, max_transport_failures=3, created_at=T0, updated_at=T0,
         )  # fmt: skip
 

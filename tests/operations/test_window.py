@@ -151,7 +151,7 @@ def paced(**overrides: object):
         "paced_checks_left": 4,
     }
     args.update(overrides)
-    return plan_wait(**args)  # type: ignore[arg-type]
+    return plan_wait(**args)
 
 
 def test_inside_a_window_the_pacing_replaces_backoff_which_neither_restarts_nor_moves_on() -> None:

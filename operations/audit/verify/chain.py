@@ -48,6 +48,7 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
     result = dict(pairs)
     if len(result) != len(pairs):
         seen: set[str] = set()
+        # Typing: set.add answers None; `or` uses it to record the key and go on (the first repeat is found).
         duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
         raise ValueError(f"duplicate key {duplicate!r}")
     return result

@@ -15,6 +15,7 @@ from .files import load_keys, load_witness_keys, read_pin, verify_export
 
 
 class _Parser(argparse.ArgumentParser):
+    # Typing: argparse's error is NoReturn; ours raises UsageError instead of exiting (mypy: a narrower override).
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
 
@@ -100,9 +101,11 @@ def _verify_stream(stream: BinaryIO, options: dict[str, object]) -> dict[str, ob
     """An export compressed with gzip (`audit_export -o FILE.gz`) is read through gzip, streaming."""
     peek = getattr(stream, "peek", None)
     if peek is None or peek(2)[:2] != b"\x1f\x8b":
+        # Typing: options are the parsed command line, built for verify_export's keywords.
         return verify_export(stream, **options)  # type: ignore[arg-type]
     try:
         with gzip.GzipFile(fileobj=stream, mode="rb") as unpacked:
+            # Typing: options are the parsed command line, built for verify_export's keywords.
             return verify_export(unpacked, **options)  # type: ignore[arg-type]
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         # BadGzipFile is an OSError: without this it would read as an I/O error, not a damaged file.

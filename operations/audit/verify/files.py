@@ -210,6 +210,7 @@ def verify_export(
         keys=keys,
         log=str(header["log"]),
         scope=str(header["scope"]),
+        # Typing: the header passed its check: operation_id is a string or None.
         operation_id=header["operation_id"],  # type: ignore[arg-type]
         strict=strict,
         pins=pins,
@@ -244,6 +245,7 @@ def _verify_v2(
         keys=keys,
         log=str(header["log"]),
         scope=str(header["scope"]),
+        # Typing: the header passed its check: operation_id is a string or None.
         operation_id=header["operation_id"],  # type: ignore[arg-type]
         strict=strict,
         pins=pins,
@@ -266,6 +268,7 @@ def _verify_v2(
             elif line.startswith(b'{"consistency":'):
                 verifier.consistency_line(line, number=number)
             elif line.startswith(b'{"frontier":'):
+                # Typing: the header passed its check: from is an integer.
                 verifier.frontier_line(line, number=number, start=int(header["from"]))  # type: ignore[call-overload]
             else:
                 verifier.entry(line, number=number)

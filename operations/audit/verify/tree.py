@@ -316,6 +316,7 @@ class TreeVerifier:
             index=seq - 1,
             size=closing.size,
             leaf=leaf_of(entry),
+            # Typing: parse_proof checked hashes is a list of 32-byte values.
             proof=proof["hashes"],  # type: ignore[arg-type]
             root=bytes.fromhex(closing.head),
         )
@@ -333,6 +334,7 @@ class TreeVerifier:
         self._line = number
         try:
             body = parse_proof(line, "frontier", ("size",))
+            # Typing: parse_proof checked size is an integer and hashes a list of 32-byte values.
             tree = merkle.CompactRange(body["size"], body["hashes"])  # type: ignore[arg-type]
         except (UnicodeDecodeError, ValueError) as exc:
             raise self._fail(PARSE, f"frontier line: {exc}") from None
@@ -348,6 +350,7 @@ class TreeVerifier:
             proof = parse_proof(line, "consistency", ("from", "to"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise self._fail(PARSE, f"consistency line: {exc}") from None
+        # Typing: parse_proof checked from is an integer.
         self.consistency[proof["from"]] = proof  # type: ignore[index]
 
     def checkpoint(self, note_text: str, *, number: int) -> None:
@@ -427,6 +430,7 @@ class TreeVerifier:
             new=new.size,
             old_root=bytes.fromhex(old.head),
             new_root=bytes.fromhex(new.head),
+            # Typing: parse_proof checked hashes is a list of 32-byte values.
             proof=proof["hashes"],  # type: ignore[arg-type]
         )
 

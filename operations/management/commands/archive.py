@@ -47,6 +47,7 @@ class Command(BaseCommand):
         wait_s = options["wait_for_signer"]
         if wait_s is None:
             wait_s = 3 * settings.AUDIT_CHECKPOINT_INTERVAL_S
+        # Typing: argparse's type=float or the setting: a number.
         if not 0 <= float(wait_s) <= 3600:  # type: ignore[arg-type]
             raise CommandError("--wait-for-signer: a number of seconds from 0 to 3600")
         storage = archive.archive_storage(str(options["to"])) if options["to"] else None
@@ -66,6 +67,7 @@ class Command(BaseCommand):
             # Nothing depends on such a row (it vouches for nothing), but it is tampering: say so.
             self.stderr.write(f"WARNING: the archive ledger was tampered with: {found.report()}")
         try:
+            # Typing: argparse's type=float or the setting: a number.
             archive.await_records(wait_s=float(wait_s))  # type: ignore[arg-type]
             pruned = archive.prune_archived(storage=storage)
         except (archive.ArchiveError, checkpoints.CheckpointError, tree.TreeError) as exc:

@@ -100,6 +100,7 @@ class Command(BaseCommand):
         skipped: list[genuine.Skipped] = []
         try:
             lines = stream_export(
+                # Typing: argparse's values arrive as object; each was converted by its type= (below: dates by _when).
                 operation_id=options["operation"],  # type: ignore[arg-type]
                 since=since,  # type: ignore[arg-type]
                 until=until,  # type: ignore[arg-type]
