@@ -37,7 +37,7 @@ class Allowance:
     max_in_window: int
 
 
-# The rates a profile may declare (operations/profiles.py checks them): outside them the window
+# The rates a profile may declare (operations/profiles/checks.py checks them): outside them the window
 # arithmetic overflows the database's integers and timestamps.
 MIN_RATE_PER_S = 0.001
 MAX_RATE_PER_S = 10_000

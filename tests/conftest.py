@@ -35,7 +35,7 @@ from tests.support import (
 os.environ["PROVIDER_FAKE_TOKEN"] = CANARY
 # A routing key named by the tests' policies (ONCALL_*): the guard below proves it never reaches a
 # row, a log line, a response or an email. Tests that post to a Slack webhook put CANARY_SLACK_HOOK
-# in its URL; the Slack app's secrets are set per test (tests/escalations/oncall_support.py).
+# in its URL; the Slack app's secrets are set per test (tests/escalations/conftest.py).
 os.environ["ONCALL_PD_CANARY"] = CANARY_PD_KEY
 # Property tests draw the same examples on every run, so a failure in CI reproduces on a laptop.
 hypothesis_settings.register_profile("pollerdash", derandomize=True, database=None)

@@ -8,7 +8,7 @@ from operations.polling.schedule import MAX_BACKOFF_MULTIPLIER, MIN_BACKOFF_MULT
 class ProviderProfile(models.Model):
     """One integration's state table and polling policy (docs/DESIGN.md section 2).
 
-    Validation of a whole profile lives in operations/profiles.py, shared by `loadprofiles` and
+    Validation of a whole profile lives in operations/profiles/ (spec.py), shared by `loadprofiles` and
     the admin form, so a profile can never be saved half-valid from either side.
     """
 

@@ -1,5 +1,5 @@
 """Who decided stays as it was at decision time, and every rename or role change of a person is an
-audit entry naming who made it (escalations/user_audit.py)."""
+audit entry naming who made it (operations/people.py)."""
 
 from __future__ import annotations
 
