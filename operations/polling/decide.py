@@ -13,7 +13,7 @@ from operations.polling.body import Body
 from operations.polling.interpret import interpret_body
 from operations.polling.model import Bounds, Decision, Observation, Policy
 from operations.polling.outcomes import escalate
-from operations.polling.waits import transport_failure
+from operations.polling.waits import Reading, transport_failure
 from operations.vocabulary import Reason
 
 BODY_TOO_LARGE = "body_too_large"
@@ -24,22 +24,20 @@ DESTINATION_NOT_ALLOWED = "destination_not_allowed"
 def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: random.Random) -> Decision:
     """The decision for one response, following docs/DESIGN.md section 5 row by row."""
     obs = observation
+    reading = Reading(policy=policy, bounds=bounds, obs=obs, rng=rng)
     if obs.transport_error is not None and obs.transport_error != BODY_TOO_LARGE:
-        return _not_answered(policy=policy, bounds=bounds, obs=obs, rng=rng)
+        return _not_answered(reading=reading)
     code = obs.http_status or 0
     if 200 <= code < 300:
         body = Body(obs.body) if obs.transport_error is None else Body.too_large(obs.transport_detail)
         if body.problem is not None:
-            return unreadable(policy=policy, bounds=bounds, observation=obs, rng=rng, what=body.problem)
-        return interpret_body(policy=policy, bounds=bounds, obs=obs, body=body.value, rng=rng)
+            return _invalid_body(reading=reading, what=body.problem)
+        return interpret_body(reading=reading, body=body.value)
     if code == 404:
-        return _not_found(policy=policy, bounds=bounds, obs=obs, rng=rng)
+        return _not_found(reading=reading)
     if code == 429:
         return transport_failure(
-            policy=policy,
-            bounds=bounds,
-            obs=obs,
-            rng=rng,
+            reading=reading,
             interpreted="rate_limited",
             what="429 Too Many Requests",
             spent_reason=Reason.RATE_LIMITED,
@@ -47,10 +45,7 @@ def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: ran
         )
     if code >= 500:
         return transport_failure(
-            policy=policy,
-            bounds=bounds,
-            obs=obs,
-            rng=rng,
+            reading=reading,
             interpreted="server_error",
             what=f"provider answered {code}",
             spent_reason=Reason.PROVIDER_FAILURE,
@@ -61,19 +56,18 @@ def decide(*, policy: Policy, bounds: Bounds, observation: Observation, rng: ran
 def unreadable(*, policy: Policy, bounds: Bounds, observation: Observation, rng: random.Random, what: str) -> Decision:
     """The decision for an answer that could not be interpreted at all: an invalid body, like one
     the parser refuses. `observation` carries only what is safe to read (no headers, no body)."""
+    return _invalid_body(reading=Reading(policy=policy, bounds=bounds, obs=observation, rng=rng), what=what)
+
+
+def _invalid_body(*, reading: Reading, what: str) -> Decision:
     return transport_failure(
-        policy=policy,
-        bounds=bounds,
-        obs=observation,
-        rng=rng,
-        interpreted="invalid_body",
-        what=what,
-        spent_reason=Reason.INTEGRATION_FAILURE,
+        reading=reading, interpreted="invalid_body", what=what, spent_reason=Reason.INTEGRATION_FAILURE
     )
 
 
-def _not_answered(*, policy: Policy, bounds: Bounds, obs: Observation, rng: random.Random) -> Decision:
+def _not_answered(*, reading: Reading) -> Decision:
     """No response came: the request was not sent, or the transport failed."""
+    obs = reading.obs
     if obs.transport_error == INVALID_CREDENTIAL:
         # Nothing was sent, and sending again would not help until someone fixes the credential:
         # the same card as a refused one, so it offers a retry once the credential changed.
@@ -87,25 +81,20 @@ def _not_answered(*, policy: Policy, bounds: Bounds, obs: Observation, rng: rand
             Reason.DESTINATION_NOT_ALLOWED, DESTINATION_NOT_ALLOWED, obs.transport_detail or DESTINATION_NOT_ALLOWED
         )
     return transport_failure(
-        policy=policy,
-        bounds=bounds,
-        obs=obs,
-        rng=rng,
+        reading=reading,
         interpreted="transport_error",
         what=f"{obs.transport_error}{': ' + obs.transport_detail if obs.transport_detail else ''}",
         spent_reason=Reason.PROVIDER_FAILURE,
     )
 
 
-def _not_found(*, policy: Policy, bounds: Bounds, obs: Observation, rng: random.Random) -> Decision:
+def _not_found(*, reading: Reading) -> Decision:
     """A 404 soon after registration may be the provider's own lag; later, it does not know the job."""
-    age_s = (obs.received_at - bounds.registered_at).total_seconds()
+    policy = reading.policy
+    age_s = (reading.obs.received_at - reading.bounds.registered_at).total_seconds()
     if age_s < policy.not_found_grace_s:
         return transport_failure(
-            policy=policy,
-            bounds=bounds,
-            obs=obs,
-            rng=rng,
+            reading=reading,
             interpreted="not_found",
             what=f"404 {age_s:.0f} s after registration (within the {policy.not_found_grace_s:g} s grace window)",
             spent_reason=Reason.INTEGRATION_FAILURE,

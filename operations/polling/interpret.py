@@ -3,14 +3,13 @@ state the profile does not know (docs/DESIGN.md section 5)."""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from operations.polling import fields
-from operations.polling.model import Bounds, Decision, Observation, Policy
+from operations.polling.model import Decision, Policy
 from operations.polling.outcomes import complete, escalate
 from operations.polling.states import MISSING, StateClass, describe_state, extract
-from operations.polling.waits import wait_decision
+from operations.polling.waits import Reading, wait_decision
 from operations.vocabulary import Reason, Status
 
 # Terminal provider states without a result: (status, interpreted state, meaning, error code).
@@ -21,24 +20,17 @@ _ENDINGS = {
 }
 
 
-def interpret_body(*, policy: Policy, bounds: Bounds, obs: Observation, body: object, rng: random.Random) -> Decision:
+def interpret_body(*, reading: Reading, body: object) -> Decision:
+    policy = reading.policy
     raw_state = extract(body, policy.state_field)
     shown_state = describe_state(raw_state)
-    state_class = policy.table.classify(None if raw_state is MISSING else raw_state, extra_pending=bounds.extra_pending)
+    state = None if raw_state is MISSING else raw_state
+    state_class = policy.table.classify(state, extra_pending=reading.bounds.extra_pending)
     progress, counts, warnings = fields.progress(policy, body)
     common: dict[str, Any] = {"provider_state": shown_state, "progress_percent": progress, "progress_counts": counts}
 
     if state_class is StateClass.PENDING:
-        return _pending(
-            policy=policy,
-            bounds=bounds,
-            obs=obs,
-            body=body,
-            rng=rng,
-            shown_state=shown_state,
-            warnings=warnings,
-            common=common,
-        )
+        return _pending(reading=reading, body=body, shown_state=shown_state, warnings=warnings, common=common)
     if state_class is StateClass.SUCCESS:
         return _success(
             policy=policy, body=body, shown_state=shown_state, counts=counts, warnings=warnings, common=common
@@ -65,25 +57,15 @@ def interpret_body(*, policy: Policy, bounds: Bounds, obs: Observation, body: ob
 
 
 def _pending(
-    *,
-    policy: Policy,
-    bounds: Bounds,
-    obs: Observation,
-    body: object,
-    rng: random.Random,
-    shown_state: str,
-    warnings: tuple[str, ...],
-    common: dict[str, Any],
+    *, reading: Reading, body: object, shown_state: str, warnings: tuple[str, ...], common: dict[str, Any]
 ) -> Decision:
+    policy, obs = reading.policy, reading.obs
     expiry_problem = fields.past_own_expiry(policy, body, obs.received_at)
     if expiry_problem is not None:
         return escalate(Reason.INTEGRATION_FAILURE, "contradiction", expiry_problem, warnings=warnings, **common)
     hint, hint_warnings = fields.poll_hint(policy, body, obs.received_at)
     return wait_decision(
-        policy=policy,
-        bounds=bounds,
-        obs=obs,
-        rng=rng,
+        reading=reading,
         interpreted="pending",
         explanation=f"provider state {shown_state!r} is pending",
         poll_hint=hint,

@@ -4,6 +4,7 @@ and the escalation once a budget is spent (docs/DESIGN.md sections 4-5)."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,12 +15,20 @@ from operations.polling.signals import Hint, parse_retry_after, seconds
 from operations.vocabulary import Reason, Status
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One response being decided: the profile's policy, the operation's bounds, the observation,
+    and the RNG that jitters the next wait."""
+
+    policy: Policy
+    bounds: Bounds
+    obs: Observation
+    rng: random.Random
+
+
 def wait_decision(
     *,
-    policy: Policy,
-    bounds: Bounds,
-    obs: Observation,
-    rng: random.Random,
+    reading: Reading,
     interpreted: str,
     explanation: str,
     poll_hint: Hint | None = None,
@@ -29,16 +38,9 @@ def wait_decision(
     warnings: tuple[str, ...] = (),
     **extra: Any,
 ) -> Decision:
+    policy, bounds, obs = reading.policy, reading.bounds, reading.obs
     retry_after = _retry_after(obs)
-    wait = _plan(
-        policy=policy,
-        bounds=bounds,
-        obs=obs,
-        rng=rng,
-        retry_after=retry_after,
-        poll_hint=poll_hint,
-        rate_limited=rate_limited,
-    )
+    wait = _plan(reading=reading, retry_after=retry_after, poll_hint=poll_hint, rate_limited=rate_limited)
     common: dict[str, Any] = {
         "provider_state": provider_state,
         "charge_transport": charge_transport,
@@ -71,23 +73,15 @@ def wait_decision(
     )
 
 
-def _plan(
-    *,
-    policy: Policy,
-    bounds: Bounds,
-    obs: Observation,
-    rng: random.Random,
-    retry_after: Hint | None,
-    poll_hint: Hint | None,
-    rate_limited: bool,
-) -> Wait:
+def _plan(*, reading: Reading, retry_after: Hint | None, poll_hint: Hint | None, rate_limited: bool) -> Wait:
+    policy, bounds = reading.policy, reading.bounds
     base_s, max_s = policy.base_delay_s, policy.max_delay_s
     if rate_limited:
         # A 429 without guidance gets a much longer local delay than ordinary backoff.
         base_s = max(base_s, policy.rate_limited_delay_s)
         max_s = max(max_s, policy.rate_limited_delay_s * 8)
     return plan_wait(
-        now=obs.received_at,
+        now=reading.obs.received_at,
         deadline_at=bounds.deadline_at,
         retry_after=retry_after,
         poll_hint=poll_hint,
@@ -97,7 +91,7 @@ def _plan(
         backoff_attempt=bounds.backoff_attempt,
         hint_floor_s=policy.hint_floor_s,
         hint_cap_s=policy.hint_cap_s,
-        rng=rng,
+        rng=reading.rng,
         paced_spacing_s=bounds.check_spacing_s,
         paced_checks_left=bounds.max_requests - bounds.requests_used,
         multiplier=policy.backoff_multiplier,
@@ -115,16 +109,14 @@ def _budget_spent(*, bounds: Bounds) -> str:
 
 def transport_failure(
     *,
-    policy: Policy,
-    bounds: Bounds,
-    obs: Observation,
-    rng: random.Random,
+    reading: Reading,
     interpreted: str,
     what: str,
     spent_reason: Reason,
     rate_limited: bool = False,
 ) -> Decision:
     """A response that tells nothing about the job: charged to the transport budget too."""
+    policy, bounds, obs = reading.policy, reading.bounds, reading.obs
     failures = bounds.transport_failures_used + 1
     explanation = f"{what} (transport failure {failures} of {bounds.max_transport_failures})"
     if failures >= bounds.max_transport_failures:
@@ -141,10 +133,7 @@ def transport_failure(
             ),
         )
     return wait_decision(
-        policy=policy,
-        bounds=bounds,
-        obs=obs,
-        rng=rng,
+        reading=reading,
         interpreted=interpreted,
         explanation=explanation,
         rate_limited=rate_limited,

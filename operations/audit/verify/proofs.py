@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import NamedTuple
 
 from . import merkle
 from .base import BAD_PROOF, BATCH_MAX_ENTRIES, SEQ_GAP, Note, VerifyFailure
@@ -37,8 +38,14 @@ def parse_proof(line: bytes, kind: str, keys: tuple[str, ...]) -> dict[str, obje
     return body
 
 
-def parse_batch(line: bytes) -> tuple[int, list[int], list[bytes]]:
-    """A `{"batch": {...}}` line, canonical: (size, the seqs it proves, its hashes)."""
+class Batch(NamedTuple):
+    size: int
+    seqs: list[int]  # the seqs it proves
+    hashes: list[bytes]
+
+
+def parse_batch(line: bytes) -> Batch:
+    """A `{"batch": {...}}` line, canonical."""
     obj = parse_json_line(line)
     if type(obj) is not dict or list(obj) != ["batch"] or type(obj["batch"]) is not dict:
         raise ValueError('not a {"batch": {...}} line')
@@ -47,7 +54,7 @@ def parse_batch(line: bytes) -> tuple[int, list[int], list[bytes]]:
         raise ValueError("batch fields are size (an integer), seqs and hashes")
     if compact_json(obj) != line:
         raise ValueError("batch line is not in canonical form")
-    return body["size"], _seq_runs(body["seqs"]), _base64_hashes(body["hashes"])
+    return Batch(body["size"], _seq_runs(body["seqs"]), _base64_hashes(body["hashes"]))
 
 
 def _seq_runs(runs: object) -> list[int]:
@@ -107,9 +114,7 @@ def leads_to(*, old: Note, new: Note, consistency: dict[int, dict[str, object]])
 
 def check_batch(
     *,
-    size: int,
-    seqs: list[int],
-    hashes: list[bytes],
+    batch: Batch,
     group: list[tuple[bytes, tuple[object, object] | None]],
     closing: Note,
     last_seq: int,
@@ -121,6 +126,8 @@ def check_batch(
 
     def fail(reason: str, detail: str, seq: int) -> VerifyFailure:
         return VerifyFailure(reason, detail, seq=seq, line=line)
+
+    size, seqs, hashes = batch
 
     named = f"entries {seqs[0]}-{seqs[-1]}" if len(seqs) > 1 else f"entry {seqs[0]}"
     if len(seqs) != len(group):

@@ -162,24 +162,15 @@ class TreeVerifier:
         """Format 3: the proof of the entries read since the last one."""
         self._line = number
         try:
-            size, seqs, hashes = parse_batch(line)
+            batch = parse_batch(line)
         except (UnicodeDecodeError, ValueError) as exc:
             raise self._fail(PARSE, f"batch line: {exc}", seq=self._last_seq + 1) from None
         closing = self.closing
         if not self.batch or closing is None:
             raise self._fail(PARSE, "a batch proof belongs after entries of a format-3 operation or range export")
         group, self._group = self._group, []
-        check_batch(
-            size=size,
-            seqs=seqs,
-            hashes=hashes,
-            group=group,
-            closing=closing,
-            last_seq=self._last_seq,
-            log=self.log,
-            line=self._line,
-        )
-        self._last_seq = seqs[-1]
+        check_batch(batch=batch, group=group, closing=closing, last_seq=self._last_seq, log=self.log, line=self._line)
+        self._last_seq = batch.seqs[-1]
         self.entries += len(group)
 
     def inclusion(self, line: bytes, *, number: int) -> None:
