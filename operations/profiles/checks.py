@@ -15,8 +15,8 @@ from operations.credential_names import credential_env_problem
 from operations.models import ProviderProfile
 from operations.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
 from operations.polling.schedule import MAX_BACKOFF_MULTIPLIER, MIN_BACKOFF_MULTIPLIER
-from operations.profiles import urls, values
-from operations.profiles.values import kind_of
+from operations.profiles import urls
+from operations.profiles.values import choice, dotted_list, dotted_path, integer, kind_of, number, states, text
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 STATE_KEYS = ("pending", "success", "failure", "cancelled", "expired")
@@ -93,7 +93,7 @@ def _counts_fields(value: object) -> list[str]:
         if name not in COUNT_NAMES:
             problems.append(f"unknown count {name!r} (allowed: {', '.join(sorted(COUNT_NAMES))})")
             continue
-        problems.extend(f"{name}: {message}" for message in values.dotted_path(path))
+        problems.extend(f"{name}: {message}" for message in dotted_path(path))
     return problems
 
 
@@ -112,7 +112,7 @@ def _extension_options(value: object) -> list[str]:
                 entry_problems.append(f"entry {index}: {key} is required")
             else:
                 entry_problems.extend(
-                    f"entry {index}: {key} {m}" for m in values.integer(option[key], minimum=low, maximum=high)
+                    f"entry {index}: {key} {m}" for m in integer(option[key], minimum=low, maximum=high)
                 )
         if not entry_problems:
             pair = (option["minutes"], option["checks"])
@@ -127,11 +127,11 @@ def _auth_scheme(value: object) -> list[str]:
     # An empty scheme is meaningful: the credential is sent as the bare Authorization value.
     if value == "":
         return []
-    return values.text(value, max_length=40, pattern=_TOKEN, shape='is not an auth scheme token like "Bearer"')
+    return text(value, max_length=40, pattern=_TOKEN, shape='is not an auth scheme token like "Bearer"')
 
 
 def _credential_env(value: object) -> list[str]:
-    problems = values.text(
+    problems = text(
         value,
         max_length=100,
         pattern=_ENV_NAME,
@@ -165,57 +165,51 @@ def key_checks() -> dict[str, Callable[[object], list[str]]]:
     Built per call because some limits are settings, which tests may override.
     """
     return {
-        "slug": lambda v: values.text(
-            v, max_length=64, pattern=_SLUG, shape="is not a slug (letters, digits, - and _)"
-        ),
-        "name": lambda v: values.text(v, max_length=200),
-        "account": lambda v: values.text(
+        "slug": lambda v: text(v, max_length=64, pattern=_SLUG, shape="is not a slug (letters, digits, - and _)"),
+        "name": lambda v: text(v, max_length=200),
+        "account": lambda v: text(
             v, max_length=64, pattern=_ACCOUNT, shape="is not an account name (letters, digits, - _ . :)"
         ),
         "status_url": urls.url,
         "job_id_pattern": urls.job_id_pattern,
-        "state_field": values.dotted_path,
-        **dict.fromkeys(STATE_KEYS, values.states),
-        "required_result_fields": values.dotted_list,
-        "expiry_field": values.dotted_path,
-        "progress_field": values.dotted_path,
+        "state_field": dotted_path,
+        **dict.fromkeys(STATE_KEYS, states),
+        "required_result_fields": dotted_list,
+        "expiry_field": dotted_path,
+        "progress_field": dotted_path,
         "counts_fields": _counts_fields,
-        "poll_hint_seconds_field": values.dotted_path,
-        "poll_hint_time_field": values.dotted_path,
-        "request_id_header": lambda v: values.text(
-            v, max_length=100, pattern=_TOKEN, shape="is not an HTTP header name"
-        ),
+        "poll_hint_seconds_field": dotted_path,
+        "poll_hint_time_field": dotted_path,
+        "request_id_header": lambda v: text(v, max_length=100, pattern=_TOKEN, shape="is not an HTTP header name"),
         "credential_env": _credential_env,
         "auth_scheme": _auth_scheme,
-        "base_delay_s": lambda v: values.number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
-        "max_delay_s": lambda v: values.number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
+        "base_delay_s": lambda v: number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
+        "max_delay_s": lambda v: number(v, minimum=0, inclusive=False, maximum=MAX_DELAY_S),
         # 1 polls at base_delay_s every time; above 4 the cap is reached within a few waits anyway.
-        "backoff_multiplier": lambda v: values.number(
+        "backoff_multiplier": lambda v: number(
             v, minimum=MIN_BACKOFF_MULTIPLIER, inclusive=True, maximum=MAX_BACKOFF_MULTIPLIER
         ),
-        "jitter_floor": lambda v: values.number(v, minimum=0, inclusive=False, maximum=1),
+        "jitter_floor": lambda v: number(v, minimum=0, inclusive=False, maximum=1),
         # A default outside the registration limits would make every default registration fail.
-        "default_deadline_s": lambda v: values.integer(
+        "default_deadline_s": lambda v: integer(
             v, minimum=max(1, settings.OPERATION_MIN_DEADLINE_S), maximum=settings.OPERATION_MAX_DEADLINE_S
         ),
-        "default_max_status_requests": lambda v: values.integer(
+        "default_max_status_requests": lambda v: integer(v, minimum=1, maximum=settings.OPERATION_MAX_STATUS_REQUESTS),
+        "default_max_transport_failures": lambda v: integer(
             v, minimum=1, maximum=settings.OPERATION_MAX_STATUS_REQUESTS
         ),
-        "default_max_transport_failures": lambda v: values.integer(
-            v, minimum=1, maximum=settings.OPERATION_MAX_STATUS_REQUESTS
-        ),
-        "not_found_grace_s": lambda v: values.number(v, minimum=0, inclusive=True, maximum=MAX_DELAY_S),
-        "rate_limit_per_s": lambda v: values.number(v, minimum=MIN_RATE_PER_S, inclusive=True, maximum=MAX_RATE_PER_S),
-        "cancel_method": lambda v: values.choice(v, allowed=CANCEL_METHODS),
+        "not_found_grace_s": lambda v: number(v, minimum=0, inclusive=True, maximum=MAX_DELAY_S),
+        "rate_limit_per_s": lambda v: number(v, minimum=MIN_RATE_PER_S, inclusive=True, maximum=MAX_RATE_PER_S),
+        "cancel_method": lambda v: choice(v, allowed=CANCEL_METHODS),
         "cancel_url": urls.url,
         "console_url": urls.url,
-        "approval_mode": lambda v: values.choice(v, allowed=ProviderProfile.ApprovalMode.values),
+        "approval_mode": lambda v: choice(v, allowed=ProviderProfile.ApprovalMode.values),
         "extension_options": _extension_options,
-        "max_extensions": lambda v: values.integer(v, minimum=0, maximum=INT32_MAX),
+        "max_extensions": lambda v: integer(v, minimum=0, maximum=INT32_MAX),
         "business_deadline_warning_s": _business_deadline_warning,
         # A policy's name; that the policy exists is checked by the loader and the admin form
         # (operations.notify.store.missing_policies), which read the database.
-        "escalation_policy": lambda v: values.text(
+        "escalation_policy": lambda v: text(
             v, max_length=100, pattern=_POLICY_NAME, shape="is not a policy name (a-z, 0-9, _ and -)"
         ),
     }
