@@ -12,5 +12,7 @@ built here.
 
 The pieces: `model` (what a chart is: marks, lines, ticks; the delay sources and their shapes),
 `axis` (the time range and its ticks), `labels` (label widths and packing in rows), `requests`
-(`request_chart`: rows in, a Chart out) and `svg` (`render_svg`: a Chart in, the SVG out).
+(`request_chart`: rows in, a Chart out, from `rows`, what it reads of them, `scale`, where a moment
+and a count fall, `annotations`, the vertical lines and edge markers, `marks`, a mark per request
+and the planned ones, and `budget`, the step line) and `svg` (`render_svg`: a Chart in, the SVG out).
 """

@@ -30,6 +30,17 @@ def render_svg(chart: Chart) -> SafeString:
         f'<rect class="plot" x="{chart.left}" y="{chart.top}" width="{chart.plot_width}" '
         f'height="{chart.plot_height}"/>',
     ]
+    out += _grid(chart)
+    out += _budget(chart)
+    out += _lines(chart)
+    out += _marks(chart)
+    out.append("</svg>")
+    return mark_safe("".join(out))  # every dynamic text above goes through escape()
+
+
+def _grid(chart: Chart) -> list[str]:
+    """The grid lines, their tick labels and the axis names."""
+    out: list[str] = []
     for tick in chart.y_ticks:
         out.append(
             f'<line class="grid-line" x1="{chart.left}" x2="{chart.right}" y1="{tick.pos}" y2="{tick.pos}"/>'
@@ -56,6 +67,11 @@ def render_svg(chart: Chart) -> SafeString:
         f'<text class="axis-label" x="{chart.right}" y="{chart.bottom + 30}" text-anchor="end" '
         'data-zone-label="time ({zone}) →">time (UTC) →</text>'
     )
+    return out
+
+
+def _budget(chart: Chart) -> list[str]:
+    out: list[str] = []
     if chart.budget_path:
         out.append(f'<path class="budget" d="{chart.budget_path}"/>')
     for x, y, label in chart.budget_labels:
@@ -64,6 +80,12 @@ def render_svg(chart: Chart) -> SafeString:
         out.append(
             f'<text class="budget-label" x="{chart.left + 4}" y="{chart.top + 12}">↑ {escape(chart.budget_note)}</text>'
         )
+    return out
+
+
+def _lines(chart: Chart) -> list[str]:
+    """The vertical lines with their labels, and the edge markers."""
+    out: list[str] = []
     # Lines first (a thin leader from each label down to the plot, then the line across it), their
     # labels after: a leader that must pass behind another label stays under its text.
     for line in chart.lines:
@@ -89,6 +111,12 @@ def render_svg(chart: Chart) -> SafeString:
             f'<text class="edge-label edge-label-{edge.kind}" x="{chart.right}" y="{edge.label_y}" text-anchor="end"'
             f"{_local_attrs(edge.at, edge.fmt, prefix=edge.prefix)}>{label}</text>"
         )
+    return out
+
+
+def _marks(chart: Chart) -> list[str]:
+    """The planned checks (hollow), then the request marks."""
+    out: list[str] = []
     for x, y, tooltip in chart.planned:
         out.append(f'<circle class="mark planned" cx="{x}" cy="{y}" r="4"><title>{escape(tooltip)}</title></circle>')
     for mark in chart.marks:
@@ -104,5 +132,4 @@ def render_svg(chart: Chart) -> SafeString:
             out.append(f'<path class="{css}" d="{mark.path}">{tip}</path>')
         else:
             out.append(f'<circle class="{css}" cx="{mark.x}" cy="{mark.y}" r="4.5">{tip}</circle>')
-    out.append("</svg>")
-    return mark_safe("".join(out))  # every dynamic text above goes through escape()
+    return out

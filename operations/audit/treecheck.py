@@ -8,7 +8,7 @@ checked against the signed root), and signs only if the stored nodes give the sa
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from operations.audit import genuine, ledger, tree
 from operations.audit import verify as av
@@ -124,43 +124,83 @@ def verify_log(*, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[Au
     chained = chain_size(log)
     archives = ledger.read(log)
     start = archives.upto
-    skipped: list[genuine.Skipped] = []
-    judge = genuine.Judge(log=log, keys=keys)
-    line = 0
-
-    def feed(row: AuditCheckpoint) -> None:
-        # The signature is the verifier's to check (once); a row that fails it, like one whose note
-        # is malformed or disagrees with its columns, changed nothing in the verifier yet.
-        found = judge.problem(row, signature=False)
-        if found is None:
-            try:
-                verifier.checkpoint(row.note, number=line)
-            except av.VerifyFailure as exc:
-                if exc.reason not in (av.BAD_SIGNATURE, av.UNKNOWN_KEY):
-                    raise
-                found = genuine.Skipped(row.pk, row.size, exc.reason, exc.detail)
-        if found is not None:
-            skipped.append(found)
-
     if start:
         # Entries up to `start` are in archive files (verified when written, and by the offline
         # verifier with the archives); here the log continues from the tree's stored right edge.
         verifier.tree = tree.frontier(log=log, size=start)
         verifier.switched = True
-    pending = checkpoints
-    upcoming = next(pending, None)
-    while upcoming is not None and (upcoming.size == 0 or upcoming.size < start):
-        if not start:
-            feed(upcoming)
-        upcoming = next(pending, None)
-    if start:
-        # Of the checkpoints at the archived size, only the tree's: the chain and the switch are archived.
-        while upcoming is not None and upcoming.size == start:
-            if upcoming.tree and not upcoming.chain_head:
-                feed(upcoming)
-            upcoming = next(pending, None)
+    feed = _CheckpointFeed(verifier=verifier, judge=genuine.Judge(log=log, keys=keys), rows=checkpoints)
+    feed.open_at(start=start)
+    _replay_entries(verifier=verifier, log=log, start=start, chained=chained, feed=feed)
+    _refuse_leftovers(verifier=verifier, log=log, start=start, skipped=feed.skipped, archives=archives)
+    newest = verifier.last_note
+    return {
+        "ok": True,
+        "entries": verifier.entries,
+        "checkpoints": verifier.checkpoints,
+        "log": log,
+        "size": verifier.tree.size,
+        "switched": verifier.switched,
+        "covered_until": newest.time_text if newest else None,
+        "unsigned_tail": 0 if verifier.first_unsigned is None else verifier.tree.size - verifier.first_unsigned + 1,
+    }
+
+
+@dataclass
+class _CheckpointFeed:
+    """The stored checkpoint rows, handed to the verifier as the entries reach their sizes; a row
+    that is not the signer's is set aside in `skipped`."""
+
+    verifier: av.TreeVerifier
+    judge: genuine.Judge
+    rows: Iterator[AuditCheckpoint]
+    line: int = 0  # the entry read last, where a checkpoint's failure is reported
+    skipped: list[genuine.Skipped] = field(default_factory=list)
+    upcoming: AuditCheckpoint | None = None
+
+    def __post_init__(self) -> None:
+        self.upcoming = next(self.rows, None)
+
+    def open_at(self, *, start: int) -> None:
+        """The rows before the first stored entry after `start` (the archived size): fed when the
+        log starts at entry 1, passed over in the archive but for the tree's at its size."""
+        while self.upcoming is not None and (self.upcoming.size == 0 or self.upcoming.size < start):
+            if not start:
+                self.feed(self.upcoming)
+            self.upcoming = next(self.rows, None)
+        if start:
+            # Of the checkpoints at the archived size, only the tree's: the chain and the switch are archived.
+            while self.upcoming is not None and self.upcoming.size == start:
+                if self.upcoming.tree and not self.upcoming.chain_head:
+                    self.feed(self.upcoming)
+                self.upcoming = next(self.rows, None)
+
+    def upto(self, size: int | None) -> None:
+        """Every row up to `size`; every row left when None."""
+        while self.upcoming is not None and (size is None or self.upcoming.size <= size):
+            self.feed(self.upcoming)
+            self.upcoming = next(self.rows, None)
+
+    def feed(self, row: AuditCheckpoint) -> None:
+        # The signature is the verifier's to check (once); a row that fails it, like one whose note
+        # is malformed or disagrees with its columns, changed nothing in the verifier yet.
+        found = self.judge.problem(row, signature=False)
+        if found is None:
+            try:
+                self.verifier.checkpoint(row.note, number=self.line)
+            except av.VerifyFailure as exc:
+                if exc.reason not in (av.BAD_SIGNATURE, av.UNKNOWN_KEY):
+                    raise
+                found = genuine.Skipped(row.pk, row.size, exc.reason, exc.detail)
+        if found is not None:
+            self.skipped.append(found)
+
+
+def _replay_entries(*, verifier: av.TreeVerifier, log: str, start: int, chained: int, feed: _CheckpointFeed) -> None:
+    """The stored entries after `start`, each checkpoint fed once the entries reach its size."""
+    assert verifier.chain is not None
     for row in iter_entries(log=log, after=start):
-        line += 1
+        feed.line += 1
         if row.seq != verifier.tree.size + 1:
             raise av.VerifyFailure(av.SEQ_GAP, f"entry {verifier.tree.size + 1} is missing", seq=verifier.tree.size + 1)
         if row.seq <= chained:
@@ -170,14 +210,18 @@ def verify_log(*, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[Au
             verifier.first_unsigned = verifier.first_unsigned or row.seq
         else:
             check_stored_entry(verifier, row, chained=chained)
-            verifier.entry(row.body, number=line)
-        while upcoming is not None and upcoming.size <= row.seq:
-            feed(upcoming)
-            upcoming = next(pending, None)
-    while upcoming is not None:
-        # A checkpoint signed a size the stored log does not reach: entries were removed.
-        feed(upcoming)
-        upcoming = next(pending, None)
+            verifier.entry(row.body, number=feed.line)
+        feed.upto(row.seq)
+    # A checkpoint signed a size the stored log does not reach: entries were removed.
+    feed.upto(None)
+
+
+def _refuse_leftovers(
+    *, verifier: av.TreeVerifier, log: str, start: int, skipped: list[genuine.Skipped], archives: ledger.Ledger
+) -> None:
+    """What the replay passed over: the head row, checkpoint rows that are not the signer's,
+    archive rows the log does not record."""
+    assert verifier.chain is not None
     head = AuditHead.objects.filter(log=log).values_list("seq", "head_hash").first()
     if not start and head is not None and head != (verifier.chain.head_seq, verifier.chain.head):
         raise av.VerifyFailure(
@@ -199,14 +243,3 @@ def verify_log(*, log: str, keys: list[av.VerifierKey], checkpoints: Iterator[Au
             "; ".join(archives.problems) + f"; everything else verified ({verifier.entries} entries)",
             seq=None,
         )
-    newest = verifier.last_note
-    return {
-        "ok": True,
-        "entries": verifier.entries,
-        "checkpoints": verifier.checkpoints,
-        "log": log,
-        "size": verifier.tree.size,
-        "switched": verifier.switched,
-        "covered_until": newest.time_text if newest else None,
-        "unsigned_tail": 0 if verifier.first_unsigned is None else verifier.tree.size - verifier.first_unsigned + 1,
-    }

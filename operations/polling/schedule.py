@@ -72,20 +72,9 @@ def plan_wait(
     A wake-up that would fall after the deadline is moved to the deadline, where the operation is
     escalated without a request. `guidance_s` keeps what the provider asked for, uncapped.
     """
-    notes: list[str] = []
-    for hint in (retry_after, poll_hint):
-        if hint is not None and hint.note:
-            notes.append(hint.note)
-    attempt = backoff_attempt
-    guidance_s: float | None = None
-    guidance_source = DelaySource.PROVIDER_RETRY_AFTER
-    if retry_after is not None and retry_after.delay_s is not None:
-        guidance_s = max(retry_after.delay_s, hint_floor_s)
-    elif poll_hint is not None and poll_hint.delay_s is not None:
-        guidance_s, guidance_source = max(poll_hint.delay_s, hint_floor_s), DelaySource.PROVIDER_POLL_HINT
-        if guidance_s > hint_cap_s:
-            notes.append(f"poll hint {guidance_s:g} s clamped to {hint_cap_s:g} s")
-            guidance_s = hint_cap_s
+    guidance_s, guidance_source, notes = _guidance(
+        retry_after=retry_after, poll_hint=poll_hint, hint_floor_s=hint_floor_s, hint_cap_s=hint_cap_s
+    )
     if paced_spacing_s is not None:
         paced = next_check(
             now=now,
@@ -101,19 +90,39 @@ def plan_wait(
     elif guidance_s is not None:
         delay_s, source = guidance_s, guidance_source
     else:
-        raw = backoff_raw(base_s=base_s, max_s=max_s, attempt=attempt, multiplier=multiplier)
+        raw = backoff_raw(base_s=base_s, max_s=max_s, attempt=backoff_attempt, multiplier=multiplier)
         delay_s, source = jittered(raw, jitter_floor=jitter_floor, rng=rng), DelaySource.LOCAL_BACKOFF
-        attempt += 1
+        # Only local backoff moves on; guidance and a window's slots leave the attempt where it is.
+        backoff_attempt += 1
+    return _capped(
+        now=now,
+        deadline_at=deadline_at,
+        delay_s=delay_s,
+        source=source,
+        attempt=backoff_attempt,
+        notes=notes,
+        guidance_s=guidance_s,
+    )
+
+
+def _capped(
+    *,
+    now: datetime,
+    deadline_at: datetime,
+    delay_s: float,
+    source: DelaySource,
+    attempt: int,
+    notes: list[str],
+    guidance_s: float | None,
+) -> Wait:
+    """The wake-up `delay_s` from now, moved to the deadline when it would fall at or after it."""
     remaining_s = (deadline_at - now).total_seconds()
     capped = delay_s >= remaining_s
     if capped:
         notes.append(f"wake-up capped at the deadline ({delay_s:.0f} s asked, {max(remaining_s, 0):.0f} s left)")
         delay_s = max(remaining_s, 0.0)
-        next_poll_at = deadline_at
-    else:
-        next_poll_at = now + seconds(delay_s)
     return Wait(
-        next_poll_at=next_poll_at,
+        next_poll_at=deadline_at if capped else now + seconds(delay_s),
         delay_source=source,
         delay_ms=round(delay_s * 1000),
         backoff_attempt=attempt,
@@ -121,3 +130,20 @@ def plan_wait(
         guidance_s=guidance_s,
         capped=capped,
     )
+
+
+def _guidance(
+    *, retry_after: Hint | None, poll_hint: Hint | None, hint_floor_s: float, hint_cap_s: float
+) -> tuple[float | None, DelaySource, list[str]]:
+    """How long the provider asked to wait and by which signal (Retry-After first, else a poll
+    hint clamped to [floor, cap]), with the notes the hints and the clamp leave."""
+    notes = [hint.note for hint in (retry_after, poll_hint) if hint is not None and hint.note]
+    if retry_after is not None and retry_after.delay_s is not None:
+        return max(retry_after.delay_s, hint_floor_s), DelaySource.PROVIDER_RETRY_AFTER, notes
+    if poll_hint is None or poll_hint.delay_s is None:
+        return None, DelaySource.PROVIDER_RETRY_AFTER, notes
+    guidance_s = max(poll_hint.delay_s, hint_floor_s)
+    if guidance_s > hint_cap_s:
+        notes.append(f"poll hint {guidance_s:g} s clamped to {hint_cap_s:g} s")
+        guidance_s = hint_cap_s
+    return guidance_s, DelaySource.PROVIDER_POLL_HINT, notes

@@ -718,7 +718,7 @@ def test_the_old_stdio_command_refuses_to_run_and_says_where_mcp_went():
 
 
 def test_a_deadline_sooner_than_the_next_check_shortens_the_poll_interval(make_operation):
-    from operations.api.mcp_tasks import poll_interval_ms
+    from operations.api.mcp_task_view import poll_interval_ms
 
     now = timezone.now()
     op = make_operation(job_id("never_finishes"))

@@ -17,6 +17,7 @@ from django.db import connection
 
 from operations.audit import checkpoints, integrate, treecheck
 from operations.audit import verify as av
+from operations.audit.signer import Signer
 from operations.audit.verify import merkle
 from operations.models import AuditCheckpoint, AuditEntry, ProcessHeartbeat
 from tests.audit.helpers import append_entries
@@ -143,7 +144,7 @@ def test_a_racing_signer_cannot_make_the_size_go_backwards(signing_key, clock, m
 
 
 def test_the_loop_signs_every_interval_even_when_idle(signing_key, clock):
-    signer = checkpoints.Signer(interval_s=60)
+    signer = Signer(interval_s=60)
     stop_at = T0 + timedelta(minutes=5, seconds=30)
 
     def sleep(seconds: float) -> None:
@@ -162,7 +163,7 @@ def test_the_loop_signs_every_interval_even_when_idle(signing_key, clock):
 
 def test_the_loop_keeps_running_and_alerting_while_verification_fails(signing_key, clock, caplog):
     append_entries(2)
-    signer = checkpoints.Signer(interval_s=60)
+    signer = Signer(interval_s=60)
     assert signer.tick().signed is not None
     append_entries(1, start=3)
     integrate.integrate_all()

@@ -24,6 +24,7 @@ from operations.audit import archive, checkpoints, genuine, health, integrate, l
 from operations.audit import entries as audit
 from operations.audit import verify as av
 from operations.audit.export import stream_export
+from operations.audit.signer import Signer
 from operations.models import AuditArchive, AuditCheckpoint, AuditEntry, ProcessHeartbeat
 from tests.audit.helpers import append_entries
 from tests.support import T0
@@ -177,7 +178,7 @@ def test_a_row_without_its_entry_moves_nothing_and_is_reported_as_tampering(
     page = admin_client.get("/system/").content.decode()
     assert "audit archive ledger" in page and "has no matching audit.archived entry in the log" in page
     # The signer keeps signing (the tree is sound) but reports it on every tick.
-    signer = checkpoints.Signer(interval_s=60)
+    signer = Signer(interval_s=60)
     assert signer.tick().signed is not None
     beat = ProcessHeartbeat.objects.get(kind="signer")
     assert beat.info["ok"] is True and ledger.UNRECORDED_ARCHIVE in beat.info["ledger"]
@@ -296,7 +297,7 @@ def check_forged_checkpoints_are_skipped(keys_file, tmp_path) -> None:
     assert "skipped 4 checkpoint rows that do not verify" in err.getvalue()
     # The signer's heartbeat and /system/ report the ones above its newest genuine checkpoint (the
     # forged size-11 row is below it now: only exports of size 11 meet it, and skip it).
-    signer = checkpoints.Signer(interval_s=60)
+    signer = Signer(interval_s=60)
     assert signer.tick().signed is not None
     checks = {check.name: check for check in health.audit_protection_checks()}
     assert checks["audit checkpoint rows"].ok is False
@@ -373,7 +374,7 @@ def test_a_flood_of_forged_checkpoint_rows_stops_signing_loudly_not_wrongly(samp
     forge_checkpoints()
     with pytest.raises(checkpoints.CheckpointError, match="flooded with forged rows"):
         checkpoints.sign_checkpoint()
-    signer = checkpoints.Signer(interval_s=60)
+    signer = Signer(interval_s=60)
     assert signer.tick().signed is None
     assert "flooded" in ProcessHeartbeat.objects.get(kind="signer").info["error"]
 

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from operations.polling.decide import Action, Bounds, Observation, Policy, decide
+from operations.polling.decide import decide
+from operations.polling.model import Action, Bounds, Observation, Policy
 from operations.polling.states import StateTable
 from operations.vocabulary import DelaySource, Reason, Status
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from demo.fakeprovider import FakeProvider
-from demo.scenarios import http_date, parse_job_id
+from demo.replies import http_date, parse_job_id
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "canary-5f1d2c-DO-NOT-LEAK"

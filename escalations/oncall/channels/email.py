@@ -85,9 +85,8 @@ def card_email(message: Message, *, facts: CardFacts) -> Email:
     waited; a message outside the levels (a card handed to someone, taken over from them, an
     acceptance to confirm) has pollerdash's own head and first sentence. The last message about a
     card (NOTIFY_MAX_PER_CARD) says so."""
-    first, now, last, intro = message.first, message.now, message.last, message.intro
-    waited = human_duration(now - facts.opened_at)
-    head = message.head or ("Decision needed" if first else f"Still undecided after {waited}")
+    waited = human_duration(message.now - facts.opened_at)
+    head = message.head or ("Decision needed" if message.first else f"Still undecided after {waited}")
     what = f"{facts.reason_label} - {facts.provider_slug} ({facts.operation_id})"
     group_line = ""
     if facts.group_size > 1:
@@ -97,12 +96,26 @@ def card_email(message: Message, *, facts: CardFacts) -> Email:
             f"This card is one of {facts.group_size} open cards of the same outage ({facts.reason_label}, same "
             f"provider account, opened within minutes): see and decide them together at {facts.group_url}"
         )
-    subject = ascii_subject(f"[pollerdash] {head}: {what}")
-    opening = intro or (
+    opening = message.intro or (
         "pollerdash stopped waiting on a job and a person must decide what happens next."
-        if first
+        if message.first
         else f"This card has waited {waited} for a decision."
     )
+    body = _CardBody(
+        opening=opening,
+        card_url=facts.card_url,
+        group_line=group_line,
+        rows=_card_rows(facts=facts, now=message.now),
+        agent=[
+            f"Provider job id (from the agent): {quoted(facts.provider_job_id)}",
+            f"Purpose (from the agent): {quoted(facts.purpose) if facts.purpose else '—'}",
+        ],
+        closing=LAST_NOTICE if message.last else "The card offers bounded options only; nothing is decided by timeout.",
+    )
+    return Email(subject=ascii_subject(f"[pollerdash] {head}: {what}"), text=body.text(), html=body.html())
+
+
+def _card_rows(*, facts: CardFacts, now: datetime) -> list[tuple[str, str]]:
     rows = [
         ("Reason", facts.reason_label),
         # Quoted, links disabled, capped (escalations.oncall.facts): it may quote the provider.
@@ -116,42 +129,54 @@ def card_email(message: Message, *, facts: CardFacts) -> Email:
     ]
     if facts.option_labels:
         rows.append(("Options", "; ".join(facts.option_labels)))
-    agent = [
-        f"Provider job id (from the agent): {quoted(facts.provider_job_id)}",
-        f"Purpose (from the agent): {quoted(facts.purpose) if facts.purpose else '—'}",
-    ]
-    closing = LAST_NOTICE if last else "The card offers bounded options only; nothing is decided by timeout."
-    width = max(len(label) for label, _ in rows) + 2
-    text = "\n".join(
-        [
-            opening,
-            "",
-            f"Decide on the card: {facts.card_url}",
-            *([group_line] if group_line else []),
-            "",
-            *(f"{label + ':':<{width}} {value}" for label, value in rows),
-            "",
-            "Supplied when the job was registered, not written by pollerdash (links disabled):",
-            *agent,
-            "",
-            closing,
-        ]
-    )
-    cells = "".join(
-        f'<tr><th scope="row" align="left" valign="top">{escape(label)}</th><td>{escape(value)}</td></tr>'
-        for label, value in rows
-    )
-    html = (
-        '<!doctype html><html><body><div lang="en">'
-        f"<p>{escape(opening)}</p>"
-        f'<p><a href="{escape(facts.card_url, quote=True)}"><strong>Open the card and decide</strong></a></p>'
-        + (f"<p>{escape(group_line)}</p>" if group_line else "")
-        + f'<table cellpadding="4">{cells}</table>'
-        "<p>Supplied when the job was registered, not written by pollerdash (links disabled):</p>"
-        + "".join(f"<p>{escape(line)}</p>" for line in agent)
-        + f"<p>{escape(closing)}</p></div></body></html>"
-    )
-    return Email(subject=subject, text=text, html=html)
+    return rows
+
+
+@dataclass(frozen=True)
+class _CardBody:
+    """What a card's email says, in the order both parts say it: the card's link first, what the
+    agent wrote after pollerdash's own words."""
+
+    opening: str
+    card_url: str
+    group_line: str
+    rows: list[tuple[str, str]]
+    agent: list[str]  # quoted, links disabled
+    closing: str
+
+    def text(self) -> str:
+        width = max(len(label) for label, _ in self.rows) + 2
+        return "\n".join(
+            [
+                self.opening,
+                "",
+                f"Decide on the card: {self.card_url}",
+                *([self.group_line] if self.group_line else []),
+                "",
+                *(f"{label + ':':<{width}} {value}" for label, value in self.rows),
+                "",
+                "Supplied when the job was registered, not written by pollerdash (links disabled):",
+                *self.agent,
+                "",
+                self.closing,
+            ]
+        )
+
+    def html(self) -> str:
+        cells = "".join(
+            f'<tr><th scope="row" align="left" valign="top">{escape(label)}</th><td>{escape(value)}</td></tr>'
+            for label, value in self.rows
+        )
+        return (
+            '<!doctype html><html><body><div lang="en">'
+            f"<p>{escape(self.opening)}</p>"
+            f'<p><a href="{escape(self.card_url, quote=True)}"><strong>Open the card and decide</strong></a></p>'
+            + (f"<p>{escape(self.group_line)}</p>" if self.group_line else "")
+            + f'<table cellpadding="4">{cells}</table>'
+            "<p>Supplied when the job was registered, not written by pollerdash (links disabled):</p>"
+            + "".join(f"<p>{escape(line)}</p>" for line in self.agent)
+            + f"<p>{escape(self.closing)}</p></div></body></html>"
+        )
 
 
 def _utc(value: datetime | None) -> str:

@@ -114,39 +114,15 @@ class ChainVerifier:
         This is the hot loop of a million-entry verification, hence the flat, cheap checks first
         and the explanations only on the way out."""
         self._line = number or self._line + 1
-        try:
-            text = line.decode("utf-8")
-            obj, end = _scan_fast(text, 0)
-        except (UnicodeDecodeError, ValueError, StopIteration) as exc:
-            raise self._fail(PARSE, f"entry is not valid JSON: {exc}", seq=self.head_seq + 1) from None
-        if end != len(text):
-            raise self._fail(PARSE, "bytes after the entry's JSON value", seq=self.head_seq + 1)
-        if type(obj) is not dict or obj.keys() != ENTRY_KEYS:
-            raise self._fail(PARSE, "not an audit entry (fields differ from v1)", seq=self.head_seq + 1)
-        actor, data = obj["actor"], obj["data"]
-        if type(actor) is not dict or actor.keys() != ACTOR_KEYS or type(data) is not dict:
-            raise self._fail(PARSE, "entry actor or data is malformed", seq=self.head_seq + 1)
-        if self.strict:
-            self._exact_check(line, text)
-        seq, version, at = obj["seq"], obj["v"], obj["at"]
-        if type(seq) is not int or type(version) is not int or version != 1:
-            raise self._fail(PARSE, "seq and v are integers; v is 1", seq=self.head_seq + 1)
+        obj, text = self._parse(line)
+        seq, at = obj["seq"], obj["at"]
         if seq != self.head_seq + 1:
             self._exact_check(line, text)
             raise self._fail(SEQ_GAP, f"expected seq {self.head_seq + 1}, found {seq}", seq=seq)
         prev = obj["prev"]
         if prev != self.head:
-            self._exact_check(line, text)
-            if self.anchored:
-                detail = f"prev does not match the segment's anchor at seq {self.head_seq}"
-                raise self._fail(LINK_BREAK, detail, seq=seq)
-            self._exact_check_previous()
-            raise self._fail(
-                HASH_MISMATCH,
-                f"entry {self.head_seq} does not hash to the prev recorded by entry {seq}",
-                seq=self.head_seq,
-            )
-        operation_id = obj["operation_id"]
+            raise self._broken_link(line, text, seq=seq)
+        operation_id, actor = obj["operation_id"], obj["actor"]
         if (
             obj["log"] != self.log
             or type(at) is not str
@@ -163,6 +139,43 @@ class ChainVerifier:
             self.jumped = False
         if operation_id == self.operation_id:
             self._interval_has_operation = True
+        self._advance(line, obj, seq=seq)
+
+    def _parse(self, line: bytes) -> tuple[dict, str]:
+        """The entry's JSON with version 1's fields, and its text (for the exact checks)."""
+        try:
+            text = line.decode("utf-8")
+            obj, end = _scan_fast(text, 0)
+        except (UnicodeDecodeError, ValueError, StopIteration) as exc:
+            raise self._fail(PARSE, f"entry is not valid JSON: {exc}", seq=self.head_seq + 1) from None
+        if end != len(text):
+            raise self._fail(PARSE, "bytes after the entry's JSON value", seq=self.head_seq + 1)
+        if type(obj) is not dict or obj.keys() != ENTRY_KEYS:
+            raise self._fail(PARSE, "not an audit entry (fields differ from v1)", seq=self.head_seq + 1)
+        actor, data = obj["actor"], obj["data"]
+        if type(actor) is not dict or actor.keys() != ACTOR_KEYS or type(data) is not dict:
+            raise self._fail(PARSE, "entry actor or data is malformed", seq=self.head_seq + 1)
+        if self.strict:
+            self._exact_check(line, text)
+        seq, version = obj["seq"], obj["v"]
+        if type(seq) is not int or type(version) is not int or version != 1:
+            raise self._fail(PARSE, "seq and v are integers; v is 1", seq=self.head_seq + 1)
+        return obj, text
+
+    def _broken_link(self, line: bytes, text: str, *, seq: int) -> VerifyFailure:
+        """Why entry `seq`'s prev is not the head: a bad line, a wrong anchor or an altered entry before it."""
+        self._exact_check(line, text)
+        if self.anchored:
+            return self._fail(LINK_BREAK, f"prev does not match the segment's anchor at seq {self.head_seq}", seq=seq)
+        self._exact_check_previous()
+        return self._fail(
+            HASH_MISMATCH,
+            f"entry {self.head_seq} does not hash to the prev recorded by entry {seq}",
+            seq=self.head_seq,
+        )
+
+    def _advance(self, line: bytes, obj: dict, *, seq: int) -> None:
+        """Entry `seq` is the new head."""
         self.head = hashlib.sha256(ENTRY_TAG + line).hexdigest()
         self.head_seq = seq
         self.last_entry = obj

@@ -5,27 +5,23 @@ each tree checkpoint; version-1 entries before the switch checkpoint are also ch
 chain they were written as. An operation or range export holds the closing checkpoint and proofs
 against it - nothing of any other entry but hashes: in format 2 an inclusion proof after each
 entry; in format 3, after each group of entries (at most BATCH_MAX_ENTRIES, held in memory until
-their proof), one batch proof ``{"batch": {"size", "seqs", "hashes"}}``: `seqs` the entries' seqs
-as ``[first, last]`` runs, `hashes` (base64) the subtrees merkle.batch_ranges names, which with the
-entries' leaves recompute the signed root (merkle.batch_root).
+their proof), one batch proof whose hashes with the entries' leaves recompute the signed root
+(merkle.batch_root). The proof lines and what they prove are proofs.py; an entry's fields are
+entry_check.py.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from . import merkle
 from .base import (
-    ACTOR_KEYS,
     BAD_PROOF,
     BATCH_MAX_ENTRIES,
     CHECKPOINT_MISMATCH,
     COVERAGE_GRACE,
-    ENTRY_V2_KEYS,
     HASH_MISMATCH,
     INCONSISTENT,
     PARSE,
@@ -41,74 +37,14 @@ from .base import (
     format_time,
     parse_note,
 )
-from .chain import _EXACT, _TIME_RE, ChainVerifier, _scan_fast, compact_json, parse_json_line
+from .chain import ChainVerifier
+from .entry_check import parse_entry
+from .proofs import check_batch, consistent, leads_to, leaf_of, parse_batch, parse_proof
 from .witness import WitnessKey, witnesses_of
 
-_HEX = frozenset("0123456789abcdef")
 # RFC 8785 sorts keys: a version-2 entry starts with its actor and ends with "v":2.
 _ENTRY_START = b'{"actor":{'
 _V2_END = b',"v":2}'
-
-
-def _hashes(value: object) -> list[bytes]:
-    if type(value) is not list or not all(type(h) is str and len(h) == 64 and _HEX.issuperset(h) for h in value):
-        raise ValueError("hashes are 64 lowercase hex digits")
-    return [bytes.fromhex(h) for h in value]
-
-
-def parse_proof(line: bytes, kind: str, keys: tuple[str, ...]) -> dict[str, object]:
-    """A `{"inclusion": {...}}` or `{"consistency": {...}}` line, canonical, with integer fields."""
-    obj = parse_json_line(line)
-    if type(obj) is not dict or list(obj) != [kind] or type(obj[kind]) is not dict:
-        raise ValueError(f'not a {{"{kind}": {{...}}}} line')
-    body = obj[kind]
-    if sorted(body) != sorted((*keys, "hashes")) or not all(type(body[k]) is int and body[k] >= 0 for k in keys):
-        raise ValueError(f"{kind} fields are {', '.join(keys)} (integers) and hashes")
-    if compact_json(obj) != line:
-        raise ValueError(f"{kind} line is not in canonical form")
-    body["hashes"] = _hashes(body["hashes"])
-    return body
-
-
-def parse_batch(line: bytes) -> tuple[int, list[int], list[bytes]]:
-    """A `{"batch": {...}}` line, canonical: (size, the seqs it proves, its hashes)."""
-    obj = parse_json_line(line)
-    if type(obj) is not dict or list(obj) != ["batch"] or type(obj["batch"]) is not dict:
-        raise ValueError('not a {"batch": {...}} line')
-    body = obj["batch"]
-    if sorted(body) != ["hashes", "seqs", "size"] or type(body["size"]) is not int or body["size"] < 1:
-        raise ValueError("batch fields are size (an integer), seqs and hashes")
-    if compact_json(obj) != line:
-        raise ValueError("batch line is not in canonical form")
-    runs = body["seqs"]
-    seqs: list[int] = []
-    if type(runs) is not list or not runs:
-        raise ValueError("seqs is a list of [first, last] runs")
-    last = 0
-    for run in runs:
-        if type(run) is not list or len(run) != 2 or not all(type(n) is int for n in run):
-            raise ValueError("seqs is a list of [first, last] runs")
-        # Canonical: runs in order, at least one seq apart (touching runs are written as one).
-        if not (last + 2 if last else 1) <= run[0] <= run[1]:
-            raise ValueError("seq runs are increasing and separate, from seq 1 on")
-        if len(seqs) + run[1] - run[0] + 1 > BATCH_MAX_ENTRIES:
-            raise ValueError(f"a batch proves at most {BATCH_MAX_ENTRIES} entries")
-        seqs.extend(range(run[0], run[1] + 1))
-        last = run[1]
-    hashes = body["hashes"]
-    if type(hashes) is not list or not all(type(h) is str and len(h) == 44 for h in hashes):
-        raise ValueError("hashes are base64 strings of 32 bytes")
-    try:
-        raw = [base64.b64decode(h, validate=True) for h in hashes]
-    except binascii.Error:
-        raise ValueError("hashes are base64 strings of 32 bytes") from None
-    if any(len(digest) != 32 or base64.b64encode(digest).decode() != h for digest, h in zip(raw, hashes, strict=True)):
-        raise ValueError("hashes are canonical base64 strings of 32 bytes")
-    return body["size"], seqs, raw
-
-
-def leaf_of(line: bytes) -> bytes:
-    return merkle.leaf_hash(line)
 
 
 @dataclass(slots=True)
@@ -162,40 +98,9 @@ class TreeVerifier:
     def check_entry(self, line: bytes, seq: int | None) -> dict:
         """The parsed entry (version 1 entries are returned as parsed, for the chain to check)."""
         try:
-            text = line.decode("utf-8")
-            obj, end = _scan_fast(text, 0)
-        except (UnicodeDecodeError, ValueError, StopIteration) as exc:
-            raise self._fail(PARSE, f"entry is not valid JSON: {exc}", seq=seq) from None
-        if end != len(text) or type(obj) is not dict:
-            raise self._fail(PARSE, "bytes after the entry's JSON value", seq=seq)
-        if obj.get("v") == 1:
-            return obj
-        actor = obj.get("actor")
-        if (
-            obj.keys() != ENTRY_V2_KEYS
-            or obj["v"] != 2
-            or type(actor) is not dict
-            or actor.keys() != ACTOR_KEYS
-            or type(obj["data"]) is not dict
-        ):
-            raise self._fail(PARSE, "not an audit entry (fields differ from v1 and v2)", seq=seq)
-        if obj["log"] != self.log:
-            raise self._fail(PARSE, f"entry of another log ({str(obj['log'])[:80]!r})", seq=seq)
-        at, operation_id = obj["at"], obj["operation_id"]
-        if type(at) is not str or not _TIME_RE.match(at) or type(obj["type"]) is not str:
-            raise self._fail(PARSE, "at is a UTC time with six fractional digits and type a string", seq=seq)
-        if not (operation_id is None or type(operation_id) is str):
-            raise self._fail(PARSE, "operation_id is not a string or null", seq=seq)
-        if type(actor["kind"]) is not str or type(actor["id"]) is not str:
-            raise self._fail(PARSE, "actor kind and id are strings", seq=seq)
-        if self.strict:
-            try:
-                exact = _EXACT.decode(text)
-            except ValueError as exc:
-                raise self._fail(PARSE, f"entry is not strict JSON: {exc}", seq=seq) from None
-            if compact_json(exact) != line:
-                raise self._fail(PARSE, "entry is not in canonical form (RFC 8785)", seq=seq)
-        return obj
+            return parse_entry(line, log=self.log, strict=self.strict)
+        except ValueError as exc:
+            raise self._fail(PARSE, str(exc), seq=seq) from None
 
     def entry(self, line: bytes, *, number: int) -> None:
         self._line = number
@@ -257,36 +162,15 @@ class TreeVerifier:
         """Format 3: the proof of the entries read since the last one."""
         self._line = number
         try:
-            size, seqs, hashes = parse_batch(line)
+            batch = parse_batch(line)
         except (UnicodeDecodeError, ValueError) as exc:
             raise self._fail(PARSE, f"batch line: {exc}", seq=self._last_seq + 1) from None
         closing = self.closing
         if not self.batch or closing is None:
             raise self._fail(PARSE, "a batch proof belongs after entries of a format-3 operation or range export")
         group, self._group = self._group, []
-        named = f"entries {seqs[0]}-{seqs[-1]}" if len(seqs) > 1 else f"entry {seqs[0]}"
-        if len(seqs) != len(group):
-            detail = f"the batch proof proves {len(seqs)} entries ({named}) but {len(group)} come before it"
-            raise self._fail(SEQ_GAP, detail, seq=seqs[0])
-        if seqs[0] <= self._last_seq:
-            raise self._fail(SEQ_GAP, f"entry {seqs[0]} comes after entry {self._last_seq}", seq=seqs[0])
-        for seq, (_, v1) in zip(seqs, group, strict=True):
-            if v1 is not None and v1 != (seq, self.log):
-                raise self._fail(BAD_PROOF, f"the version-1 entry is not entry {seq} of this log", seq=seq)
-        if size != closing.size or seqs[-1] > size:
-            detail = f"the batch proof is for a tree of size {size}, the closing checkpoint's is {closing.size}"
-            raise self._fail(BAD_PROOF, detail, seq=seqs[0])
-        try:
-            root = merkle.batch_root([seq - 1 for seq in seqs], [leaf for leaf, _ in group], hashes, size)
-        except ValueError as exc:
-            raise self._fail(BAD_PROOF, f"{named}: {exc}", seq=seqs[0]) from None
-        if root.hex() != closing.head:
-            detail = (
-                f"{named} are not proven in the tree of size {size}: an entry or a hash was altered, "
-                "or the entries were reordered or replaced"
-            )
-            raise self._fail(BAD_PROOF, detail, seq=seqs[0])
-        self._last_seq = seqs[-1]
+        check_batch(batch=batch, group=group, closing=closing, last_seq=self._last_seq, log=self.log, line=self._line)
+        self._last_seq = batch.seqs[-1]
         self.entries += len(group)
 
     def inclusion(self, line: bytes, *, number: int) -> None:
@@ -420,19 +304,9 @@ class TreeVerifier:
         if previous is None or previous.size in (0, note.size) or not self.require_consistency:
             return
         proof = self.consistency.pop(previous.size, None)
-        if proof is None or proof["to"] != note.size or not self._prove_consistent(previous, note, proof):
+        if proof is None or proof["to"] != note.size or not consistent(old=previous, new=note, proof=proof):
             detail = f"no valid consistency proof from size {previous.size} to {note.size}"
             raise self._fail(INCONSISTENT, detail, seq=note.size)
-
-    def _prove_consistent(self, old: Note, new: Note, proof: dict[str, object]) -> bool:
-        return merkle.verify_consistency(
-            old=old.size,
-            new=new.size,
-            old_root=bytes.fromhex(old.head),
-            new_root=bytes.fromhex(new.head),
-            # Typing: parse_proof checked hashes is a list of 32-byte values.
-            proof=proof["hashes"],  # type: ignore[arg-type]
-        )
 
     def _note_seen(self, note: Note) -> None:
         last = self.last_note
@@ -477,11 +351,7 @@ class TreeVerifier:
             )
         self._final_pins(newest)
         for note in self.earlier:
-            proof = self.consistency.get(note.size)
-            if (note.size == newest.size and note.head != newest.head) or (
-                note.size != newest.size
-                and (proof is None or proof["to"] != newest.size or not self._prove_consistent(note, newest, proof))
-            ):
+            if not leads_to(old=note, new=newest, consistency=self.consistency):
                 detail = f"no valid consistency proof from the checkpoint of size {note.size} to the closing one"
                 raise self._fail(INCONSISTENT, detail, seq=note.size)
         if self.witnesses_required and self.witnessed is None:
@@ -516,7 +386,7 @@ class TreeVerifier:
             if proof is None or proof["to"] != newest.size:
                 detail = f"no consistency proof from the pinned size {pin.size} (export with --consistency-from)"
                 raise self._fail(PIN_MISMATCH, detail, seq=pin.size)
-            if not self._prove_consistent(pin, newest, proof):
+            if not consistent(old=pin, new=newest, proof=proof):
                 raise self._fail(
                     PIN_MISMATCH, f"the pinned checkpoint of size {pin.size} is inconsistent", seq=pin.size
                 )

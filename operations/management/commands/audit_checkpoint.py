@@ -19,6 +19,7 @@ from django.db import DatabaseError
 
 from operations.audit import checkpoints
 from operations.audit import verify as av
+from operations.audit.signer import Signer
 from operations.dispatch import forget_heartbeat
 
 
@@ -59,7 +60,7 @@ class Command(BaseCommand):
 
     def _loop(self, interval: int | None) -> None:
         try:
-            signer = checkpoints.Signer(interval_s=interval)
+            signer = Signer(interval_s=interval)
         except checkpoints.CheckpointError as exc:
             raise CommandError(str(exc), returncode=2) from None
         stop = threading.Event()
