@@ -18,6 +18,7 @@ from operations.credential_names import credential_env_problem
 from operations.models import ProviderProfile
 from operations.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
 from operations.polling.schedule import MAX_BACKOFF_MULTIPLIER, MIN_BACKOFF_MULTIPLIER
+from operations.provider_origins import placeholder_problem
 from operations.vocabulary import ONE_LINE_CONTROL_CHARACTERS
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
@@ -205,10 +206,11 @@ def _url(value: object) -> list[str]:
         return ["must be an http:// or https:// URL with a host"]
     if "{job_id}" in parts.netloc:
         # The job id comes from the agent: it may pick a path segment, never the host.
-        return ["{job_id} must be in the path or query, not in the host"]
+        return ["{job_id} must be in the path, not in the host"]
     if parts.username is not None or parts.password is not None:
         return ["must not carry credentials; name them with credential_env"]
-    return []
+    problem = placeholder_problem(value)
+    return [problem] if problem else []
 
 
 def _top_level_alternation(pattern: str) -> bool:
