@@ -42,8 +42,9 @@ class Operation(models.Model):
     provider_job_id = models.CharField(max_length=200)
     # The provider job as the provider sees it: SHA-256 of (credential variable, the status URL
     # with the job id filled in) (operations.provider_origins.watch_key), whatever account label,
-    # profile or template it was registered under (re-keyed by 0040); kept current when a profile's credential or status URL changes. Empty on
-    # operations that were done before 0027 (only live operations are matched on it).
+    # profile or template it was registered under (re-keyed by 0040); kept current when a profile's
+    # credential or status URL changes. Empty on operations that were done before 0027 (only live
+    # operations are matched on it).
     watch_key = models.CharField(max_length=64, blank=True)
     request_fingerprint = models.CharField(max_length=200, blank=True)
     purpose = models.TextField(blank=True)
