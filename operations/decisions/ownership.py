@@ -22,6 +22,7 @@ from operations.lifecycle import ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
 from operations.models import CardActivity, Escalation
 from operations.responders import is_responder
+from operations.vocabulary import CONTROL_CHARACTERS
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -109,7 +110,7 @@ def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: obje
     """
     _take_slot(by)
     name = to.strip()[:150] if isinstance(to, str) else ""
-    if not name:
+    if not name or CONTROL_CHARACTERS.search(name):
         raise NotAResponder("to: choose the responder to hand the card to.")
     target = get_user_model().objects.filter(username=name).first()
     if target is None:
