@@ -43,7 +43,7 @@ def problem(name: str) -> str | None:
     return None
 
 
-def taken_as(name: str, *, except_pk: object = None) -> str | None:
+def taken_as(name: str, *, except_pk: int | None = None) -> str | None:
     """The existing account (other than `except_pk`) whose username equals `name` in any case, if any."""
     others = get_user_model().objects.filter(username__iexact=name)
     if except_pk is not None:
@@ -51,7 +51,7 @@ def taken_as(name: str, *, except_pk: object = None) -> str | None:
     return others.values_list("username", flat=True).first()
 
 
-def clean_username(name: str, *, current: str | None, pk: object) -> str:
+def clean_username(name: str, *, current: str | None, pk: int | None) -> str:
     """`name` as a form saves it for the account `pk` (None: a new one) now named `current`, or a
     ValidationError saying why not. An unchanged name passes (accounts named before the rule)."""
     from django.core.exceptions import ValidationError
