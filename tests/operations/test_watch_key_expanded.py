@@ -105,3 +105,37 @@ def test_a_template_whose_job_id_is_not_a_whole_path_segment_is_refused(url, key
 )
 def test_a_whole_segment_template_passes(url) -> None:
     assert key_checks()["status_url"](url) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_0040_rekeys_live_operations_on_the_expanded_url():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from operations.models import Operation
+    from tests.support import T0
+
+    def migrate(targets):  # noqa: ANN001, ANN202 - the historical apps
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
+        return executor.loader.project_state(targets).apps
+
+    old = migrate([("operations", "0037_audit_functions_fixed_search_path")])
+    Profile = old.get_model("operations", "ProviderProfile")
+    Op = old.get_model("operations", "Operation")
+    url = "http://127.0.0.1:8765/v1/jobs/{job_id}"
+    profile = Profile.objects.create(
+        slug="fake-export", name="e", account="fake-main", status_url=url, credential_env=FAKE
+    )
+    for pk, status in (("op_live", "pending"), ("op_done", "closed")):
+        Op.objects.create(
+            id=pk, provider=profile, account="fake-main", provider_job_id="j1", status=status, watch_key="old",
+            deadline_at=T0, max_status_requests=3, max_transport_failures=3, created_at=T0, updated_at=T0,
+        )  # fmt: skip
+    try:
+        migrate([("operations", "0040_watch_key_expanded_url")])
+        keys = dict(Operation.objects.values_list("pk", "watch_key"))
+        assert keys == {"op_live": watch_key(credential_env=FAKE, status_url=url, job_id="j1"), "op_done": "old"}
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
