@@ -9,6 +9,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.http import HttpRequest, HttpResponse
 
+from accounts.admin_forms import AccountChangeForm, AccountCreationForm
 from operations.audit import entries as audit
 from operations.people import acting_as, one_change, record_pending
 
@@ -36,7 +37,9 @@ class _AttributedViews:
 
 
 class AttributedUserAdmin(_AttributedViews, UserAdmin):
-    pass
+    # The username rule of every other door (accounts/usernames.py), on creation and on rename.
+    form = AccountChangeForm
+    add_form = AccountCreationForm
 
 
 class AttributedGroupAdmin(_AttributedViews, GroupAdmin):

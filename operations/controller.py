@@ -29,7 +29,6 @@ from datetime import datetime
 from enum import StrEnum
 from functools import cache
 from typing import Any
-from urllib.parse import quote
 
 from django.conf import settings
 from django.db import transaction
@@ -45,6 +44,7 @@ from operations.polling.decide import decide, unreadable
 from operations.polling.gate import Gate, before_send
 from operations.polling.model import Bounds, Decision, Observation, Policy
 from operations.polling.states import StateTable
+from operations.provider_origins import expand
 from operations.provider_targets import Destination, DestinationRefused, check_destination
 from operations.redaction import redact_bytes, scrub
 from operations.vocabulary import DelaySource, Reason
@@ -116,7 +116,7 @@ def bounds_for(*, op: Operation) -> Bounds:
 
 def status_url(*, profile: ProviderProfile, job_id: str) -> str:
     # The job id is always one percent-encoded path segment: an agent can never steer the URL.
-    return profile.status_url.replace("{job_id}", quote(job_id, safe=""))
+    return expand(profile.status_url, job_id)
 
 
 def poll_once(

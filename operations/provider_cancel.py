@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from urllib.parse import quote
 
 from operations import http
 from operations.models import Operation
 from operations.polling.states import MISSING, describe_state, extract
+from operations.provider_origins import expand
 from operations.provider_targets import DestinationRefused, check_destination
 from operations.redaction import redact_bytes, scrub
 from operations.selectors import job_watched_elsewhere
@@ -53,7 +53,7 @@ def send_provider_cancel(*, operation: Operation) -> CancelResult:
         return CancelResult(state=CancelState.NOT_DOCUMENTED, detail=f"{profile.slug} documents no cancel request")
     if job_watched_elsewhere(operation=operation):
         return CancelResult(state=CancelState.NOT_FORWARDED, detail=WATCHED_ELSEWHERE)
-    url = profile.cancel_url.replace("{job_id}", quote(operation.provider_job_id, safe=""))
+    url = expand(profile.cancel_url, operation.provider_job_id)
     try:
         destination = check_destination(credential_env=profile.credential_env, url=url)
     except DestinationRefused as refused:

@@ -13,8 +13,12 @@ that sends must go where the one that checked looked.
 that profiles without a credential may use although they are not public https addresses. Neither
 message of a refused setting quotes what was written: an operator may have pasted a secret there.
 
-`watch_key` is a provider job as the provider sees it: which credential asks, at which origin,
-about which job id — whatever account label or profile a watch was registered under.
+`watch_key` is a provider job as the provider sees it: which credential asks for which URL — the
+status URL with the job id filled in, its origin canonical — whatever account label, profile,
+template or job id a watch was registered with. A job id fills `{job_id}` as exactly one path
+segment (`job_id_problem` refuses `/`, `?`, `#`, `%`, a backslash, `.`, `..` and nothing), and the
+profile's template has `{job_id}` as a whole path segment (`placeholder_problem`), so a job id can
+neither point a request at another path nor reach one URL under two names.
 
 Pure: no Django, no I/O (settings.py parses the operator's values at start-up with it).
 """
@@ -29,12 +33,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
+from urllib.parse import quote
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _AUTHORITY = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+))(?::(?P<port>[0-9]{1,5}))?")
 _LABEL = re.compile(r"[a-z0-9-]{1,63}")
 _NAME = re.compile(r"[A-Z][A-Z0-9_]{0,99}")
+PLACEHOLDER = "{job_id}"
+# Characters that end or re-read a path segment: a separator, a query, a fragment, an escape.
+_NOT_IN_A_SEGMENT = frozenset("/?#%\\")
+SEGMENT_RULE = "must be one path segment: not empty, not . or .., without / ? # % or a backslash"
 
 
 class OriginError(ValueError):
@@ -160,16 +169,47 @@ def parse_allowed_origins(entries: tuple[str, ...]) -> frozenset[Origin]:
     return frozenset(origins)
 
 
-def watch_key(*, credential_env: str, status_url: str, job_id: str) -> str:
-    """One provider job as the provider sees it: (credential variable, status-URL origin, job id), hashed.
+def job_id_problem(job_id: object) -> str | None:
+    """Why `job_id` cannot fill a profile's `{job_id}`, or None: it must be exactly one path segment."""
+    if not isinstance(job_id, str) or not job_id or job_id in {".", ".."}:
+        return SEGMENT_RULE
+    if _NOT_IN_A_SEGMENT.intersection(job_id):
+        return SEGMENT_RULE
+    return None
 
-    Two watches with one key poll — and a cancel would end — the same job, whatever account label
-    or profile each was registered under. A status URL without a plain origin (a row written
-    around the profile checks; it is never sent) stands for itself.
+
+def placeholder_problem(template: str) -> str | None:
+    """Why a URL template's `{job_id}` is not a whole path segment (`…/{job_id}`, `…/{job_id}/…`,
+    `…/{job_id}?…`), or None. Half a segment (`job-{job_id}`, `{job_id}.json`) or a query value
+    would let a job id and a template together spell a path another profile reaches otherwise."""
+    rest = template.partition("://")[2]
+    end = next((index for index, char in enumerate(rest) if char in "/?#"), len(rest))
+    path = re.split(r"[?#]", rest[end:], maxsplit=1)[0]
+    if PLACEHOLDER not in path:
+        return "{job_id} must be a whole path segment, never in the query or fragment"
+    before, _, after = path.partition(PLACEHOLDER)
+    if not before.endswith("/") or after[:1] not in ("", "/"):
+        return "{job_id} must be a whole path segment (…/{job_id} or …/{job_id}/…), not part of one"
+    return None
+
+
+def expand(template: str, job_id: str) -> str:
+    """The URL a template names for `job_id`: the id percent-encoded into its one path segment."""
+    return template.replace(PLACEHOLDER, quote(job_id, safe=""))
+
+
+def watch_key(*, credential_env: str, status_url: str, job_id: str) -> str:
+    """One provider job as the provider sees it: (credential variable, the expanded status URL), hashed.
+
+    `status_url` is the profile's template; the key is taken after `job_id` fills it, with the
+    origin in canonical form, so two watches with one key poll — and a cancel would end — the same
+    URL, whatever account label, profile, template or job id each was registered with. A URL without
+    a plain origin (a row written around the profile checks; it is never sent) stands for itself.
     """
+    url = expand(status_url, job_id)
     try:
-        origin = str(origin_of(status_url))
+        where = str(origin_of(url)) + _split(url)[2]
     except OriginError:
-        origin = status_url
-    canonical = json.dumps([credential_env, origin, job_id], ensure_ascii=True, separators=(",", ":"))
+        where = url
+    canonical = json.dumps([credential_env, where], ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from operations import job_ids, quotas
+from operations import job_ids, provider_origins, quotas
 from operations.audit import entries as audit
 from operations.callbacks.targets import callback_url_problem
 from operations.lifecycle.registration import NewOperation, register
@@ -54,9 +54,12 @@ def _check_job_id(profile: ProviderProfile, job_id: object) -> FieldProblem | No
         return FieldProblem("provider_job_id", "invalid_provider_job_id", "must be a non-empty string")
     if len(job_id) > JOB_ID_MAX:
         return FieldProblem("provider_job_id", "invalid_provider_job_id", f"longer than {JOB_ID_MAX} characters")
-    # "." and ".." would be collapsed by URL normalisation into another path on the provider.
-    if job_id in {".", ".."} or ONE_LINE_CONTROL_CHARACTERS.search(job_id):
+    if ONE_LINE_CONTROL_CHARACTERS.search(job_id):
         return FieldProblem("provider_job_id", "invalid_provider_job_id", "contains forbidden characters")
+    # It fills the profile's {job_id}, one path segment: "..", "a/b" or "%2F" would reach another path.
+    segment = provider_origins.job_id_problem(job_id)
+    if segment is not None:
+        return FieldProblem("provider_job_id", "invalid_provider_job_id", segment)
     if not job_ids.matches(pattern=profile.job_id_pattern, job_id=job_id):
         return FieldProblem(
             "provider_job_id",

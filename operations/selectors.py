@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db.models import Q
+
 from operations.models import Escalation, Operation, ProviderProfile
 from operations.provider_origins import watch_key
 from operations.vocabulary import NOT_DONE_STATUSES, Status
@@ -27,7 +29,7 @@ def open_escalation(*, operation: Operation) -> Escalation | None:
 
 
 def profile_watch_key(*, profile: ProviderProfile, job_id: str) -> str:
-    """The provider job a profile reaches for `job_id`: (credential variable, status-URL origin, job id)."""
+    """The provider job a profile reaches for `job_id`: (credential variable, the expanded status URL)."""
     return watch_key(credential_env=profile.credential_env, status_url=profile.status_url, job_id=job_id)
 
 
@@ -42,10 +44,11 @@ def live_watches(*, key: str, job_id: str) -> list[Operation]:
     under whichever profile or account label: what the provider sees decides, not how it is named.
 
     Matched on the key each operation stored and on the one its profile gives now, newest first;
-    the rows come by job id (operation_job_idx).
+    the rows come by stored key or by job id (another template may reach the same URL with another
+    job id: the stored key finds those).
     """
     rows = (
-        Operation.objects.filter(provider_job_id=job_id, status__in=NOT_DONE_STATUSES)
+        Operation.objects.filter(Q(watch_key=key) | Q(provider_job_id=job_id), status__in=NOT_DONE_STATUSES)
         .select_related("provider")
         .order_by("-created_at", "-pk")
     )

@@ -13,11 +13,18 @@ cost 200 MiB of disk and the time to write it. This layer decides first, per req
 The cap of a path is the one of the longest matching prefix in REQUEST_BODY_PATH_CAPS, else
 REQUEST_BODY_MAX_BYTES. A refusal is RFC 9457 problem JSON with the agent API's code
 `body_too_large`, and closes the connection, so a client still sending stops being read.
+
+Any answer that starts before the body was read to its end (this layer's 413, /mcp's refusals,
+the MCP SDK's own) carries `Connection: close`, so the server ends the connection after it: the
+unread rest of the body is never parsed as the client's next request (request smuggling through a
+proxy that reuses its upstream connections). A client that goes away in the middle of its body is
+one log line here; Django and /mcp then drop the request and answer nothing.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -26,6 +33,9 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+logger = logging.getLogger("pollerdash.requests")
+CLOSE = (b"connection", b"close")
 
 
 def cap_for(path: str, *, caps: Mapping[str, int], default: int) -> tuple[str, int]:
@@ -45,6 +55,21 @@ def declared_length(scope: Scope) -> int | None:
         return None
     (value,) = values
     return int(value) if value.isdigit() else None
+
+
+def has_body(scope: Scope) -> bool:
+    """Whether the request says a body follows (a Content-Length above 0, or any Transfer-Encoding)."""
+    for name, value in scope.get("headers", ()):
+        name = name.lower()
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
+            return True
+    return False
+
+
+def closing(message: Message) -> Message:
+    """A response start that ends the connection after it (its own `Connection` header replaced)."""
+    headers = [(name, value) for name, value in message.get("headers", ()) if name.lower() != b"connection"]
+    return {**message, "headers": [*headers, CLOSE]}
 
 
 def _too_large(path: str, *, prefix: str, cap: int) -> tuple[Message, Message]:
@@ -68,7 +93,7 @@ def _too_large(path: str, *, prefix: str, cap: int) -> tuple[Message, Message]:
             (b"content-length", str(len(body)).encode()),
             (b"cache-control", b"no-store"),
             # The rest of the body will not be read: the connection ends with this answer.
-            (b"connection", b"close"),
+            CLOSE,
         ],
     }
     return start, {"type": "http.response.body", "body": body, "more_body": False}
@@ -93,12 +118,18 @@ def with_body_limits(app: ASGIApp, *, caps: Mapping[str, int], default: int) -> 
         received = 0
         refused = False
         response_started = False
+        body_read = not has_body(scope)
 
         async def limited_receive() -> Message:
-            nonlocal received, refused
+            nonlocal received, refused, body_read
             if refused:
                 return {"type": "http.disconnect"}
             message = await receive()
+            if message["type"] == "http.disconnect" and not body_read:
+                body_read = True  # nothing more will come; said once
+                logger.info(
+                    "client went away mid-body: %s %s after %d bytes", scope.get("method"), path[:200], received
+                )
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > cap:
@@ -108,6 +139,7 @@ def with_body_limits(app: ASGIApp, *, caps: Mapping[str, int], default: int) -> 
                             await send(answer)
                     # What Django does when a client goes away mid-body: drop the request, answer nothing.
                     return {"type": "http.disconnect"}
+                body_read = body_read or not message.get("more_body", False)
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -116,6 +148,9 @@ def with_body_limits(app: ASGIApp, *, caps: Mapping[str, int], default: int) -> 
                 return  # the 413 was the answer
             if message["type"] == "http.response.start":
                 response_started = True
+                if not body_read:
+                    # Answered before the body's end: what is left of it must not become a request.
+                    message = closing(message)
             await send(message)
 
         await app(scope, limited_receive, guarded_send)

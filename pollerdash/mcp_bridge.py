@@ -118,6 +118,9 @@ class Bridge:
             headers={"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT},
             timeout=httpx.Timeout(30.0, read=None),
             follow_redirects=False,
+            # Nothing from the environment but the two variables: no proxy, CA bundle or .netrc the
+            # host's environment happens to name (a proxy would see the bearer token).
+            trust_env=False,
             transport=transport,
         )
         self.handshake_version: str | None = None

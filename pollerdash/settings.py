@@ -58,6 +58,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a NUL or other control character in the path, the query, a form field or a cookie never
+    # reaches a view or a query (PostgreSQL refuses NUL in text).
+    "operations.control_characters.ControlCharactersMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

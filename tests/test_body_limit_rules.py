@@ -108,3 +108,50 @@ def test_a_chunked_body_stops_being_read_at_the_first_byte_over_the_cap() -> Non
 def test_pages_get_the_default_cap() -> None:
     assert run("/accounts/login/", [b"x" * 1000], content_length=1000)[1][1]["body"] == b"1000"
     assert run("/accounts/login/", [b"x" * 1001], content_length=1001)[1][0]["status"] == 413
+
+
+class EarlyApp:
+    """Answers at once, before reading the body (as /mcp's refusals do)."""
+
+    async def __call__(self, scope: dict, receive: object, send: object) -> None:
+        await send({"type": "http.response.start", "status": 401, "headers": [(b"connection", b"keep-alive")]})
+        await send({"type": "http.response.body", "body": b"no"})
+
+
+def serve(app: object, scope_headers: list, messages: list[dict]) -> list[dict]:
+    sent: list[dict] = []
+    pending = list(messages)
+
+    async def receive() -> dict:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    guarded = with_body_limits(app, caps=CAPS, default=1000)
+    asyncio.run(guarded({"type": "http", "method": "POST", "path": "/mcp", "headers": scope_headers}, receive, send))
+    return sent
+
+
+def test_an_answer_before_the_body_was_read_closes_the_connection() -> None:
+    body = [{"type": "http.request", "body": b"x" * 10, "more_body": False}]
+    for headers in ([(b"content-length", b"10")], [(b"transfer-encoding", b"chunked")]):
+        start = serve(EarlyApp(), headers, body)[0]
+        assert [value for name, value in start["headers"] if name == b"connection"] == [b"close"]
+    # Without a body there is nothing left unread: the connection may stay.
+    start = serve(EarlyApp(), [(b"content-length", b"0")], [])[0]
+    assert (b"connection", b"close") not in start["headers"]
+
+
+def test_an_answer_after_the_whole_body_keeps_the_connection() -> None:
+    sent = serve(App(), [(b"content-length", b"10")], [{"type": "http.request", "body": b"x" * 10}])
+    assert sent[0]["status"] == 200 and (b"connection", b"close") not in sent[0]["headers"]
+
+
+def test_a_client_gone_mid_body_is_one_line(caplog) -> None:
+    app = App()
+    chunk = {"type": "http.request", "body": b"x" * 10, "more_body": True}
+    with caplog.at_level("INFO", logger="pollerdash.requests"):
+        sent = serve(app, [(b"content-length", b"50")], [chunk])
+    assert sent == [] and app.disconnected
+    assert [r.getMessage() for r in caplog.records] == ["client went away mid-body: POST /mcp after 10 bytes"]

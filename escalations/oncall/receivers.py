@@ -62,21 +62,35 @@ def on_card_closed(*, escalation: Escalation, **_: object) -> None:
     runs.end(escalation=escalation, now=timezone.now())
 
 
-def on_card_reassigned(*, escalation: Escalation, by: User, to: User, **_: object) -> None:
+def on_card_reassigned(
+    *, escalation: Escalation, by: User, to: User, taken_from: User | None = None, **_: object
+) -> None:
     """The responder a card was handed to is told; the policy goes on until they acknowledge. Nobody
-    is told of a card they took themselves (one someone else held is taken over, which tells them)."""
+    is told of a card they took themselves (one someone else held is taken over, which tells them).
+    A card handed on by someone who took it over from its holder tells that holder, as a take-over."""
     from escalations.oncall import runs
 
+    giver = by.get_username()
+    now = timezone.now()
+    if taken_from is not None:
+        runs.tell(
+            escalation=escalation,
+            users=[taken_from],
+            event=NotificationDelivery.Event.TAKEN_OVER,
+            note=f"{giver} took over your card\n{giver} took this card over from you and handed it to "
+            f"{to.get_username()}; you need do nothing more.",
+            now=now,
+            by=by,
+        )
     if by.pk == to.pk:
         return
-    giver = by.get_username()
     runs.tell(
         escalation=escalation,
         users=[to],
         event=NotificationDelivery.Event.REASSIGNED,
         note=f"{giver} handed you a card\n{giver} handed you this card: it is yours now. Acknowledge it on the "
         "card so the others know you are on it (reminders go on until you do), or hand it on.",
-        now=timezone.now(),
+        now=now,
         by=by,
     )
 

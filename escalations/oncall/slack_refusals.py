@@ -4,11 +4,15 @@ them make the database do work at their rate.
 
 Each web process counts in memory and writes its counts at most every FLUSH_S (and a reason's
 first refusal in an hour at once, so /system/ shows a new kind of refusal without delay). A process
-that stops loses at most FLUSH_S of counts; the figure is a sign of trouble, not a ledger.
+that stops loses at most FLUSH_S of counts; the figure is a sign of trouble, not a ledger. Each
+write is one log line with the counts it adds (never a line per request, which anyone could make
+at their own rate). Counts wait in memory for the next refusal after FLUSH_S: refusals that stop
+coming leave the last FLUSH_S of them unwritten until another comes.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from datetime import UTC, datetime
@@ -19,6 +23,7 @@ from django.db.models import F
 from operations.models import SlackRefusal
 
 FLUSH_S = 10.0
+logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _pending: Counter[tuple[str, datetime]] = Counter()
@@ -55,6 +60,11 @@ def forget() -> None:
 
 
 def _write(batch: dict[tuple[str, datetime], int], *, now: datetime) -> None:
+    by_reason: Counter[str] = Counter()
+    for (reason, _hour), n in batch.items():
+        by_reason[reason] += n
+    said = ", ".join(f"{n} refused ({reason})" for reason, n in sorted(by_reason.items()))
+    logger.warning("Slack interactions answered 401, nothing changed: %s since the last count", said)
     with transaction.atomic():
         SlackRefusal.objects.bulk_create(
             [SlackRefusal(reason=reason, hour=hour, count=0, last_at=now) for reason, hour in batch],

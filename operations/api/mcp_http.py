@@ -7,7 +7,11 @@ too: the Host against ALLOWED_HOSTS (400 `host_not_allowed`), an Origin, when a 
 one, against SITE_URL and CSRF_TRUSTED_ORIGINS (403 `origin_not_allowed`: DNS rebinding), no
 query string (400 `unknown_field`: a token belongs in the header, where no log writes it) and the
 API's body cap (413 `body_too_large`); only POST is served (405 `method_not_allowed`: there is no
-standalone stream and no session to delete). Every answer is `Cache-Control: no-store`.
+standalone stream and no session to delete). Every answer is `Cache-Control: no-store`. Each of
+those refusals comes before the body is read, so it says `Connection: close` (the unread body
+must not be read as a next request). The body of an authenticated request is read here, whole,
+before the SDK sees it: a client that goes away mid-body is dropped without an answer (the body
+guard logs one line), where the SDK would log a traceback and try a 500.
 
 The SDK's session manager runs stateless: each request is served on its own, from the database
 and the deployment's key, so a second web replica answers any request (a task's state travels in
@@ -92,6 +96,8 @@ async def send_problem(send: Send, problem: ApiProblem, *, headers: dict[str, st
                 (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
                 (b"content-length", str(len(body)).encode()),
                 (b"x-content-type-options", b"nosniff"),
+                # Sent before the body is read: the connection ends, so no byte of it is read as a request.
+                (b"connection", b"close"),
                 *((name.lower().encode(), value.encode("latin-1")) for name, value in extra.items()),
             ],
         }
@@ -109,6 +115,29 @@ def no_store(send: Send) -> Send:
         await send(message)
 
     return sending
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body (the body guard in front caps it), or None when the client left first."""
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` for the SDK: the body read above as one message, then the client's own messages
+    (a disconnect while the tool runs)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receiving() -> dict[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return receiving
 
 
 @dataclass
@@ -214,9 +243,12 @@ class McpEndpoint:
                 headers={"WWW-Authenticate": 'Bearer realm="pollerdash"'},
             )
             return
+        body = await read_body(receive)
+        if body is None:
+            return  # the client went away mid-body: nobody to answer
         scope = {**scope, SCOPE_KEY: McpCaller(agent=agent, token=token)}
         manager = await self._manager()
-        await manager.handle_request(scope, receive, send)
+        await manager.handle_request(scope, replay(body, receive), send)
 
 
 def with_mcp(app: ASGIApp) -> ASGIApp:

@@ -226,6 +226,10 @@ def _human_unacknowledged(data: Mapping[str, object], actor: str, at: datetime) 
 
 
 def _human_reassigned(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    if data.get("takeover") and data.get("previous_holder"):
+        return (
+            f"{actor} took the card over from {_user(data['previous_holder'])} and handed it to {_user(data.get('to'))}"
+        )
     text = f"{actor} handed the card to {_user(data.get('to'))}"
     if data.get("previous_holder") and _user(data["previous_holder"]) != actor:
         text += f" (held by {_user(data['previous_holder'])} before)"

@@ -79,7 +79,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     # card before (a take-over or a hand-over), `to` the username it was handed to.
     "human.acknowledged": ("escalation_id", "activity_id", "previous_holder", "card_version"),
     "human.unacknowledged": ("escalation_id", "activity_id", "card_version"),
-    "human.reassigned": ("escalation_id", "activity_id", "to", "previous_holder", "card_version"),
+    "human.reassigned": ("escalation_id", "activity_id", "to", "previous_holder", "takeover", "card_version"),
     "human.note": ("escalation_id", "activity_id", "text", "card_version"),
     # One option applied to selected cards of a group (operations/decisions/bulk.py); no operation of
     # its own: each member applied has its own human.decision entry. `refused` lists

@@ -21,6 +21,8 @@ from operations.decisions.services import TooManyDecisions
 from operations.lifecycle import ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
 from operations.models import CardActivity, Escalation
+from operations.responders import is_responder
+from operations.vocabulary import CONTROL_CHARACTERS
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -101,13 +103,14 @@ def card_unacknowledge(*, escalation_id: int, user: User) -> Escalation:
 def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: object = None) -> Escalation:
     """Hand the card to the responder named `to` (a username); NotAResponder names a refusal.
 
-    Handing a card someone else holds to oneself is taking it over from them: the same
-    confirmation (`takeover_of` names the holder, else TakeoverNeeded), the same act and the same
-    message to the holder as a take-over, never a silent way around them.
+    Only the holder (or anyone, while nobody holds it) hands a card on plainly. Handing a card
+    someone else holds — to oneself or to a third person — is taking it over from them: the same
+    confirmation (`takeover_of` names the holder, else TakeoverNeeded), recorded as a take-over, and
+    the same message to the holder as a take-over, never a silent way around them.
     """
     _take_slot(by)
     name = to.strip()[:150] if isinstance(to, str) else ""
-    if not name:
+    if not name or CONTROL_CHARACTERS.search(name):
         raise NotAResponder("to: choose the responder to hand the card to.")
     target = get_user_model().objects.filter(username=name).first()
     if target is None:
@@ -118,7 +121,15 @@ def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: obje
             return _take_over(escalation, user=by, takeover_of=takeover_of)
         if escalation.state == Escalation.State.OPEN and escalation.assignee_id == target.pk:
             raise OwnershipRefused(f"to: {name} already holds this card; nothing was changed.")
-        return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now())
+        takeover = _held_by_other(escalation, by)
+        if takeover and not is_responder(target):
+            # Refused either way: say the reason that stays true, not "confirm the take-over" first.
+            raise NotAResponder(
+                f"{name} cannot be handed a card: they do not have the responder role.", escalation=escalation
+            )
+        if takeover and str(takeover_of or "") != str(escalation.assignee_id):
+            raise TakeoverNeeded(escalation)
+        return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now(), takeover=takeover)
 
 
 def card_note(*, escalation_id: int, user: User, text: object) -> CardActivity:

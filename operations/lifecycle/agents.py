@@ -41,9 +41,12 @@ _CANCEL_NOTES = {
     CancelState.NOT_FORWARDED: (
         "No cancel request was sent: another live watch of this job exists, so it keeps running."
     ),
+    # Fixed words: the agent learns why, never the operator's addresses or variable names.
     CancelState.NOT_ALLOWED: (
-        "No cancel request was sent: the profile's cancel address is not one pollerdash may send to, "
-        "so the job may still run at the provider."
+        "pollerdash did not call the provider and will not: the profile's cancel address is not a destination "
+        "the operator lets pollerdash send to (its credential is not bound to that address in "
+        "PROVIDER_CREDENTIAL_ORIGINS, or it is not a public https address), so the job may still run at the "
+        "provider; cancel it there if it must stop."
     ),
 }
 

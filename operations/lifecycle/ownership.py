@@ -10,7 +10,9 @@ card's version: a decision posted against the card stays valid whoever holds it.
   the holder, who is told).
 - unacknowledge: the holder gives the card back; reminders resume.
 - reassign: hand the card to a named responder, who is told; until they acknowledge it themselves
-  the card is theirs but not acknowledged, so reminders go on.
+  the card is theirs but not acknowledged, so reminders go on. Handing on a card someone else
+  holds is a take-over (`takeover`, confirmed by the caller): recorded as one, and the holder is
+  told as a take-over tells them.
 - add_note: a comment on the card, in its thread, in the history, the exports and the report.
 
 On a card that is no longer open each act raises CardNotOpen and writes nothing.
@@ -189,9 +191,10 @@ def unacknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalatio
     return escalation
 
 
-def reassign(*, escalation_id: int, by: User, to: User, now: datetime) -> Escalation:
+def reassign(*, escalation_id: int, by: User, to: User, now: datetime, takeover: bool = False) -> Escalation:
     """Hand the card to `to`, a responder, who is told. It is theirs but not acknowledged until they
-    say so, so reminders go on meanwhile.
+    say so, so reminders go on meanwhile. With `takeover`, `by` takes the card over from the person
+    who held it (the entry says so, and they are told).
 
     Raises NotAResponder when `to` is not an active responder. Handing a card to the person who
     already holds it changes nothing and records nothing.
@@ -214,14 +217,19 @@ def reassign(*, escalation_id: int, by: User, to: User, now: datetime) -> Escala
         escalation.acknowledged_by = None
         escalation.acknowledged_at = None
         escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
-        events.card_reassigned.send(sender=Escalation, escalation=escalation, by=by, to=to)
+        taken_from = previous if takeover and previous is not None and previous.pk != getattr(by, "pk", None) else None
+        events.card_reassigned.send(sender=Escalation, escalation=escalation, by=by, to=to, taken_from=taken_from)
         _activity(
             escalation=escalation,
             kind=CardActivity.Kind.REASSIGNED,
             user=by,
             now=now,
             entry_type="human.reassigned",
-            data={"to": to.get_username(), "previous_holder": previous_name or None},
+            data={
+                "to": to.get_username(),
+                "previous_holder": previous_name or None,
+                **({"takeover": True} if taken_from is not None else {}),
+            },
             to_user=to,
             to_username=to.get_username(),
             previous_username=previous_name,

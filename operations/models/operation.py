@@ -40,10 +40,11 @@ class Operation(models.Model):
     provider = models.ForeignKey("operations.ProviderProfile", on_delete=models.PROTECT, related_name="operations")
     account = models.CharField(max_length=64)
     provider_job_id = models.CharField(max_length=200)
-    # The provider job as the provider sees it: SHA-256 of (credential variable, status-URL origin,
-    # job id) (operations.provider_origins.watch_key), whatever account label or profile it was
-    # registered under; kept current when a profile's credential or status URL changes. Empty on
-    # operations that were done before 0027 (only live operations are matched on it).
+    # The provider job as the provider sees it: SHA-256 of (credential variable, the status URL
+    # with the job id filled in) (operations.provider_origins.watch_key), whatever account label,
+    # profile or template it was registered under (re-keyed by 0040); kept current when a profile's
+    # credential or status URL changes. Empty on operations that were done before 0027 (only live
+    # operations are matched on it).
     watch_key = models.CharField(max_length=64, blank=True)
     request_fingerprint = models.CharField(max_length=200, blank=True)
     purpose = models.TextField(blank=True)
@@ -150,6 +151,12 @@ class Operation(models.Model):
             models.Index(fields=["agent", "status", "created_at"], name="operation_agent_idx"),
             models.Index(fields=["status", "created_at"], name="operation_status_idx"),
             models.Index(fields=["provider_job_id"], name="operation_job_idx"),
+            # Live watches are found by key too: another template may reach one URL with another job id.
+            models.Index(
+                fields=["watch_key"],
+                condition=Q(status__in=sorted(s.value for s in NOT_DONE_STATUSES)),
+                name="operation_watch_key_idx",
+            ),
         ]
 
     def __str__(self) -> str:

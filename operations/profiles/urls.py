@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from operations import job_ids
 from operations.profiles.values import text
+from operations.provider_origins import placeholder_problem
 
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 
@@ -33,10 +34,11 @@ def url(value: object) -> list[str]:
         return ["must be an http:// or https:// URL with a host"]
     if "{job_id}" in parts.netloc:
         # The job id comes from the agent: it may pick a path segment, never the host.
-        return ["{job_id} must be in the path or query, not in the host"]
+        return ["{job_id} must be in the path, not in the host"]
     if parts.username is not None or parts.password is not None:
         return ["must not carry credentials; name them with credential_env"]
-    return []
+    problem = placeholder_problem(value)
+    return [problem] if problem else []
 
 
 def _top_level_alternation(pattern: str) -> bool:

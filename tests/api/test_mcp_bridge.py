@@ -151,3 +151,45 @@ def test_the_console_script_answers_tools_list(live_api, agent, tmp_path):
     assert answers[1]["result"]["protocolVersion"] == "2025-11-25"
     assert "watch_job" in {tool["name"] for tool in answers[2]["result"]["tools"]}
     assert agent.token not in done.stdout + done.stderr
+
+
+def test_the_bridge_ignores_proxy_variables_and_writes_only_json_rpc_to_stdout(live_api, agent, tmp_path):
+    """Review info: the bridge reads its two variables and nothing else (httpx's trust_env off): a proxy
+    named in the environment, dead here, is never used; stdout carries JSON-RPC lines only."""
+    script = Path(sys.executable).parent / "pollerdash-mcp"
+    dead = "http://127.0.0.1:9"
+    env = {
+        "PATH": os.environ["PATH"],
+        "POLLERDASH_URL": live_api.url,
+        "POLLERDASH_TOKEN": agent.token,
+        **dict.fromkeys(["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"], dead),
+        "SSL_CERT_FILE": str(tmp_path / "no-such-bundle.pem"),
+    }
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+        "not json at all",
+    ]
+    done = subprocess.run(
+        [str(script)],
+        env=env,
+        cwd=tmp_path,
+        input="".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert all(answer.get("jsonrpc") == "2.0" for answer in answers), done.stdout
+    by_id = {answer.get("id"): answer for answer in answers}
+    assert "watch_job" in {tool["name"] for tool in by_id[2]["result"]["tools"]}, done.stdout + done.stderr

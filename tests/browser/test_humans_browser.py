@@ -291,3 +291,39 @@ def test_a_half_approved_acceptance_carries_a_badge_a_filter_finds_it_and_the_ot
     expect(bobs.locator("article.row")).to_have_count(1)
     expect(bobs.locator(f"#esc-{waiting.pk}")).to_be_visible()
     shoot(bobs, artifacts, "humans-awaiting-second-filter")
+
+
+def test_handing_someone_elses_card_to_a_third_person_is_a_confirmed_take_over(
+    open_page, make_user, budget_card, notify, mailoutbox, pump
+) -> None:
+    """Review F6: Carol hands Alice's card to Bob only by ticking that she takes it over from Alice,
+    who is told as a take-over tells her."""
+    alice = make_user("alice")
+    alice.email = "alice@example.test"
+    alice.save()
+    make_user("bob")
+    carol = make_user("carol")
+    esc = budget_card()
+    pump()
+    alices = open_page(alice)
+    open_inline(alices, esc).get_by_role("button", name="Acknowledge — I'm on it").click()
+    expect(alices.locator(f"#card-{esc.pk} .owner-state")).to_contain_text("You acknowledged this card")
+    pump()
+    mailoutbox.clear()
+
+    page = open_page(carol)
+    card = open_inline(page, esc)
+    card.get_by_text("Hand to another responder…").click()
+    card.locator("select[name=to]").select_option("bob")
+    card.get_by_role("button", name="Hand over").click()
+    expect(card.locator(".flash-error")).to_contain_text("alice holds this card")
+    assert Escalation.objects.get(pk=esc.pk).assignee == alice
+
+    card.get_by_text("Hand to another responder…").click()
+    card.locator("select[name=to]").select_option("bob")
+    card.get_by_label(re.compile("handing it on takes it over")).check()
+    card.get_by_role("button", name="Hand over").click()
+    expect(card.locator(".owner-state")).to_contain_text("carol handed this card to bob")
+    pump()
+    told = [mail for mail in mailoutbox if mail.to == ["alice@example.test"]]
+    assert len(told) == 1 and "carol took over your card" in told[0].subject

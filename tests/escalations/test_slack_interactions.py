@@ -318,3 +318,18 @@ def test_a_flood_of_unsigned_posts_is_counted_without_a_write_per_request(client
     time_machine.move_to(NOW + 11, tick=False)
     post(client, BODY, {"X-Slack-Request-Timestamp": str(NOW + 11)})
     assert SlackRefusal.objects.get().count == 51  # written within 10 s, nothing lost
+
+
+@pytest.mark.django_db
+def test_a_flood_of_unsigned_posts_logs_one_line_per_flush(client, slack_app, time_machine, caplog) -> None:
+    """Review info: a line per refused request let anyone fill the logs at their rate; one line per
+    flush (at most every FLUSH_S) says how many, per reason."""
+    time_machine.move_to(NOW, tick=False)
+    with caplog.at_level("INFO"):
+        for _ in range(50):
+            post(client, BODY, {"X-Slack-Request-Timestamp": str(NOW)})
+        time_machine.move_to(NOW + 11, tick=False)
+        post(client, BODY, {"X-Slack-Request-Timestamp": str(NOW + 11)})
+    lines = [r.getMessage() for r in caplog.records if "Slack" in r.getMessage() and "refused" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "1 refused" in lines[0] and "50 refused" in lines[1], lines

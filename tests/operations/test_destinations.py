@@ -379,8 +379,10 @@ def test_an_agents_cancel_is_not_forwarded_where_the_credential_is_not_bound(mak
     op = reload(op)
     assert thief.authorizations == [] and op.cancel_state == "not_allowed"
     assert op.error["message"] == (
-        "The agent cancelled the watch; pollerdash stopped polling. No cancel request was sent: the profile's "
-        "cancel address is not one pollerdash may send to, so the job may still run at the provider."
+        "The agent cancelled the watch; pollerdash stopped polling. pollerdash did not call the provider and will "
+        "not: the profile's cancel address is not a destination the operator lets pollerdash send to (its "
+        "credential is not bound to that address in PROVIDER_CREDENTIAL_ORIGINS, or it is not a public https "
+        "address), so the job may still run at the provider; cancel it there if it must stop."
     )
 
 

@@ -115,9 +115,12 @@ def test_the_watch_key_is_what_the_provider_sees():
     key = watch_key(
         credential_env="PROVIDER_FAKE_TOKEN", status_url="http://127.0.0.1:8765/v1/jobs/{job_id}", job_id="j"
     )
-    # No account label or profile is part of it; the URL's spelling and path are not either.
+    # No account label or profile is part of it, nor the origin's spelling; the expanded URL is.
     assert key == watch_key(
-        credential_env="PROVIDER_FAKE_TOKEN", status_url="HTTP://127.0.0.1:8765/other/{job_id}?x=1", job_id="j"
+        credential_env="PROVIDER_FAKE_TOKEN", status_url="HTTP://127.0.0.1:8765/v1/jobs/{job_id}", job_id="j"
+    )
+    assert key != watch_key(
+        credential_env="PROVIDER_FAKE_TOKEN", status_url="http://127.0.0.1:8765/other/{job_id}?x=1", job_id="j"
     )
     others = {
         watch_key(credential_env="PROVIDER_OTHER_TOKEN", status_url="http://127.0.0.1:8765/v1/{job_id}", job_id="j"),
