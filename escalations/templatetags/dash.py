@@ -25,10 +25,10 @@ from operations.decisions.signin import OIDC, SignIn
 from operations.decisions.words import (
     CancelAnswerWords,
     activity_words,
-    channel_label,
-    channel_words,
     cancel_answer_words,
     cancel_words,
+    channel_label,
+    channel_words,
     decision_words,
     option_title,
 )
