@@ -312,3 +312,40 @@ def test_an_unacknowledgement_gives_back_what_pagerduty_took_and_only_that(
     esc.refresh_from_db()
     assert esc.acknowledged_by == bob
     assert "bob acknowledged the card in pollerdash and still holds it" in CardActivity.objects.get(kind="notice").text
+
+
+# --- the demo's PagerDuty: a newcomer acknowledges from the pager ------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_pagerduty_page_sends_a_signed_acknowledgement_that_arrives(
+    live_server, subscription, people, stopped, clock
+) -> None:
+    import httpx
+
+    from demo.receivers import DemoPagerDuty
+
+    subscription.PAGERDUTY_USER_EMAILS = {"PDEMORESP1": "alice@example.test"}
+    esc = stopped()
+    clock.move_to(time_machine_escape(), tick=True)
+    demo = DemoPagerDuty(
+        accepted_keys=["k"], webhook_url=f"{live_server.url}/pagerduty/webhooks", webhook_secret=SECRET
+    ).start()
+    try:
+        key = dedup_key(instance=PREFIX, escalation_id=esc.pk)
+        form = {"token": demo.click_token, "dedup_key": key, "user": "PDEMORESP1", "event": "incident.acknowledged"}
+        assert httpx.post(f"{demo.base_url}/demo/webhook", data={**form, "token": "guess"}).status_code == 403
+        assert Escalation.objects.get(pk=esc.pk).acknowledged_by is None
+        answer = httpx.post(f"{demo.base_url}/demo/webhook", data=form)
+        assert answer.status_code == 303
+        card = Escalation.objects.get(pk=esc.pk)
+        assert card.acknowledged_by.username == "alice"
+        assert card.activities.get().channel_identity == "pagerduty:PDEMORESP1"
+    finally:
+        demo.stop()
+
+
+def time_machine_escape() -> float:
+    import time_machine
+
+    return time_machine.escape_hatch.time.time()
