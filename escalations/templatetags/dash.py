@@ -176,6 +176,13 @@ def channel_name(channel: object) -> str:
 
 
 @register.filter
+def notice_said(activity: object) -> str:
+    """A channel's notice on a card: "PagerDuty reported: “resolved in PagerDuty by …” — nothing changed"."""
+    channel = channel_label(str(getattr(activity, "channel", "") or ""))
+    return f"{channel} reported: “{getattr(activity, 'text', '')}” — nothing changed"
+
+
+@register.filter
 def via(act: object) -> str:
     """Where a Decision or CardActivity came from, when not the dashboard: "via Slack (slack:T1/U1)"."""
     return channel_words(
