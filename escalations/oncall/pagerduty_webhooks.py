@@ -126,8 +126,9 @@ def parse_event(*, body: bytes) -> WebhookEvent | str:
         return "the event has no usable occurred_at"
     if occurred_at.tzinfo is None:
         return "the event's occurred_at has no time zone"
-    agent = event.get("agent") if isinstance(event.get("agent"), dict) else {}
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    agent = given if isinstance(given := event.get("agent"), dict) else {}
+    data = given if isinstance(given := event.get("data"), dict) else {}
+    key = data.get("incident_key")
     return WebhookEvent(
         id=event_id,
         type=_text(event.get("event_type"), 100),
@@ -135,7 +136,7 @@ def parse_event(*, body: bytes) -> WebhookEvent | str:
         agent=Agent(
             id=_text(agent.get("id"), 40), type=_text(agent.get("type"), 60), summary=_text(agent.get("summary"), 100)
         ),
-        incident_key=data.get("incident_key") if isinstance(data.get("incident_key"), str) else "",
+        incident_key=key if isinstance(key, str) else "",
         incident_url=_text(data.get("html_url"), 500),
     )
 
