@@ -38,10 +38,16 @@ SECRETS: dict[str, Callable[[], str]] = {
     "SLACK_BOT_TOKEN": lambda: "xoxb-demo-" + secrets.token_hex(12),
     # The signature in the fake Teams workflow's URL (a Workflows URL's secret part).
     "TEAMS_DEMO_SIGNATURE": lambda: secrets.token_urlsafe(24),
+    # The demo PagerDuty's webhook subscription secret: its "Acknowledge in PagerDuty" button signs with it.
+    "PAGERDUTY_WEBHOOK_SECRETS": lambda: secrets.token_urlsafe(32),
 }
 # The fake Slack workspace and app the demo's Slack messages come from (demo/receivers.py).
 SLACK_TEAM_ID = "TDEMO0001"
 SLACK_APP_ID = "ADEMO0001"
+# The demo PagerDuty's people (a v3 webhook names them by id only) and the demo account each one's
+# email belongs to (PAGERDUTY_USER_EMAILS).
+PAGERDUTY_PEOPLE = {"PDEMORESP1": "responder", "PDEMORESP2": "responder2", "PDEMOVIEW1": "viewer"}
+EMAIL_DOMAIN = "example.invalid"
 # Earlier versions of the file named the provider credential without the PROVIDER_ prefix.
 RENAMED = {"FAKE_PROVIDER_TOKEN": "PROVIDER_FAKE_TOKEN"}
 
@@ -89,6 +95,7 @@ def demo_env(
         "PAGERDUTY_DEDUP_PREFIX": "pollerdash-demo",
         "SLACK_API_URL": f"http://{host}:{slack}/api",
         "SLACK_TEAM_ID": SLACK_TEAM_ID,
+        "PAGERDUTY_USER_EMAILS": ",".join(f"{pd}={name}@{EMAIL_DOMAIN}" for pd, name in PAGERDUTY_PEOPLE.items()),
         "SLACK_APP_ID": SLACK_APP_ID,
         # The demo's credential may be sent to the fake provider only (docs/deployment.md).
         "PROVIDER_CREDENTIAL_ORIGINS": f"PROVIDER_FAKE_TOKEN=http://{host}:{provider}",

@@ -14,15 +14,22 @@ the script says. A valid one is answered by the next scripted step:
 Every request is recorded, valid or not, with the routing key replaced by whether it was one of
 the accepted keys (the fake never keeps the secret). ``events(dedup_key)`` returns the events
 answered 202, in arrival order. No Django import: usable from benchmarks and the demo as well.
+
+PagerDuty's other direction, v3 webhooks, is built here too: ``webhook_event`` writes an incident
+event as PagerDuty documents it and ``webhook_signature`` signs it, for the tests and the demo's
+"Acknowledge in PagerDuty" button (demo/receivers.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from demo.fakehttp import FakeHandler, ScriptedReceiver
@@ -175,3 +182,74 @@ class FakePagerDuty(ScriptedReceiver[Received]):
             for r in self.received()
             if r.status == 202 and (dedup_key is None or r.event.get("dedup_key") == dedup_key)
         ]
+
+
+# --- v3 webhooks: what PagerDuty sends back -----------------------------------------------------------
+
+WEBHOOK_EVENT_TYPES = {
+    "incident.acknowledged",
+    "incident.unacknowledged",
+    "incident.resolved",
+    "incident.triggered",
+    "incident.escalated",
+    "incident.reassigned",
+}
+
+
+def webhook_user(user_id: str, name: str, *, account: str = "acme") -> dict[str, str]:
+    """A v3 `user_reference`, as PagerDuty writes an agent or an assignee: no email in it."""
+    return {
+        "html_url": f"https://{account}.pagerduty.com/users/{user_id}",
+        "id": user_id,
+        "self": f"https://api.pagerduty.com/users/{user_id}",
+        "summary": name,
+        "type": "user_reference",
+    }
+
+
+def webhook_event(
+    *,
+    event_type: str,
+    dedup_key: str,
+    agent: dict[str, str] | None,
+    event_id: str | None = None,
+    occurred_at: datetime | None = None,
+    incident_id: str = "PGR0VU2",
+) -> bytes:
+    """A v3 webhook body as PagerDuty documents it ("Webhooks v3 Overview": one `event` with `id`,
+    `event_type`, `resource_type`, `occurred_at`, `agent`, `client`, `data` — an `incident` whose
+    `incident_key` is the dedup_key of the Events API v2 alert that opened it)."""
+    if event_type not in WEBHOOK_EVENT_TYPES:
+        raise ValueError(f"not a v3 incident event type this fake sends: {event_type}")
+    when = (occurred_at or datetime.now(UTC)).astimezone(UTC)
+    status = {"incident.acknowledged": "acknowledged", "incident.resolved": "resolved"}.get(event_type, "triggered")
+    event = {
+        "id": event_id or str(uuid.uuid4()),
+        "event_type": event_type,
+        "resource_type": "incident",
+        "occurred_at": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "agent": agent,
+        "client": {"name": "PagerDuty"} if agent else None,
+        "data": {
+            "id": incident_id,
+            "type": "incident",
+            "self": f"https://api.pagerduty.com/incidents/{incident_id}",
+            "html_url": f"https://acme.pagerduty.com/incidents/{incident_id}",
+            "number": 2,
+            "status": status,
+            "incident_key": dedup_key,
+            "created_at": when.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "title": "pollerdash card",
+            "service": {"id": "PF9KMXH", "summary": "pollerdash", "type": "service_reference"},
+            "assignees": [agent] if agent else [],
+            "urgency": "high",
+            "resolve_reason": None,
+        },
+    }
+    return json.dumps({"event": event}, separators=(",", ":")).encode()
+
+
+def webhook_signature(*, body: bytes, secrets: Iterable[str]) -> str:
+    """`X-PagerDuty-Signature`: a `v1=` HMAC-SHA256 hex of the raw body per secret, comma-separated
+    (several during a secret's rotation)."""
+    return ",".join("v1=" + hmac.new(s.encode(), body, hashlib.sha256).hexdigest() for s in secrets)

@@ -4,7 +4,11 @@
 newcomer sees the pager hand-off and Slack's Acknowledge without accounts anywhere:
 
 - PagerDuty, ``GET /``: one row per card (its ``dedup_key``) with the events in the order they
-  arrived, "triggered · acknowledged · resolved", and the summary and link of the trigger.
+  arrived, "triggered · acknowledged · resolved", and the summary and link of the trigger; and
+  buttons that act in "PagerDuty" as one of its people: **Acknowledge**, **Unacknowledge** (as an
+  acknowledgement timeout does) and **Resolve**, each sent to pollerdash as PagerDuty sends it: a
+  v3 webhook event signed with the subscription's secret, posted to ``SITE_URL/pagerduty/webhooks``;
+  pollerdash matches the person by the email PAGERDUTY_USER_EMAILS gives their PagerDuty id.
 - Slack, ``GET /``: the channel as it reads now (messages updated in place), each open card's
   message with its **Acknowledge** button. A click is sent to pollerdash as Slack sends one:
   a block_actions payload, signed with the app's signing secret, posted to
@@ -30,12 +34,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from demo import fakepagerduty, fakeslack
+from demo.envfile import EMAIL_DOMAIN, PAGERDUTY_PEOPLE
 
 ACK_ACTION_ID = "pollerdash_ack"  # escalations.oncall.channels.slack_blocks.ACK_ACTION_ID (demo imports no layer above)
 CHANNEL = "C0DEMO0001"
 # The Slack people who may click, and the demo account each one's confirmed email belongs to.
 SLACK_PEOPLE = {"UDEMORESP1": "responder", "UDEMORESP2": "responder2", "UDEMOVIEW1": "viewer"}
-EMAIL_DOMAIN = "example.invalid"
 PAGE_REFRESH_S = 5
 STYLE = (
     "body{font:15px/1.45 system-ui,sans-serif;margin:1.5rem auto;max-width:60rem;padding:0 1rem;color:#1d1c1d}"
@@ -85,7 +89,27 @@ def _clock(at: float) -> str:
 PAST = {"trigger": "triggered", "acknowledge": "acknowledged", "resolve": "resolved"}
 
 
-def pagerduty_page(received: list[fakepagerduty.Received]) -> bytes:
+PAGER_ACTS = {
+    "incident.acknowledged": "Acknowledge",
+    "incident.unacknowledged": "Unacknowledge",
+    "incident.resolved": "Resolve",
+}
+
+
+def _pager_form(dedup_key: str, click_token: str) -> str:
+    people = "".join(
+        f'<option value="{pd}">{html.escape(name)} ({pd})</option>' for pd, name in PAGERDUTY_PEOPLE.items()
+    )
+    buttons = "".join(f'<button name=event value="{event}">{label}</button>' for event, label in PAGER_ACTS.items())
+    return (
+        '<form method=post action="/demo/webhook">'
+        f'<input type=hidden name=token value="{click_token}">'
+        f'<input type=hidden name=dedup_key value="{html.escape(dedup_key)}">'
+        f"<label>in PagerDuty as <select name=user>{people}</select></label> {buttons}</form>"
+    )
+
+
+def pagerduty_page(received: list[fakepagerduty.Received], *, click_token: str = "") -> bytes:
     incidents: dict[str, list[fakepagerduty.Received]] = {}
     for item in received:
         incidents.setdefault(str(item.event.get("dedup_key", "")), []).append(item)
@@ -100,9 +124,10 @@ def pagerduty_page(received: list[fakepagerduty.Received]) -> bytes:
             for e in events
         )
         anchor = f' <a href="{html.escape(link)}">open the card</a>' if link.startswith("http") else ""
+        form = _pager_form(dedup_key, click_token) if click_token and dedup_key else ""
         rows.append(
             f"<tr><td>{html.escape(summary)}{anchor}<div class=muted>{html.escape(dedup_key)}</div></td>"
-            f"<td>{html.escape(steps)}</td></tr>"
+            f"<td>{html.escape(steps)}{form}</td></tr>"
         )
     table = (
         "<table><tr><th>incident (pollerdash card)</th><th>events, in order of arrival</th></tr>"
@@ -113,7 +138,9 @@ def pagerduty_page(received: list[fakepagerduty.Received]) -> bytes:
     )
     intro = (
         "<p class=muted>The demo's stand-in for PagerDuty's Events API v2: every event pollerdash sent, "
-        f"checked as PagerDuty documents it. Refreshes every {PAGE_REFRESH_S} s.</p>"
+        "checked as PagerDuty documents it. The buttons act here as a PagerDuty user would and send pollerdash "
+        "the signed v3 webhook PagerDuty sends: an acknowledgement acknowledges the card, a resolve only notes "
+        f"it. Refreshes every {PAGE_REFRESH_S} s.</p>"
     )
     return _page("PagerDuty (demo receiver)", intro + table)
 
@@ -124,11 +151,59 @@ class _PagerDutyHandler(fakepagerduty._Handler):
             return self.reply(404, b"not found", content_type="text/plain")
         # Typing: FakeReceiver.start sets receiver on the server (demo/fakehttp.py).
         receiver: DemoPagerDuty = self.server.receiver  # type: ignore[attr-defined]
-        self.reply(200, pagerduty_page(receiver.received()), content_type="text/html; charset=utf-8")
+        page = pagerduty_page(receiver.received(), click_token=receiver.click_token if receiver.webhook_url else "")
+        self.reply(200, page, content_type="text/html; charset=utf-8")
+
+    def do_POST(self) -> None:
+        if self.path.partition("?")[0] != "/demo/webhook":
+            return super().do_POST()
+        # Typing: FakeReceiver.start sets receiver on the server (demo/fakehttp.py).
+        receiver: DemoPagerDuty = self.server.receiver  # type: ignore[attr-defined]
+        raw = self.read_body()
+        form = {k: v[0] for k, v in parse_qs((raw or b"").decode("utf-8", "replace")).items()}
+        if not receiver.webhook_url or not hmac.compare_digest(form.get("token", ""), receiver.click_token):
+            return self.reply(403, b"this form is not from the demo's PagerDuty page", content_type="text/plain")
+        if form.get("user") not in PAGERDUTY_PEOPLE or form.get("event") not in PAGER_ACTS:
+            return self.reply(400, b"choose a person and an act", content_type="text/plain")
+        problem = receiver.send_webhook(
+            event_type=form["event"], dedup_key=form.get("dedup_key", ""), user_id=form["user"]
+        )
+        if problem:
+            page = _page("PagerDuty (demo receiver)", f"<p>{html.escape(problem)}</p>")
+            return self.reply(200, page, content_type="text/html; charset=utf-8")
+        self.reply(303, b"", content_type="text/plain", headers={"Location": "/"})
 
 
 class DemoPagerDuty(fakepagerduty.FakePagerDuty):
     handler = _PagerDutyHandler
+
+    def __init__(self, *, accepted_keys: list[str], webhook_url: str = "", webhook_secret: str = "") -> None:
+        super().__init__(accepted_keys=accepted_keys)
+        self.webhook_url = webhook_url
+        self.webhook_secret = webhook_secret
+        self.click_token = secrets.token_urlsafe(16)
+
+    def send_webhook(self, *, event_type: str, dedup_key: str, user_id: str) -> str:
+        """Send pollerdash the v3 webhook PagerDuty would send; "" when pollerdash took it, else why not."""
+        body = fakepagerduty.webhook_event(
+            event_type=event_type,
+            dedup_key=dedup_key,
+            agent=fakepagerduty.webhook_user(user_id, PAGERDUTY_PEOPLE.get(user_id, user_id)),
+        )
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "PagerDuty-Webhook/V3.0",
+            "X-PagerDuty-Signature": fakepagerduty.webhook_signature(body=body, secrets=[self.webhook_secret]),
+        }
+        request = urllib.request.Request(self.webhook_url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:  # a fixed local URL
+                answer.read()
+        except urllib.error.HTTPError as exc:
+            return f"pollerdash answered {exc.code} to the webhook."
+        except OSError as exc:
+            return f"pollerdash did not answer the webhook ({exc.__class__.__name__}); is the web process running?"
+        return ""
 
 
 # --- Slack -------------------------------------------------------------------------------------------

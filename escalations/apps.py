@@ -34,5 +34,10 @@ class EscalationsConfig(AppConfig):
             signal.connect(receiver, dispatch_uid=uid)
         post_migrate.connect(receivers.adopt_open_cards, sender=self, dispatch_uid="oncall-adopt-open-cards")
         # Secrets of the notification settings: scrubbed from every log line of every process.
-        for secret in (settings.NOTIFY_WEBHOOK_URL, settings.SLACK_SIGNING_SECRET, settings.SLACK_BOT_TOKEN):
+        for secret in (
+            settings.NOTIFY_WEBHOOK_URL,
+            settings.SLACK_SIGNING_SECRET,
+            settings.SLACK_BOT_TOKEN,
+            *settings.PAGERDUTY_WEBHOOK_SECRETS,
+        ):
             register_secret(secret)

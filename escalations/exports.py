@@ -180,6 +180,10 @@ DECISION_HEADER = [
     "bulk_decision_id",
     # How and when the decider had authenticated: {"method", "at", "issuer", "subject"} (JSON).
     "authentication",
+    # Where the decision came from (web, slack, pagerduty, api) and the identity that channel
+    # verified ("slack:T1/U1"; empty on the web).
+    "channel",
+    "channel_identity",
 ]
 
 
@@ -212,6 +216,8 @@ def decision_rows(decisions: QuerySet[Decision]) -> Iterator[list[object]]:
             decision_words(decision).label,
             decision.bulk_id,
             decision.authentication,
+            decision.channel,
+            decision.channel_identity,
         ]
 
 
@@ -230,6 +236,9 @@ ACTIVITY_HEADER = [
     "text",
     "audit_entry_id",
     "activity_id",
+    # As for decisions; a notice (kind "notice": what a channel reported that changed nothing) has no user.
+    "channel",
+    "channel_identity",
 ]
 
 
@@ -250,4 +259,6 @@ def activity_rows(activities: QuerySet[CardActivity]) -> Iterator[list[object]]:
             activity.text,
             activity.audit_entry_id,
             activity.pk,
+            activity.channel,
+            activity.channel_identity,
         ]

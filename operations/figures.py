@@ -26,6 +26,7 @@ from django.utils import timezone
 from prometheus_client.core import HistogramMetricFamily
 
 from operations.models import CardResponseCounter, Decision, Escalation
+from operations.vocabulary import Channel
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
 # Upper bounds (seconds): the minutes an on-call human answers in, up to a day.
@@ -39,11 +40,12 @@ def bucket_of(seconds: float) -> str:
     return next((str(bound) for bound in BUCKETS_S if seconds <= bound), INF)
 
 
-def _count(*, metric: str, escalation: Escalation, seconds: float) -> None:
+def _count(*, metric: str, escalation: Escalation, seconds: float, channel: str) -> None:
     key = {
         "metric": metric,
         "reason": escalation.reason,
         "provider": escalation.operation.provider.slug,
+        "channel": channel,
         "bucket": bucket_of(seconds),
     }
     counter = CardResponseCounter.objects.filter(**key)
@@ -55,26 +57,32 @@ def _count(*, metric: str, escalation: Escalation, seconds: float) -> None:
     counter.update(count=F("count") + 1, sum_s=F("sum_s") + seconds)
 
 
-def record_response(*, escalation: Escalation, at: datetime) -> bool:
+def record_response(*, escalation: Escalation, at: datetime, channel: str = Channel.WEB) -> bool:
     """The card's first response, once (compare-and-set from null); True when this was it."""
-    if not Escalation.objects.filter(pk=escalation.pk, first_response_at__isnull=True).update(first_response_at=at):
+    first = Escalation.objects.filter(pk=escalation.pk, first_response_at__isnull=True)
+    if not first.update(first_response_at=at, first_response_channel=channel):
         return False
     escalation.first_response_at = at
-    _count(metric=ACK, escalation=escalation, seconds=max(0.0, (at - escalation.opened_at).total_seconds()))
+    escalation.first_response_channel = channel
+    seconds = max(0.0, (at - escalation.opened_at).total_seconds())
+    _count(metric=ACK, escalation=escalation, seconds=seconds, channel=channel)
     return True
 
 
-def on_card_acknowledged(*, escalation: Escalation, **_: object) -> None:
-    record_response(escalation=escalation, at=timezone.now())
+def on_card_acknowledged(*, escalation: Escalation, channel: str = Channel.WEB, **_: object) -> None:
+    record_response(escalation=escalation, at=timezone.now(), channel=channel)
 
 
-def on_card_closed(*, escalation: Escalation, how: str, **_: object) -> None:
+def on_card_closed(*, escalation: Escalation, how: str, channel: str = Channel.WEB, **_: object) -> None:
     """A decision closed the card: it is its time to decide (and its first response if none came)."""
     if how != "decided" or escalation.closed_at is None:
         return
     at = escalation.closed_at
-    record_response(escalation=escalation, at=at)
-    _count(metric=DECIDE, escalation=escalation, seconds=max(0.0, (at - escalation.opened_at).total_seconds()))
+    record_response(escalation=escalation, at=at, channel=channel)
+    Escalation.objects.filter(pk=escalation.pk).update(decided_channel=channel)
+    escalation.decided_channel = channel
+    seconds = max(0.0, (at - escalation.opened_at).total_seconds())
+    _count(metric=DECIDE, escalation=escalation, seconds=seconds, channel=channel)
 
 
 # --- /system/ --------------------------------------------------------------------------------------------
@@ -96,6 +104,18 @@ class Sample:
     opened_at: datetime
     responded_at: datetime | None
     decided_at: datetime | None
+    # Where the first response and the closing decision came from ("" before 2.5: not counted by channel).
+    ack_channel: str = ""
+    decide_channel: str = ""
+
+
+BY = ("reason", "provider", "channel")
+
+
+def _group(sample: Sample, *, by: str, measure: str) -> str:
+    if by == "channel":
+        return sample.ack_channel if measure == ACK else sample.decide_channel
+    return str(getattr(sample, by))
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -109,17 +129,19 @@ def percentile(ordered: list[float], q: float) -> float:
 def summarise(
     *, samples: Iterable[Sample], waiting: Iterable[Sample], now: datetime, window: timedelta, measure: str, by: str
 ) -> dict[str, Figure]:
-    """Figures per reason or provider (`by`) for ACK or DECIDE, over cards answered within `window`."""
+    """Figures per reason, provider or channel (`by`) for ACK or DECIDE, over cards answered within
+    `window`. By channel, a card still waiting has none yet: only answered cards count there."""
     since = now - window
     values: dict[str, list[float]] = {}
     for sample in samples:
         at = sample.responded_at if measure == ACK else sample.decided_at
-        if at is not None and since <= at <= now:
-            values.setdefault(getattr(sample, by), []).append((at - sample.opened_at).total_seconds())
+        group = _group(sample, by=by, measure=measure)
+        if at is not None and since <= at <= now and group:
+            values.setdefault(group, []).append((at - sample.opened_at).total_seconds())
     ages: dict[str, list[float]] = {}
-    for card in waiting:
+    for card in waiting if by != "channel" else ():
         if measure == DECIDE or card.responded_at is None:
-            ages.setdefault(getattr(card, by), []).append((now - card.opened_at).total_seconds())
+            ages.setdefault(_group(card, by=by, measure=measure), []).append((now - card.opened_at).total_seconds())
     out: dict[str, Figure] = {}
     for group in sorted(set(values) | set(ages)):
         ordered = sorted(values.get(group, []))
@@ -148,12 +170,21 @@ def response_figures(*, now: datetime | None = None) -> ResponseFigures:
     since = now - max(WINDOWS.values())
     answered = (
         Escalation.objects.filter(first_response_at__gte=since)
-        .values_list("reason", "operation__provider__slug", "opened_at", "first_response_at", "state", "closed_at")
+        .values_list(
+            "reason",
+            "operation__provider__slug",
+            "opened_at",
+            "first_response_at",
+            "state",
+            "closed_at",
+            "first_response_channel",
+            "decided_channel",
+        )
         .order_by()
     )
     samples = [
-        Sample(reason, provider, opened, responded, closed if state == Escalation.State.DECIDED else None)
-        for reason, provider, opened, responded, state, closed in answered
+        Sample(reason, provider, opened, responded, closed if state == Escalation.State.DECIDED else None, ack, decide)
+        for reason, provider, opened, responded, state, closed, ack, decide in answered
     ]
     open_cards = [
         Sample(reason, provider, opened, responded, None)
@@ -167,7 +198,7 @@ def response_figures(*, now: datetime | None = None) -> ResponseFigures:
         )
         for label, window in WINDOWS.items()
         for measure in (ACK, DECIDE)
-        for by in ("reason", "provider")
+        for by in BY
     }
     counts: dict[str, dict[str, int]] = {}
     decisions = (
@@ -189,25 +220,27 @@ def response_figures(*, now: datetime | None = None) -> ResponseFigures:
 HISTOGRAMS = {
     ACK: (
         "pollerdash_card_time_to_ack_seconds",
-        "Seconds from a card opening to its first acknowledgement (or closing decision), by reason and provider",
+        "Seconds from a card opening to its first acknowledgement (or closing decision), by reason, provider "
+        "and channel",
     ),
     DECIDE: (
         "pollerdash_card_time_to_decide_seconds",
-        "Seconds from a card opening to the decision that closed it, by reason and provider",
+        "Seconds from a card opening to the decision that closed it, by reason, provider and channel",
     ),
 }
 
 
 def histograms() -> list[HistogramMetricFamily]:
     """Both cumulative histograms, from the counter rows (one small query)."""
-    rows: dict[str, dict[tuple[str, str], dict[str, tuple[int, float]]]] = {ACK: {}, DECIDE: {}}
-    for metric, reason, provider, bucket, count, sum_s in CardResponseCounter.objects.values_list(
-        "metric", "reason", "provider", "bucket", "count", "sum_s"
+    rows: dict[str, dict[tuple[str, str, str], dict[str, tuple[int, float]]]] = {ACK: {}, DECIDE: {}}
+    for metric, reason, provider, channel, bucket, count, sum_s in CardResponseCounter.objects.values_list(
+        "metric", "reason", "provider", "channel", "bucket", "count", "sum_s"
     ).order_by():
-        rows.setdefault(metric, {}).setdefault((reason, provider), {})[bucket] = (count, sum_s)
+        rows.setdefault(metric, {}).setdefault((reason, provider, channel), {})[bucket] = (count, sum_s)
     families = []
     for metric, (name, documentation) in HISTOGRAMS.items():
-        family = HistogramMetricFamily(name, documentation, labels=["reason", "provider"])
+        # `channel` is empty for cards answered before 2.5: Prometheus reads an empty label as none.
+        family = HistogramMetricFamily(name, documentation, labels=["reason", "provider", "channel"])
         for labels, per_bucket in sorted(rows.get(metric, {}).items()):
             running = 0
             buckets: list[tuple[str, float]] = []

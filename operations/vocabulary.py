@@ -100,6 +100,33 @@ class CancelState(StrEnum):
     NOT_ALLOWED = "not_allowed"  # the cancel URL is no destination the profile may send to: nothing sent
 
 
+class Channel(StrEnum):
+    """Where a person's act on a card came from (Decision.channel, CardActivity.channel, the `human.*`
+    audit entries, the response figures per channel). The identity a channel verified comes with it
+    (`channel_identity`: "slack:<team>/<user>", "pagerduty:<user id>"; empty on the web and the API,
+    where the account itself is the identity)."""
+
+    WEB = "web"  # the dashboard, signed in
+    SLACK = "slack"  # a signed Slack interaction, the clicker matched by their confirmed email
+    PAGERDUTY = "pagerduty"  # a signed PagerDuty v3 webhook, the agent matched by email
+    API = "api"  # the agent API or MCP, for a person acting through an agent
+
+
+CHANNEL_IDENTITY_MAX = 200
+
+
+def checked_channel(*, channel: object, identity: object) -> tuple[Channel, str]:
+    """The channel and identity an act records; ValueError for a channel outside the vocabulary
+    (a caller's mistake, never a person's input). The identity is one printable line, cut to
+    CHANNEL_IDENTITY_MAX."""
+    try:
+        known = Channel(str(channel))
+    except ValueError:
+        raise ValueError(f"unknown channel {channel!r}: one of {', '.join(c.value for c in Channel)}") from None
+    text = ONE_LINE_CONTROL_CHARACTERS.sub("", identity if isinstance(identity, str) else "").strip()
+    return known, text[:CHANNEL_IDENTITY_MAX]
+
+
 def choices_of(members: Iterable[StrEnum]) -> list[tuple[str, str]]:
     """A model field's choices: an enum's members (or some of them, in order), each its own label."""
     return [(member.value, member.value) for member in members]

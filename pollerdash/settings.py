@@ -481,6 +481,7 @@ REQUEST_BODY_MACHINE_MAX_BYTES = env_int("REQUEST_BODY_MACHINE_MAX_BYTES", 64 * 
 REQUEST_BODY_PATH_CAPS = {
     "/api/": REQUEST_BODY_MACHINE_MAX_BYTES,
     "/slack/": REQUEST_BODY_MACHINE_MAX_BYTES,
+    "/pagerduty/": REQUEST_BODY_MACHINE_MAX_BYTES,
     "/mcp": REQUEST_BODY_MACHINE_MAX_BYTES,
 }
 
@@ -520,6 +521,16 @@ NOTIFY_ALLOWED_HOSTS = env_list("NOTIFY_ALLOWED_HOSTS")
 # named by policy targets. The dedup_key prefix defaults to SITE_URL's host.
 PAGERDUTY_EVENTS_URL = env_str("PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue")
 PAGERDUTY_DEDUP_PREFIX = env_str("PAGERDUTY_DEDUP_PREFIX", "")
+# PagerDuty v3 webhook subscriptions (optional): the subscriptions' signing secrets, comma-separated
+# (two during a rotation), enable POST /pagerduty/webhooks (404 without). A v3 webhook names the
+# acting PagerDuty user by id only, with no email: PAGERDUTY_USER_EMAILS maps "PUSERID=email,..." and
+# the email is matched to one active pollerdash account, as Slack's confirmed email is.
+PAGERDUTY_WEBHOOK_SECRETS = [s.strip() for s in env_secret("PAGERDUTY_WEBHOOK_SECRETS").split(",") if s.strip()]
+PAGERDUTY_USER_EMAILS = {
+    user_id.strip(): email.strip().lower()
+    for user_id, _, email in (item.partition("=") for item in env_list("PAGERDUTY_USER_EMAILS"))
+    if user_id.strip() and email.strip()
+}
 # The Slack app (optional): the signing secret enables the Acknowledge button and POST
 # /slack/interactions; the bot token enables slack_channel targets (updated in place) and matching
 # a clicker by their verified email (users:read.email).

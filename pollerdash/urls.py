@@ -6,6 +6,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from accounts import views as accounts
+from escalations.views.pagerduty import webhooks as pagerduty_webhooks
 from escalations.views.slack import interactions as slack_interactions
 from operations.api.reference import api_reference
 from operations.metrics_endpoint import prometheus_metrics
@@ -31,6 +32,7 @@ urlpatterns = [
     path("metrics", prometheus_metrics, name="metrics"),
     # Slack's signed requests (not a dashboard page: no session, the signature is the credential).
     path("slack/interactions", slack_interactions, name="slack_interactions"),
+    path("pagerduty/webhooks", pagerduty_webhooks, name="pagerduty_webhooks"),
     # Browsers ask for /favicon.ico on pages that name no icon (the admin, JSON answers).
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("api/v1/docs/", api_reference, name="api_reference"),

@@ -14,7 +14,7 @@ CAPS = {"/api/": 64, "/slack/": 64, "/mcp": 64, "/api/v1/big/": 256}
 
 
 def test_the_settings_cap_machine_endpoints_at_64_kib_and_pages_at_1_mib() -> None:
-    for path in ("/api/v1/operations", "/slack/interactions", "/mcp", "/mcp/session"):
+    for path in ("/api/v1/operations", "/slack/interactions", "/pagerduty/webhooks", "/mcp", "/mcp/session"):
         assert cap_for(path, caps=settings.REQUEST_BODY_PATH_CAPS, default=settings.REQUEST_BODY_MAX_BYTES)[1] == 65536
     for path in ("/accounts/login/", "/admin/operations/escalationpolicy/add/", "/cards/1/decide/", "/apifoo"):
         assert cap_for(path, caps=settings.REQUEST_BODY_PATH_CAPS, default=settings.REQUEST_BODY_MAX_BYTES) == (

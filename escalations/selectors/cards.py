@@ -38,7 +38,8 @@ class CardView:
 
     @property
     def notes(self) -> list[CardActivity]:
-        return [a for a in self.activities if a.kind == CardActivity.Kind.NOTE]
+        # Notes, and what a channel reported that changed nothing (a notice), in one thread.
+        return [a for a in self.activities if a.kind in (CardActivity.Kind.NOTE, CardActivity.Kind.NOTICE)]
 
 
 def card_view(*, escalation: Escalation, now: datetime) -> CardView:

@@ -27,6 +27,8 @@ from operations.decisions.words import (
     activity_words,
     cancel_answer_words,
     cancel_words,
+    channel_label,
+    channel_words,
     decision_words,
     option_title,
 )
@@ -166,6 +168,26 @@ def cancel_label(cancel_state: str) -> str:
 def cancel_answer(response: dict) -> CancelAnswerWords:
     """A card's cancel at the provider (Escalation.cancel_response) in the card's words."""
     return cancel_answer_words(state=str(response.get("state") or ""), detail=str(response.get("detail") or ""))
+
+
+@register.filter
+def channel_name(channel: object) -> str:
+    return channel_label(str(channel or ""))
+
+
+@register.filter
+def notice_said(activity: object) -> str:
+    """A channel's notice on a card: "PagerDuty reported: “resolved in PagerDuty by …” — nothing changed"."""
+    channel = channel_label(str(getattr(activity, "channel", "") or ""))
+    return f"{channel} reported: “{getattr(activity, 'text', '')}” — nothing changed"
+
+
+@register.filter
+def via(act: object) -> str:
+    """Where a Decision or CardActivity came from, when not the dashboard: "via Slack (slack:T1/U1)"."""
+    return channel_words(
+        channel=str(getattr(act, "channel", "") or ""), identity=str(getattr(act, "channel_identity", "") or "")
+    )
 
 
 @register.filter

@@ -90,22 +90,28 @@ def interactions(request: HttpRequest) -> HttpResponse:
             runs.reply_to_click(escalation=escalation, response_url=click.response_url, note=matched.message, now=now)
             return HttpResponse(status=200)
         user = get_user_model().objects.get(username=matched.username)
-        reply = _acknowledge(escalation=escalation, user=user, slack_user=click.slack_user_id)
+        reply = _acknowledge(escalation=escalation, user=user, identity=slack_identity(click=click, info=info))
         runs.reply_to_click(escalation=escalation, response_url=click.response_url, note=reply, now=now)
     return HttpResponse(status=200)
 
 
-def _acknowledge(*, escalation: Escalation, user: User, slack_user: str) -> str:
+def slack_identity(*, click: slack.Click, info: slack.SlackUser | str | None) -> str:
+    """The Slack identity an act records: "slack:<team>/<user>", the team users.info confirmed."""
+    team = info.team_id if isinstance(info, slack.SlackUser) and info.team_id else click.slack_team_id
+    return f"slack:{team}/{click.slack_user_id}"
+
+
+def _acknowledge(*, escalation: Escalation, user: User, identity: str) -> str:
     """Acknowledge as `user`, audited as them (operations.decisions.ownership, the same act as the
-    card's button); the reply to the click: "replace" (the message then shows the card's state)
-    or words only the clicker sees."""
+    card's button) with the channel and the Slack identity; the reply to the click: "replace" (the
+    message then shows the card's state) or words only the clicker sees."""
     try:
-        ownership.card_acknowledge(escalation_id=escalation.pk, user=user)
+        ownership.card_acknowledge(escalation_id=escalation.pk, user=user, channel="slack", channel_identity=identity)
     except ownership.CardNotOpen:
         return "replace"
     except ownership.TakeoverNeeded as exc:
         return f"{exc.holder} holds this card. To take it over, open the card: it asks you to confirm."
     except TooManyDecisions:
         return "You acted on cards too often in the last minute; nothing was changed. Try again shortly."
-    logger.info("card %s acknowledged from Slack by %s (Slack user %s)", escalation.pk, user, slack_user)
+    logger.info("card %s acknowledged from Slack by %s (%s)", escalation.pk, user, identity)
     return "replace"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.http import HttpResponse
@@ -14,6 +14,7 @@ from escalations.selectors.notifications import paging_caps
 from escalations.views import DashboardRequest
 from operations import figures, metrics
 from operations.audit.health import audit_protection_checks
+from operations.decisions.words import channel_label
 from operations.models import SlackRefusal
 from operations.vocabulary import REASON_LABELS, Reason
 
@@ -34,9 +35,7 @@ def system(request: DashboardRequest) -> HttpResponse:
         "per_responder": responses.per_responder,
         "notifications_failed": metrics.notifications_failed(now=snap.at),
         "caps": paging_caps(now=snap.at),
-        "slack_refusals": list(
-            SlackRefusal.objects.filter(hour__gte=snap.at - timedelta(hours=24)).order_by("-hour", "reason")
-        ),
+        "slack_refusals": _refusals(now=snap.at),
         "snap": snap,
         "checks": audit_protection_checks(),
         "escalations": [(REASON_LABELS[Reason(r)], n) for r, n in snap.open_escalations.items()],
@@ -54,15 +53,29 @@ def _response_tables(responses: figures.ResponseFigures) -> list[dict[str, Any]]
     """One table per (measure, grouping): rows of group label, 24 h and 7 d figures, waiting cards."""
     tables = []
     for measure, title in ((figures.ACK, "Time to acknowledge"), (figures.DECIDE, "Time to decide")):
-        for by in ("reason", "provider"):
+        for by in figures.BY:
             day = responses.tables[("24h", measure, by)]
             week = responses.tables[("7d", measure, by)]
             rows = []
             for group in sorted(set(day) | set(week)):
                 label = REASON_LABELS[Reason(group)] if by == "reason" and group in REASON_VALUES else group
+                if by == "channel":
+                    label = channel_label(group)
                 rows.append({"label": label, "day": day.get(group), "week": week.get(group)})
             tables.append({"title": f"{title}, by {by}", "measure": measure, "by": by, "rows": rows})
     return tables
+
+
+def _refusals(*, now: datetime) -> list[dict[str, Any]]:
+    """Refused Slack and PagerDuty requests of the last 24 hours (PagerDuty's reasons are stored with
+    the prefix "pagerduty:", escalations.oncall.pagerduty_webhooks)."""
+    rows = []
+    for refusal in SlackRefusal.objects.filter(hour__gte=now - timedelta(hours=24)).order_by("-hour", "reason"):
+        source, _, why = refusal.reason.rpartition(":")
+        rows.append(
+            {"hour": refusal.hour, "source": channel_label(source or "slack"), "why": why, "count": refusal.count}
+        )
+    return rows
 
 
 def _lag_cause(snap: metrics.Snapshot) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from operations.decisions.options import human_duration
-from operations.decisions.words import cancel_words, option_title, outcome_words
+from operations.decisions.words import cancel_words, channel_words, option_title, outcome_words
 from operations.models import AuditEntry
 
 MAX_QUOTED = 200
@@ -81,7 +81,17 @@ def story_line(*, seq: int | None, body: bytes) -> StoryLine:
     except (KeyError, TypeError, ValueError):
         # A type this module does not know yet, or a body it cannot read: show the raw facts.
         text = f"{kind}: {_generic(data, actor, at)}"
-    return StoryLine(at=at, seq=seq, kind=kind, actor=actor, text=text)
+    return StoryLine(at=at, seq=seq, kind=kind, actor=actor, text=text + _via(kind, data))
+
+
+def _via(kind: str, data: Mapping[str, object]) -> str:
+    """A person's act that did not come from the dashboard says where it came from: " (via Slack
+    (slack:T1/U1))". A channel's own notice names it already."""
+    if not kind.startswith("human.") or not isinstance(data.get("channel"), str):
+        return ""
+    identity = data.get("channel_identity")
+    said = channel_words(channel=str(data["channel"]), identity=identity if isinstance(identity, str) else "")
+    return f" ({said})" if said else ""
 
 
 # --- renderers, one per entry type ---------------------------------------------------------------------
@@ -240,6 +250,10 @@ def _human_note(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return f"{actor} noted: {_quote(data.get('text') or '')}"
 
 
+def _oncall_notice(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor}: {_quote(data.get('text') or '', limit=300)} - nothing changed on the card"
+
+
 def _human_bulk_decision(data: Mapping[str, object], actor: str, at: datetime) -> str:
     refused = data.get("refused") or []
     count = len(refused) if isinstance(refused, list) else 0
@@ -369,6 +383,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "human.reassigned": _human_reassigned,
     "human.note": _human_note,
     "human.bulk_decision": _human_bulk_decision,
+    "oncall.notice": _oncall_notice,
     "provider.cancel_response": _cancel_response,
     "provider.paused": _paused,
     "operation.cancelled": _cancelled,

@@ -71,16 +71,65 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "check_spacing_ms",
         # How and when the decider authenticated (operations.decisions.signin): every human entry.
         "authentication",
+        # Where the act came from (web, slack, pagerduty, api) and the identity that channel
+        # verified ("slack:T1/U1", "pagerduty:P1"; null on the web): every human entry from 2.5.
+        "channel",
+        "channel_identity",
     ),
-    "human.inspect": ("escalation_id", "decision_id", "card_version", "console_url", "authentication"),
-    "human.refused": ("escalation_id", "decision_id", "option", "card_version", "reason", "authentication"),
+    "human.inspect": (
+        "escalation_id",
+        "decision_id",
+        "card_version",
+        "console_url",
+        "authentication",
+        "channel",
+        "channel_identity",
+    ),
+    "human.refused": (
+        "escalation_id",
+        "decision_id",
+        "option",
+        "card_version",
+        "reason",
+        "authentication",
+        "channel",
+        "channel_identity",
+    ),
     # Ownership and notes (operations/lifecycle/ownership.py): they decide nothing and move no card
     # version; `activity_id` is the CardActivity row, `previous_holder` the username that held the
     # card before (a take-over or a hand-over), `to` the username it was handed to.
-    "human.acknowledged": ("escalation_id", "activity_id", "previous_holder", "card_version"),
-    "human.unacknowledged": ("escalation_id", "activity_id", "card_version"),
-    "human.reassigned": ("escalation_id", "activity_id", "to", "previous_holder", "takeover", "card_version"),
-    "human.note": ("escalation_id", "activity_id", "text", "card_version"),
+    "human.acknowledged": (
+        "escalation_id",
+        "activity_id",
+        "previous_holder",
+        "card_version",
+        "channel",
+        "channel_identity",
+    ),
+    "human.unacknowledged": ("escalation_id", "activity_id", "card_version", "channel", "channel_identity"),
+    "human.reassigned": (
+        "escalation_id",
+        "activity_id",
+        "to",
+        "previous_holder",
+        "takeover",
+        "card_version",
+        "channel",
+        "channel_identity",
+    ),
+    "human.note": ("escalation_id", "activity_id", "text", "card_version", "channel", "channel_identity"),
+    # What a channel reported on an open card that changed nothing (operations.lifecycle.ownership.
+    # add_notice): actor {"kind": <channel>, "id": <the identity it verified>}, `event` the channel's
+    # own event type ("incident.resolved"), `text` the card's words.
+    "oncall.notice": (
+        "escalation_id",
+        "activity_id",
+        "card_version",
+        "channel",
+        "channel_identity",
+        "event",
+        "text",
+    ),
     # One option applied to selected cards of a group (operations/decisions/bulk.py); no operation of
     # its own: each member applied has its own human.decision entry. `refused` lists
     # {"escalation_id", "reason"} per member refused, or per reason the whole was (escalation_id null).

@@ -22,7 +22,7 @@ from operations.lifecycle import ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
 from operations.models import CardActivity, Escalation
 from operations.responders import is_responder
-from operations.vocabulary import CONTROL_CHARACTERS
+from operations.vocabulary import CONTROL_CHARACTERS, Channel, checked_channel
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -78,29 +78,62 @@ def _held_by_other(escalation: Escalation, user: User) -> bool:
     return escalation.state == Escalation.State.OPEN and escalation.assignee_id not in (None, getattr(user, "pk", None))
 
 
-def _take_over(escalation: Escalation, *, user: User, takeover_of: object) -> Escalation:
+def _take_over(
+    escalation: Escalation, *, user: User, takeover_of: object, channel: str, channel_identity: str
+) -> Escalation:
     """With the card locked: acknowledge it for `user`, unless someone else holds it and `takeover_of`
     does not name that very holder (then TakeoverNeeded asks again and nothing is written)."""
     if _held_by_other(escalation, user) and str(takeover_of or "") != str(escalation.assignee_id):
         raise TakeoverNeeded(escalation)
-    return ownership.acknowledge(escalation_id=escalation.pk, user=user, now=timezone.now())
+    return ownership.acknowledge(
+        escalation_id=escalation.pk,
+        user=user,
+        now=timezone.now(),
+        channel=channel,
+        channel_identity=channel_identity,
+    )
 
 
-def card_acknowledge(*, escalation_id: int, user: User, takeover_of: object = None) -> Escalation:
+def card_acknowledge(
+    *,
+    escalation_id: int,
+    user: User,
+    takeover_of: object = None,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> Escalation:
     """ "I'm on it". When someone else holds the card, `takeover_of` must name that holder (their user
-    id, as the page showed them); otherwise TakeoverNeeded asks again and nothing is written."""
+    id, as the page showed them); otherwise TakeoverNeeded asks again and nothing is written.
+    `channel` and `channel_identity` (every act here takes them): where the act came from and the
+    identity that channel verified, recorded on the CardActivity and its audit entry."""
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     _take_slot(user)
     with transaction.atomic():
-        return _take_over(_locked(escalation_id), user=user, takeover_of=takeover_of)
+        return _take_over(
+            _locked(escalation_id), user=user, takeover_of=takeover_of, channel=known, channel_identity=identity
+        )
 
 
-def card_unacknowledge(*, escalation_id: int, user: User) -> Escalation:
+def card_unacknowledge(
+    *, escalation_id: int, user: User, channel: str = Channel.WEB, channel_identity: str = ""
+) -> Escalation:
     """The holder gives the card back (NotHolder for anyone else)."""
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     _take_slot(user)
-    return ownership.unacknowledge(escalation_id=escalation_id, user=user, now=timezone.now())
+    return ownership.unacknowledge(
+        escalation_id=escalation_id, user=user, now=timezone.now(), channel=known, channel_identity=identity
+    )
 
 
-def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: object = None) -> Escalation:
+def card_reassign(
+    *,
+    escalation_id: int,
+    by: User,
+    to: object,
+    takeover_of: object = None,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> Escalation:
     """Hand the card to the responder named `to` (a username); NotAResponder names a refusal.
 
     Only the holder (or anyone, while nobody holds it) hands a card on plainly. Handing a card
@@ -108,6 +141,7 @@ def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: obje
     confirmation (`takeover_of` names the holder, else TakeoverNeeded), recorded as a take-over, and
     the same message to the holder as a take-over, never a silent way around them.
     """
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     _take_slot(by)
     name = to.strip()[:150] if isinstance(to, str) else ""
     if not name or CONTROL_CHARACTERS.search(name):
@@ -118,7 +152,7 @@ def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: obje
     with transaction.atomic():
         escalation = _locked(escalation_id)
         if target.pk == getattr(by, "pk", None) and _held_by_other(escalation, by):
-            return _take_over(escalation, user=by, takeover_of=takeover_of)
+            return _take_over(escalation, user=by, takeover_of=takeover_of, channel=known, channel_identity=identity)
         if escalation.state == Escalation.State.OPEN and escalation.assignee_id == target.pk:
             raise OwnershipRefused(f"to: {name} already holds this card; nothing was changed.")
         takeover = _held_by_other(escalation, by)
@@ -129,17 +163,37 @@ def card_reassign(*, escalation_id: int, by: User, to: object, takeover_of: obje
             )
         if takeover and str(takeover_of or "") != str(escalation.assignee_id):
             raise TakeoverNeeded(escalation)
-        return ownership.reassign(escalation_id=escalation_id, by=by, to=target, now=timezone.now(), takeover=takeover)
+        return ownership.reassign(
+            escalation_id=escalation_id,
+            by=by,
+            to=target,
+            now=timezone.now(),
+            takeover=takeover,
+            channel=known,
+            channel_identity=identity,
+        )
 
 
-def card_note(*, escalation_id: int, user: User, text: object) -> CardActivity:
+def card_note(
+    *, escalation_id: int, user: User, text: object, channel: str = Channel.WEB, channel_identity: str = ""
+) -> CardActivity:
     """A note in the card's thread (InvalidNote names what is wrong with the text)."""
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     note = ownership.clean_note(text=text)
     _take_slot(user)
-    return ownership.add_note(escalation_id=escalation_id, user=user, text=note, now=timezone.now())
+    return ownership.add_note(
+        escalation_id=escalation_id,
+        user=user,
+        text=note,
+        now=timezone.now(),
+        channel=known,
+        channel_identity=identity,
+    )
 
 
-def acknowledge_group(*, group_id: int, user: User) -> tuple[int, list[str]]:
+def acknowledge_group(
+    *, group_id: int, user: User, channel: str = Channel.WEB, channel_identity: str = ""
+) -> tuple[int, list[str]]:
     """Acknowledge every open card of a group that nobody else holds (one act against the limit).
 
     Returns how many cards became the person's and the names of those who hold the others: a card
@@ -147,6 +201,7 @@ def acknowledge_group(*, group_id: int, user: User) -> tuple[int, list[str]]:
     under the card's lock, so an acknowledgement that lands while the group is being acknowledged
     is never taken over.
     """
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     _take_slot(user)
     user_id = getattr(user, "pk", None)
     acknowledged, others = 0, set()
@@ -162,6 +217,22 @@ def acknowledge_group(*, group_id: int, user: User) -> tuple[int, list[str]]:
                 continue
             if escalation.acknowledged_by_id == user_id:
                 continue
-            ownership.acknowledge(escalation_id=escalation.pk, user=user, now=timezone.now())
+            ownership.acknowledge(
+                escalation_id=escalation.pk, user=user, now=timezone.now(), channel=known, channel_identity=identity
+            )
         acknowledged += 1
     return acknowledged, sorted(others)
+
+
+def card_notice(*, escalation_id: int, channel: str, channel_identity: str, event: str, text: str) -> CardActivity:
+    """What a channel reported on an open card that changed nothing, shown on the card and audited
+    (operations.lifecycle.ownership.add_notice); CardNotOpen on a card no longer open. Not counted
+    against anyone's DECISIONS_PER_MINUTE: no account acted, and only a signed request gets here."""
+    return ownership.add_notice(
+        escalation_id=escalation_id,
+        channel=channel,
+        channel_identity=channel_identity,
+        event=event,
+        text=text,
+        now=timezone.now(),
+    )

@@ -33,7 +33,7 @@ from operations.decisions.signin import SignIn
 from operations.lifecycle import cancels, humans
 from operations.models import Decision, Escalation
 from operations.provider_cancel import send_provider_cancel
-from operations.vocabulary import CONTROL_CHARACTERS, CancelState
+from operations.vocabulary import CONTROL_CHARACTERS, CancelState, Channel, checked_channel
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -100,9 +100,14 @@ def escalation_decide(
     option_id: object,
     card_version: object,
     comment: object = "",
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
 ) -> DecideResult:
     """Apply one option of a card for `user`, signed in as `sign_in` says, or refuse it and record the
     refusal. The decision records the sign-in; options that cannot be undone need a recent one.
+    `channel` says where the decision came from (web, slack, pagerduty, api) and `channel_identity`
+    the identity that channel verified ("slack:T1/U1"); both are recorded on the Decision and its
+    audit entry. ValueError for a channel outside the vocabulary.
 
     Raises TooManyDecisions beyond DECISIONS_PER_MINUTE for this person (counted before anything
     else, in the database so it holds across web processes) and Escalation.DoesNotExist for an
@@ -110,6 +115,7 @@ def escalation_decide(
     missing comment, a sign-in too old for an option that cannot be undone, the same person
     confirming their own acceptance) is a recorded refusal, returned as a DecideResult.
     """
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     take_decision_slot(user)
     posted = _Posted(
         operation_id=Escalation.objects.values_list("operation_id", flat=True).get(pk=escalation_id),
@@ -119,6 +125,8 @@ def escalation_decide(
         posted_id=option_id if isinstance(option_id, str) else "",
         card_version=card_version,
         comment=clean_comment(comment),
+        channel=known,
+        channel_identity=identity,
     )
     parsed = parse_option_id(posted.posted_id)
     if parsed is not None and parsed.kind is Kind.CANCEL_AT_PROVIDER:
@@ -127,12 +135,20 @@ def escalation_decide(
         checked = _check_or_refuse(posted)
         if isinstance(checked, DecideResult):
             return checked
-        return apply_offered(checked, user=user, sign_in=sign_in, comment=posted.comment)
+        return apply_offered(
+            checked,
+            user=user,
+            sign_in=sign_in,
+            comment=posted.comment,
+            channel=known,
+            channel_identity=identity,
+        )
 
 
 @dataclass(frozen=True)
 class _Posted:
-    """A decision as posted: who, on which card, which option against which version, with what comment."""
+    """A decision as posted: who, on which card, which option against which version, with what
+    comment, through which channel."""
 
     operation_id: str
     escalation_id: int
@@ -141,6 +157,8 @@ class _Posted:
     posted_id: str
     card_version: object
     comment: str
+    channel: Channel = Channel.WEB
+    channel_identity: str = ""
 
 
 def _check_or_refuse(posted: _Posted) -> Offered | DecideResult:
@@ -162,37 +180,60 @@ def _check_or_refuse(posted: _Posted) -> Offered | DecideResult:
             posted_id=posted.posted_id,
             card_version=posted.card_version,
             comment=posted.comment,
+            channel=posted.channel,
+            channel_identity=posted.channel_identity,
         )
     return checked
 
 
-def apply_offered(offered: Offered, *, user: User, sign_in: SignIn | None, comment: str) -> DecideResult:
+def apply_offered(
+    offered: Offered,
+    *,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> DecideResult:
     """Apply an option `check_decision` found offered, inside its transaction (the locks still held)."""
     card, option, now = offered.card, offered.option, offered.now
+    via = {"channel": channel, "channel_identity": channel_identity}
     if option.kind is Kind.INSPECT:
-        decision = humans.record_inspect(card=card, option=option, user=user, sign_in=sign_in, comment=comment)
+        decision = humans.record_inspect(card=card, option=option, user=user, sign_in=sign_in, comment=comment, **via)
         return DecideResult(
             decision=decision, message="Recorded that you inspected this job.", redirect_url=card.console_url
         )
     if option.kind is Kind.CLOSE:
-        decision = humans.close(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
+        decision = humans.close(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now, **via)
         return DecideResult(decision=decision, message="Closed: pollerdash stopped watching this operation.")
     if option.kind is Kind.ACCEPT_OUTPUT:
-        decision = humans.accept_output(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
+        decision = humans.accept_output(
+            card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now, **via
+        )
         if decision.outcome == Decision.Outcome.AWAITING_SECOND:
             message = "Acceptance recorded; a second, different responder must confirm."
         else:
             message = "Output accepted by two responders: the operation succeeded."
         return DecideResult(decision=decision, message=message)
     if option.kind is Kind.KEEP_WAITING:
-        decision = humans.keep_waiting(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
+        decision = humans.keep_waiting(
+            card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now, **via
+        )
         return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
-    decision = humans.grant(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now)
+    decision = humans.grant(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now, **via)
     return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
 
 
 def _refused(
-    refused: Refused, *, user: User, sign_in: SignIn | None, posted_id: str, card_version: object, comment: str
+    refused: Refused,
+    *,
+    user: User,
+    sign_in: SignIn | None,
+    posted_id: str,
+    card_version: object,
+    comment: str,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
 ) -> DecideResult:
     decision = humans.refuse(
         card=refused.card,
@@ -203,6 +244,8 @@ def _refused(
         version=posted_version(card_version),
         comment=comment,
         why=refused.why,
+        channel=channel,
+        channel_identity=channel_identity,
     )
     message = refused.why
     if refused.why == NOT_OFFERED:
@@ -226,6 +269,8 @@ def _cancel_at_provider(posted: _Posted) -> DecideResult:
             sign_in=posted.sign_in,
             comment=posted.comment,
             now=checked.now,
+            channel=posted.channel,
+            channel_identity=posted.channel_identity,
         )
         operation = checked.card.operation
     # No lock is held while the provider answers.

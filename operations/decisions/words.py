@@ -191,6 +191,36 @@ def fresh_sign_in_needed(*, minutes: int) -> str:
     return f"This cannot be undone, so it needs a sign-in within the last {minutes} minutes."
 
 
+CHANNEL_LABELS = {"web": "the dashboard", "slack": "Slack", "pagerduty": "PagerDuty", "api": "the API"}
+
+
+def channel_label(channel: str) -> str:
+    """A channel by name ("PagerDuty"); "" for none recorded (acts from before 2.5)."""
+    return CHANNEL_LABELS.get(channel, channel)
+
+
+def channel_words(*, channel: str, identity: str = "") -> str:
+    """Where an act came from, for history, reports and the story: "via Slack (slack:T1/U1)";
+    "" for the dashboard or none recorded, the usual way, which the pages do not repeat on every line."""
+    if not channel or channel == "web":
+        return ""
+    said = f"via {channel_label(channel)}"
+    return f"{said} ({identity})" if identity else said
+
+
+def pager_notice_words(*, event: str, by: str, why: str = "", holder: str = "") -> str:
+    """What a pager reported on a card that changed nothing, as the card says it (a CardActivity
+    notice). `event` is "acknowledged", "unacknowledged" or "resolved"; `by` the pager's name of who
+    did it; `why` why pollerdash did not follow; `holder` who holds the card."""
+    if event == "resolved":
+        return f"resolved in PagerDuty by {by}; this card still needs a decision"
+    if event == "unacknowledged":
+        return f"unacknowledged in PagerDuty by {by}; {holder} acknowledged the card in pollerdash and still holds it"
+    if holder:
+        return f"acknowledged in PagerDuty by {by}; {holder} holds this card and keeps it (take it over on the card)"
+    return f"acknowledged in PagerDuty by {by}, but nothing changed here: {why}"
+
+
 def activity_words(*, kind: str, username: str = "", to_username: str = "", previous_username: str = "") -> str:
     """What an act on a card did (CardActivity), in the history's and the reports' words: "took the
     card over from bob". "" for a note: the page quotes its text."""

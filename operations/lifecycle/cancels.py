@@ -26,7 +26,15 @@ if TYPE_CHECKING:
 
 
 def claim_cancel(
-    *, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime
+    *,
+    card: Card,
+    option: Option,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    now: datetime,
+    channel: str = "web",
+    channel_identity: str = "",
 ) -> Decision:
     """The one cancel request of a card, claimed before it is sent.
 
@@ -34,7 +42,9 @@ def claim_cancel(
     second responder) can never send the cancel again.
     """
     operation, escalation = card.operation, card.escalation
-    act = act_on(card=card, user=user, sign_in=sign_in, comment=comment)
+    act = act_on(
+        card=card, user=user, sign_in=sign_in, comment=comment, channel=channel, channel_identity=channel_identity
+    )
     decision = decision_row(act=act, option_id=option.id, outcome=Decision.Outcome.APPLIED)
     escalation.cancel_response = {
         "state": "sending",
@@ -90,7 +100,12 @@ def record_cancel_answer(
             },
         )
     if confirmed and escalation.state == Escalation.State.OPEN:
-        close_card(escalation=escalation, now=now, why=f"cancelled at the provider by {user.get_username()}")
+        close_card(
+            escalation=escalation,
+            now=now,
+            why=f"cancelled at the provider by {user.get_username()}",
+            channel=decision.channel,
+        )
     else:
         new_card_version(escalation=escalation)
     audit.append(

@@ -134,10 +134,11 @@ def supersede_card(*, operation: Operation, reason: str) -> Escalation | None:
     return escalation
 
 
-def close_card(*, escalation: Escalation, now: datetime, why: str) -> None:
-    """The decision that ends the card; call with the card locked, inside the decision's transaction."""
+def close_card(*, escalation: Escalation, now: datetime, why: str, channel: str = "web") -> None:
+    """The decision that ends the card; call with the card locked, inside the decision's transaction.
+    `channel` is where the decision came from (the response figures per channel)."""
     _end(escalation, state=Escalation.State.DECIDED, now=now, why=why)
-    events.card_closed.send(sender=Escalation, escalation=escalation, how="decided")
+    events.card_closed.send(sender=Escalation, escalation=escalation, how="decided", channel=channel)
 
 
 def _end(escalation: Escalation, *, state: str, now: datetime, why: str) -> None:

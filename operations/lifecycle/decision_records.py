@@ -10,7 +10,7 @@ from operations.audit import entries as audit
 from operations.decisions.cards import Card, snapshot_sha256
 from operations.decisions.signin import SignIn
 from operations.models import Decision
-from operations.vocabulary import CONTROL_CHARACTERS
+from operations.vocabulary import CONTROL_CHARACTERS, Channel, checked_channel
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -22,8 +22,8 @@ def printable(*, value: str) -> str:
 
 @dataclass(frozen=True)
 class Act:
-    """Who acts on which card, as it was shown: what every Decision of the act records. The snapshot
-    and version are taken before anything changes."""
+    """Who acts on which card, as it was shown, and through which channel: what every Decision of the
+    act records. The snapshot and version are taken before anything changes."""
 
     card: Card
     user: User
@@ -31,9 +31,20 @@ class Act:
     comment: str
     snapshot: dict[str, object]
     card_version: int | None
+    channel: Channel = Channel.WEB
+    channel_identity: str = ""
 
 
-def act_on(*, card: Card, user: User, sign_in: SignIn | None, comment: str) -> Act:
+def act_on(
+    *,
+    card: Card,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> Act:
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     return Act(
         card=card,
         user=user,
@@ -41,6 +52,8 @@ def act_on(*, card: Card, user: User, sign_in: SignIn | None, comment: str) -> A
         comment=comment,
         snapshot=card.snapshot(),
         card_version=card.escalation.version,
+        channel=known,
+        channel_identity=identity,
     )
 
 
@@ -71,6 +84,8 @@ def decision_row(*, act: Act, option_id: str, outcome: str, **fields: object) ->
         card_version=act.card_version,
         card_snapshot=act.snapshot,
         authentication=None if act.sign_in is None else act.sign_in.as_record(),
+        channel=act.channel,
+        channel_identity=act.channel_identity,
         **fields,
     )
 
@@ -82,6 +97,8 @@ def decision_entry(
         "escalation_id": decision.escalation_id,
         "decision_id": decision.pk,
         "authentication": decision.authentication,
+        "channel": str(decision.channel),
+        "channel_identity": decision.channel_identity or None,
     }
     if entry_type == "human.decision":
         base |= {

@@ -33,7 +33,7 @@ from operations.lifecycle.ownership import reassign as reassign
 from operations.lifecycle.ownership import unacknowledge as unacknowledge
 from operations.lifecycle.transitions import FINISH, RESUME
 from operations.models import Authorization, Decision, Escalation, Operation
-from operations.vocabulary import DelaySource, Status
+from operations.vocabulary import Channel, DelaySource, Status, checked_channel
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -56,6 +56,8 @@ def refuse(
     version: int | None,
     comment: str,
     why: str,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
 ) -> Decision:
     """Record a refused attempt: who tried what against which version, and why it was refused.
 
@@ -73,8 +75,18 @@ def refuse(
         return repeated
     snapshot = card.snapshot()
     snapshot["posted"] = {"option": posted_id[:100], "card_version": str(posted_version)[:20]}
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     return record(
-        act=Act(card=card, user=user, sign_in=sign_in, comment=comment, snapshot=snapshot, card_version=version),
+        act=Act(
+            card=card,
+            user=user,
+            sign_in=sign_in,
+            comment=comment,
+            snapshot=snapshot,
+            card_version=version,
+            channel=known,
+            channel_identity=identity,
+        ),
         option_id=option,
         outcome=Decision.Outcome.REFUSED,
         entry_type="human.refused",
@@ -103,10 +115,21 @@ def _same_refusal(*, card: Card, user: User, option: str, version: int | None, w
     return latest if card.facts.now - last_seen <= timedelta(seconds=settings.DECISION_REPEAT_WINDOW_S) else None
 
 
-def record_inspect(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str) -> Decision:
+def record_inspect(
+    *,
+    card: Card,
+    option: Option,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> Decision:
     """Who looked and when; the card stays open and its version does not move."""
     return record(
-        act=act_on(card=card, user=user, sign_in=sign_in, comment=comment),
+        act=act_on(
+            card=card, user=user, sign_in=sign_in, comment=comment, channel=channel, channel_identity=channel_identity
+        ),
         option_id=option.id,
         outcome=Decision.Outcome.RECORDED,
         entry_type="human.inspect",
@@ -114,7 +137,17 @@ def record_inspect(*, card: Card, option: Option, user: User, sign_in: SignIn | 
     )
 
 
-def grant(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
+def grant(
+    *,
+    card: Card,
+    option: Option,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    now: datetime,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> Decision:
     """Options that let polling continue: a new Authorization chained to the previous one.
 
     extend / treat_as_pending grant a window: exactly its checks from now, paced across it (the
@@ -127,7 +160,9 @@ def grant(*, card: Card, option: Option, user: User, sign_in: SignIn | None, com
     """
     operation, escalation = card.operation, card.escalation
     assert option.new_deadline_at is not None and option.new_max_requests is not None
-    act = act_on(card=card, user=user, sign_in=sign_in, comment=comment)
+    act = act_on(
+        card=card, user=user, sign_in=sign_in, comment=comment, channel=channel, channel_identity=channel_identity
+    )
     pending = list(operation.extra_pending_states or [])
     added_state = None
     if option.kind is Kind.TREAT_AS_PENDING:
@@ -161,7 +196,7 @@ def grant(*, card: Card, option: Option, user: User, sign_in: SignIn | None, com
         # another reason first) must not let a later extension send a request nobody approved.
         "approved_checks": 1 if option.kind is Kind.APPROVE_ONE_CHECK else 0,
     }
-    _resume_polling(card=card, option=option, user=user, now=now, bounds=bounds)
+    _resume_polling(card=card, option=option, user=user, now=now, bounds=bounds, channel=act.channel)
     return record(
         act=act,
         option_id=option.id,
@@ -181,12 +216,22 @@ def grant(*, card: Card, option: Option, user: User, sign_in: SignIn | None, com
 
 
 def keep_waiting(
-    *, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime
+    *,
+    card: Card,
+    option: Option,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    now: datetime,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
 ) -> Decision:
     """business_deadline_passed: poll on until the technical deadline within the bounds already
     granted. No new Authorization (no new authority); the Decision records who chose it."""
-    act = act_on(card=card, user=user, sign_in=sign_in, comment=comment)
-    _resume_polling(card=card, option=option, user=user, now=now, bounds={})
+    act = act_on(
+        card=card, user=user, sign_in=sign_in, comment=comment, channel=channel, channel_identity=channel_identity
+    )
+    _resume_polling(card=card, option=option, user=user, now=now, bounds={}, channel=act.channel)
     return record(
         act=act,
         option_id=option.id,
@@ -195,7 +240,9 @@ def keep_waiting(
     )
 
 
-def _resume_polling(*, card: Card, option: Option, user: User, now: datetime, bounds: dict[str, object]) -> None:
+def _resume_polling(
+    *, card: Card, option: Option, user: User, now: datetime, bounds: dict[str, object], channel: Channel
+) -> None:
     """Back to running after a decision that lets polling continue (RESUME, with a grant's new
     `bounds`): the next poll due at once (or when the provider's wait ends), delay source
     manual_extension, the claim released, the card closed."""
@@ -209,7 +256,7 @@ def _resume_polling(*, card: Card, option: Option, user: User, now: datetime, bo
     )
     change.apply(op=operation)
     operation.save(update_fields=change.fields)
-    close_card(escalation=card.escalation, now=now, why=f"{option.label} — by {user.get_username()}")
+    close_card(escalation=card.escalation, now=now, why=f"{option.label} — by {user.get_username()}", channel=channel)
 
 
 def _waived_business_deadline(*, operation: Operation, now: datetime) -> datetime | None:
@@ -223,10 +270,22 @@ def _waived_business_deadline(*, operation: Operation, now: datetime) -> datetim
     return None
 
 
-def close(*, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime) -> Decision:
+def close(
+    *,
+    card: Card,
+    option: Option,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    now: datetime,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> Decision:
     """Stop watching: the operation ends closed with the responder's reason."""
     operation, escalation = card.operation, card.escalation
-    act = act_on(card=card, user=user, sign_in=sign_in, comment=comment)
+    act = act_on(
+        card=card, user=user, sign_in=sign_in, comment=comment, channel=channel, channel_identity=channel_identity
+    )
     message = f"Closed by {user.get_username()} after “{card.reason_label}”"
     if comment:
         message += f": {comment}"
@@ -241,16 +300,26 @@ def close(*, card: Card, option: Option, user: User, sign_in: SignIn | None, com
             "provider_error": None,
         },
     )
-    close_card(escalation=escalation, now=now, why=f"closed by {user.get_username()}")
+    close_card(escalation=escalation, now=now, why=f"closed by {user.get_username()}", channel=act.channel)
     return record(act=act, option_id=option.id, outcome=Decision.Outcome.APPLIED)
 
 
 def accept_output(
-    *, card: Card, option: Option, user: User, sign_in: SignIn | None, comment: str, now: datetime
+    *,
+    card: Card,
+    option: Option,
+    user: User,
+    sign_in: SignIn | None,
+    comment: str,
+    now: datetime,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
 ) -> Decision:
     """Four eyes: the first responder's acceptance waits; a second, different one applies it."""
     operation, escalation, first = card.operation, card.escalation, card.awaiting
-    act = act_on(card=card, user=user, sign_in=sign_in, comment=comment)
+    act = act_on(
+        card=card, user=user, sign_in=sign_in, comment=comment, channel=channel, channel_identity=channel_identity
+    )
     if first is None:
         # The card now shows who accepted and waits for a second person: a new version.
         new_card_version(escalation=escalation)
@@ -275,7 +344,12 @@ def accept_output(
             },
         },
     )
-    close_card(escalation=escalation, now=now, why=f"output accepted by {first_name} and {user.get_username()}")
+    close_card(
+        escalation=escalation,
+        now=now,
+        why=f"output accepted by {first_name} and {user.get_username()}",
+        channel=act.channel,
+    )
     return record(
         act=act,
         option_id=option.id,

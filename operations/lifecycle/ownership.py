@@ -29,7 +29,7 @@ from operations import events
 from operations.audit import entries as audit
 from operations.models import CardActivity, Escalation
 from operations.responders import is_responder
-from operations.vocabulary import CONTROL_CHARACTERS
+from operations.vocabulary import CONTROL_CHARACTERS, Channel, checked_channel
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -101,9 +101,12 @@ def _activity(
     now: datetime,
     entry_type: str,
     data: dict[str, object],
+    channel: str,
+    channel_identity: str,
     **fields: object,
 ) -> CardActivity:
     """The activity row and its audit entry, the last write of the act."""
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
     activity = CardActivity.objects.create(
         escalation=escalation,
         operation_id=escalation.operation_id,
@@ -111,13 +114,22 @@ def _activity(
         user=user,
         username=user.get_username(),
         at=now,
+        channel=known,
+        channel_identity=identity,
         **fields,
     )
     entry = audit.append(
         entry_type=entry_type,
         actor=audit.user_actor(user),
         operation_id=escalation.operation_id,
-        data={"escalation_id": escalation.pk, "activity_id": activity.pk, "card_version": escalation.version, **data},
+        data={
+            "escalation_id": escalation.pk,
+            "activity_id": activity.pk,
+            "card_version": escalation.version,
+            "channel": str(known),
+            "channel_identity": identity or None,
+            **data,
+        },
         at=now,
     )
     CardActivity.objects.filter(pk=activity.pk).update(audit_entry_id=entry.pk)
@@ -125,7 +137,9 @@ def _activity(
     return activity
 
 
-def acknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
+def acknowledge(
+    *, escalation_id: int, user: User, now: datetime, channel: str = Channel.WEB, channel_identity: str = ""
+) -> Escalation:
     """The person is on it: they hold the card (taking it over from whoever held it) and reminders stop.
 
     Acknowledging a card one already acknowledged changes nothing and records nothing.
@@ -144,12 +158,16 @@ def acknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
         escalation.acknowledged_at = now
         escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
         previous_name = previous.get_username() if previous is not None else ""
-        events.card_acknowledged.send(sender=Escalation, escalation=escalation, user=user, previous=previous)
+        events.card_acknowledged.send(
+            sender=Escalation, escalation=escalation, user=user, previous=previous, channel=channel
+        )
         _activity(
             escalation=escalation,
             kind=CardActivity.Kind.ACKNOWLEDGED,
             user=user,
             now=now,
+            channel=channel,
+            channel_identity=channel_identity,
             entry_type="human.acknowledged",
             data={"previous_holder": previous_name or None},
             previous_username=previous_name,
@@ -157,7 +175,9 @@ def acknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
     return escalation
 
 
-def unacknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalation:
+def unacknowledge(
+    *, escalation_id: int, user: User, now: datetime, channel: str = Channel.WEB, channel_identity: str = ""
+) -> Escalation:
     """The holder gives the card back: nobody holds it, reminders resume.
 
     Raises NotHolder for anyone but the person who holds it (taking it over is `acknowledge`).
@@ -185,13 +205,24 @@ def unacknowledge(*, escalation_id: int, user: User, now: datetime) -> Escalatio
             kind=CardActivity.Kind.UNACKNOWLEDGED,
             user=user,
             now=now,
+            channel=channel,
+            channel_identity=channel_identity,
             entry_type="human.unacknowledged",
             data={},
         )
     return escalation
 
 
-def reassign(*, escalation_id: int, by: User, to: User, now: datetime, takeover: bool = False) -> Escalation:
+def reassign(
+    *,
+    escalation_id: int,
+    by: User,
+    to: User,
+    now: datetime,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+    takeover: bool = False,
+) -> Escalation:
     """Hand the card to `to`, a responder, who is told. It is theirs but not acknowledged until they
     say so, so reminders go on meanwhile. With `takeover`, `by` takes the card over from the person
     who held it (the entry says so, and they are told).
@@ -224,6 +255,8 @@ def reassign(*, escalation_id: int, by: User, to: User, now: datetime, takeover:
             kind=CardActivity.Kind.REASSIGNED,
             user=by,
             now=now,
+            channel=channel,
+            channel_identity=channel_identity,
             entry_type="human.reassigned",
             data={
                 "to": to.get_username(),
@@ -237,7 +270,9 @@ def reassign(*, escalation_id: int, by: User, to: User, now: datetime, takeover:
     return escalation
 
 
-def add_note(*, escalation_id: int, user: User, text: str, now: datetime) -> CardActivity:
+def add_note(
+    *, escalation_id: int, user: User, text: str, now: datetime, channel: str = Channel.WEB, channel_identity: str = ""
+) -> CardActivity:
     """A note in the card's thread; decides nothing. Raises InvalidNote for text `clean_note` refuses."""
     note = clean_note(text=text)
     with transaction.atomic():
@@ -247,7 +282,52 @@ def add_note(*, escalation_id: int, user: User, text: str, now: datetime) -> Car
             kind=CardActivity.Kind.NOTE,
             user=user,
             now=now,
+            channel=channel,
+            channel_identity=channel_identity,
             entry_type="human.note",
             data={"text": note},
             text=note,
         )
+
+
+def add_notice(
+    *, escalation_id: int, channel: str, channel_identity: str, event: str, text: str, now: datetime
+) -> CardActivity:
+    """What a channel reported on an open card that changed nothing ("resolved in PagerDuty by X; this
+    card still needs a decision", "no pollerdash account uses this PagerDuty user's email"): a
+    CardActivity of no account and its `oncall.notice` entry, with the identity the channel verified.
+    CardNotOpen on a card that is no longer open (nothing is written)."""
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
+    line = CONTROL_CHARACTERS.sub("", text)[:NOTE_MAX]
+    with transaction.atomic():
+        escalation = _lock_open(escalation_id)
+        activity = CardActivity.objects.create(
+            escalation=escalation,
+            operation_id=escalation.operation_id,
+            kind=CardActivity.Kind.NOTICE,
+            user=None,
+            username="",
+            at=now,
+            text=line,
+            channel=known,
+            channel_identity=identity,
+        )
+        entry = audit.append(
+            entry_type="oncall.notice",
+            # "pagerduty:PABC123" as actors read: the channel, and who it verified.
+            actor={"kind": str(known), "id": identity.removeprefix(f"{known}:") or str(known)},
+            operation_id=escalation.operation_id,
+            data={
+                "escalation_id": escalation.pk,
+                "activity_id": activity.pk,
+                "card_version": escalation.version,
+                "channel": str(known),
+                "channel_identity": identity or None,
+                "event": event[:100],
+                "text": line,
+            },
+            at=now,
+        )
+        CardActivity.objects.filter(pk=activity.pk).update(audit_entry_id=entry.pk)
+        activity.audit_entry_id = entry.pk
+    return activity

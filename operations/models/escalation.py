@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from operations.vocabulary import Reason, choices_of
+from operations.vocabulary import CHANNEL_IDENTITY_MAX, Channel, Reason, choices_of
 
 
 class CardGroup(models.Model):
@@ -89,6 +89,10 @@ class Escalation(models.Model):
     # The first acknowledgement, or the closing decision when nobody acknowledged first: written
     # once (operations.figures), the end of "time to acknowledge"; an unacknowledge keeps it.
     first_response_at = models.DateTimeField(null=True, blank=True)
+    # Where that first response came from, and where the closing decision came from (web, slack,
+    # pagerduty, api): the response figures per channel (operations.figures). Empty before 2.5.
+    first_response_channel = models.CharField(max_length=16, blank=True, choices=choices_of(Channel))
+    decided_channel = models.CharField(max_length=16, blank=True, choices=choices_of(Channel))
     # The outage this card belongs to (null for cards opened before groups existed).
     group = models.ForeignKey(CardGroup, on_delete=models.PROTECT, null=True, blank=True, related_name="cards")
 
@@ -163,6 +167,10 @@ class Decision(models.Model):
     # new audit entry, so a stuck or hostile client cannot flood the append-only chain.
     repeat_count = models.PositiveIntegerField(default=0)
     last_repeated_at = models.DateTimeField(null=True, blank=True)
+    # Where the act came from and the identity that channel verified ("slack:T1/U1", "pagerduty:P1";
+    # empty on the web, where the signed-in account is the identity). "web" for decisions before 2.5.
+    channel = models.CharField(max_length=16, choices=choices_of(Channel), default=Channel.WEB)
+    channel_identity = models.CharField(max_length=CHANNEL_IDENTITY_MAX, blank=True)
 
     class Meta:
         db_table = "escalations_decision"
@@ -224,18 +232,24 @@ class BulkDecision(models.Model):
 
 class CardActivity(models.Model):
     """What people did on a card that decides nothing: acknowledged it, gave it back, handed it to
-    someone, or wrote a note. Never deleted; each row has its `human.*` audit entry."""
+    someone, or wrote a note; and what a channel reported on it that changed nothing (a notice: "resolved
+    in PagerDuty by X; this card still needs a decision", "no pollerdash account for ..."). Never
+    deleted; each row has its audit entry (`human.*`, a notice `oncall.notice`)."""
 
     class Kind(models.TextChoices):
         ACKNOWLEDGED = "acknowledged"
         UNACKNOWLEDGED = "unacknowledged"
         REASSIGNED = "reassigned"
         NOTE = "note"
+        NOTICE = "notice"
 
     escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="activities")
     operation = models.ForeignKey("operations.Operation", on_delete=models.CASCADE, related_name="card_activities")
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # Null only for a notice, which no pollerdash account wrote.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     # Names as they were at the time (like Decision.username): a later rename rewrites nothing.
     username = models.CharField(max_length=150)
     at = models.DateTimeField()
@@ -250,6 +264,9 @@ class CardActivity(models.Model):
     text = models.TextField(blank=True)
     # The AuditEntry (pk) that recorded this; its seq comes when the integrator adds it to the tree.
     audit_entry_id = models.BigIntegerField(null=True, blank=True)
+    # Where the act came from and the identity that channel verified (as on Decision).
+    channel = models.CharField(max_length=16, choices=choices_of(Channel), default=Channel.WEB)
+    channel_identity = models.CharField(max_length=CHANNEL_IDENTITY_MAX, blank=True)
 
     class Meta:
         verbose_name_plural = "card activities"

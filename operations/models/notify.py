@@ -11,7 +11,8 @@
   card lists them all. A message that is not about a card (a callback that gave up, a business
   deadline near) names its operation instead.
 - CardResponseCounter: the cumulative histograms of time to acknowledge and to decide (/metrics).
-- SlackRefusal: refused Slack interaction requests, counted per reason and hour.
+- SlackRefusal: refused Slack interaction and PagerDuty webhook requests, counted per reason and hour.
+- PagerDutyEventSeen: the PagerDuty webhook events already acted on (replays change nothing).
 """
 
 from __future__ import annotations
@@ -246,13 +247,18 @@ class CardResponseCounter(models.Model):
     metric = models.CharField(max_length=8)  # "ack" | "decide"
     reason = models.CharField(max_length=32)
     provider = models.CharField(max_length=64)
+    # Where the acknowledgement or decision came from (web, slack, pagerduty, api); empty for cards
+    # answered before 2.5, which /metrics shows without the label.
+    channel = models.CharField(max_length=16, blank=True, default="")
     bucket = models.CharField(max_length=8)  # an upper bound in seconds, or "+Inf"
     count = models.BigIntegerField(default=0)
     sum_s = models.FloatField(default=0.0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["metric", "reason", "provider", "bucket"], name="one_counter_per_bucket")
+            models.UniqueConstraint(
+                fields=["metric", "reason", "provider", "channel", "bucket"], name="one_counter_per_channel_bucket"
+            )
         ]
 
     def __str__(self) -> str:
@@ -291,3 +297,20 @@ class SlackInteractionSeen(models.Model):
 
     def __str__(self) -> str:
         return f"Slack request {self.request_key[:12]} at {self.request_ts}"
+
+
+class PagerDutyEventSeen(models.Model):
+    """A PagerDuty v3 webhook event already acted on, by its event id: PagerDuty retries a delivery
+    with the same event, and a captured request posted again must change nothing. Only events whose
+    signature verified are written (escalations.oncall.pagerduty_replays); rows older than KEEP are
+    removed, and an event that old is refused by its own `occurred_at` before it gets here."""
+
+    event_id = models.CharField(max_length=100, unique=True)
+    occurred_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["occurred_at"], name="pagerduty_seen_occurred")]
+
+    def __str__(self) -> str:
+        return f"PagerDuty event {self.event_id}"

@@ -285,7 +285,9 @@ def test_a_flood_of_refused_decisions_is_recorded_once_with_a_count_then_refused
     assert "tried 4 more times the same way" in history
     csv_text = b"".join(responder_client.get(reverse("decision_history_csv")).streaming_content).decode()
     header, row = csv_text.splitlines()[:2]
-    assert header.endswith(",repeat_count,last_repeated_at,option_label,outcome_label,bulk_decision_id,authentication")
+    assert header.endswith(
+        ",repeat_count,last_repeated_at,option_label,outcome_label,bulk_decision_id,authentication,channel,channel_identity"
+    )
     assert ",4," in row and ",Extend 999 min / 99 checks,refused — option not offered,," in row
 
 

@@ -143,6 +143,8 @@ def test_a_stale_or_decided_card_is_refused_and_the_refusal_recorded(stopped, al
         "card_version": version,
         "reason": STALE,
         "authentication": refused.decision.authentication,
+        "channel": "web",
+        "channel_identity": None,
     }
     assert refused.decision.authentication["method"] == "password"
 

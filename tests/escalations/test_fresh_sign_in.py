@@ -220,7 +220,8 @@ def test_reports_and_csv_say_how_the_decider_signed_in(client, stopped, alice):
     assert expected in client.get(reverse("decision_history_report")).content.decode()
     csv = b"".join(client.get(reverse("decision_history_csv")).streaming_content).decode()
     header, row = csv.splitlines()[:2]
-    assert header.endswith(",authentication") and '""issuer"": ""https://id.example.com""' in row
+    assert header.endswith(",authentication,channel,channel_identity")
+    assert '""issuer"": ""https://id.example.com""' in row
 
 
 # --- over single sign-on, against the real test provider ------------------------------------------------

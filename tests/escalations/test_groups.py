@@ -453,11 +453,11 @@ def test_a_card_acknowledged_while_the_group_is_acknowledged_is_not_taken_over(o
     acknowledge = lifecycle_ownership.acknowledge
     raced: list[int] = []
 
-    def bob_acknowledges_the_next_card_meanwhile(*, escalation_id, user, now):
+    def bob_acknowledges_the_next_card_meanwhile(*, escalation_id, user, now, **via):
         if not raced and user == alice:
             raced.append(outage[1].pk)
             acknowledge(escalation_id=outage[1].pk, user=bob, now=now)
-        return acknowledge(escalation_id=escalation_id, user=user, now=now)
+        return acknowledge(escalation_id=escalation_id, user=user, now=now, **via)
 
     monkeypatch.setattr(lifecycle_ownership, "acknowledge", bob_acknowledges_the_next_card_meanwhile)
     count, others = ownership.acknowledge_group(group_id=outage[0].group_id, user=alice)

@@ -90,3 +90,36 @@ def test_the_system_panel_shows_percentiles_waiting_cards_and_decisions_per_resp
 
 def test_buckets() -> None:
     assert [figures.bucket_of(s) for s in (0, 30, 31, 86400, 86401)] == ["30", "30", "60", "86400", "+Inf"]
+
+
+def test_time_to_acknowledge_and_to_decide_per_channel_on_the_panel_and_metrics(
+    stopped, clock, alice, bob, client
+) -> None:
+    from operations.decisions import ownership
+
+    by_pager, by_web = stopped(), stopped()
+    by_pager.refresh_from_db()
+    clock.move_to(by_pager.opened_at + timedelta(seconds=45), tick=False)
+    ownership.card_acknowledge(
+        escalation_id=by_pager.pk, user=alice, channel="pagerduty", channel_identity="pagerduty:PALICE"
+    )
+    clock.shift(300)
+    ownership.card_acknowledge(escalation_id=by_web.pk, user=bob)
+    clock.shift(60)
+    escalation_decide(
+        sign_in=signed_in_now(), escalation_id=by_web.pk, user=bob, option_id="close", card_version=by_web.version
+    )
+    result = figures.response_figures()
+    ack = result.tables[("24h", figures.ACK, "channel")]
+    assert set(ack) == {"pagerduty", "web"} and ack["pagerduty"].p50_s == 45
+    assert set(result.tables[("24h", figures.DECIDE, "channel")]) == {"web"}
+    families = scrape(client)
+    samples = families["pollerdash_card_time_to_ack_seconds"].samples
+    counted = {s.labels["channel"]: s.value for s in samples if s.name.endswith("_count")}
+    assert counted == {"pagerduty": 1, "web": 1}
+    client.force_login(alice)
+    page = client.get("/system/").content.decode()
+    assert "Time to acknowledge, by channel" in page and "<tr><td>PagerDuty</td>" in page
+    assert "Time to decide, by channel" in page
+    with pytest.raises(ValueError, match="unknown channel"):
+        ownership.card_acknowledge(escalation_id=by_pager.pk, user=alice, channel="carrier-pigeon")

@@ -252,6 +252,9 @@ def test_a_responder_acknowledges_from_slack_audited_as_themselves_and_the_messa
     assert card.acknowledged_by == alice
     [entry] = AuditEntry.objects.filter(type="human.acknowledged")
     assert b'"actor":{"id":"alice","kind":"user"}' in bytes(entry.body)
+    # The act says it came from Slack, with the Slack user and team Slack vouched for.
+    assert b'"channel":"slack","channel_identity":"slack:T0000000/U123"' in bytes(entry.body)
+    assert card.activities.get().channel_identity == "slack:T0000000/U123"
     assert PolicyRun.objects.get(pk=esc.pk).status == "acknowledged"
     pump()
     shown = fake_slack.messages()["webhook-1"]

@@ -40,7 +40,12 @@ class Command(BaseCommand):
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        pagerduty = DemoPagerDuty(accepted_keys=[routing_key]).start(port=pagerduty_port)
+        pagerduty = DemoPagerDuty(
+            accepted_keys=[routing_key],
+            webhook_url=f"{settings.SITE_URL}/pagerduty/webhooks",
+            # It signs with the first of the secrets pollerdash accepts.
+            webhook_secret=next(iter(settings.PAGERDUTY_WEBHOOK_SECRETS), ""),
+        ).start(port=pagerduty_port)
         slack = DemoSlack(
             bot_token=settings.SLACK_BOT_TOKEN,
             signing_secret=settings.SLACK_SIGNING_SECRET,

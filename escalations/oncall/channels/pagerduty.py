@@ -87,6 +87,24 @@ def dedup_key(*, instance: str, escalation_id: int) -> str:
     return key[:DEDUP_KEY_MAX]
 
 
+def instance() -> str:
+    """This installation's part of every dedup_key: PAGERDUTY_DEDUP_PREFIX, else SITE_URL's host."""
+    return settings.PAGERDUTY_DEDUP_PREFIX or urlsplit(settings.SITE_URL).netloc or "pollerdash"
+
+
+def card_of_dedup_key(key: object, *, instance: str) -> int | None:
+    """The card a dedup_key (a PagerDuty incident's `incident_key`) names, when it is one this
+    installation made (`dedup_key` for that card gives back exactly the same key); else None: another
+    installation's card, or an incident pollerdash did not open."""
+    if not isinstance(key, str) or len(key) > DEDUP_KEY_MAX:
+        return None
+    _, sep, number = key.rpartition(":card:")
+    if not sep or not number.isascii() or not number.isdigit() or len(number) > 18:
+        return None
+    card = int(number)
+    return card if dedup_key(instance=instance, escalation_id=card) == key else None
+
+
 def trigger_event(*, facts: CardFacts, instance: str) -> dict:
     """The trigger for a card, without routing_key (added by `encode` at send time)."""
     # pollerdash's own words only: the summary is what pagers and phones show.
@@ -106,7 +124,7 @@ def trigger_event(*, facts: CardFacts, instance: str) -> dict:
         "deadline": _iso(facts.deadline_at),
         "business_deadline": _iso(facts.business_deadline_at),
         "options_offered": list(facts.option_labels),
-        "decide_in": "pollerdash only: acknowledging or resolving in PagerDuty does not decide the card",
+        "decide_in": "pollerdash only: resolving in PagerDuty never decides the card",
     }
     return {
         "event_action": str(Action.TRIGGER),
@@ -161,12 +179,12 @@ class PagerDuty(WebhookChannel):
         if message.card is None:
             raise Unsendable("PagerDuty is paged about cards only")
         target = admit(settings.PAGERDUTY_EVENTS_URL, what="PAGERDUTY_EVENTS_URL")
-        instance = settings.PAGERDUTY_DEDUP_PREFIX or urlsplit(settings.SITE_URL).netloc or "pollerdash"
+        here = instance()
         if message.event is Event.LEVEL:
-            event = trigger_event(facts=message.card, instance=instance)
+            event = trigger_event(facts=message.card, instance=here)
         else:
             action = Action.ACKNOWLEDGE if message.event is Event.ACKNOWLEDGED else Action.RESOLVE
-            event = follow_up_event(action=action, instance=instance, escalation_id=message.card.escalation_id)
+            event = follow_up_event(action=action, instance=here, escalation_id=message.card.escalation_id)
         try:
             body = encode(event, routing_key=secret(message.address))
         except ValueError as exc:
