@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from operations.audit.story import StoryLine
 from operations.decisions.cards import reason_label
 from operations.decisions.options import human_duration
+from operations.decisions.ownership import snooze_choices
 from operations.decisions.signin import OIDC, SignIn
 from operations.decisions.words import (
     CancelAnswerWords,
@@ -30,6 +31,7 @@ from operations.decisions.words import (
     decision_words,
     option_title,
 )
+from operations.models import Escalation
 
 register = template.Library()
 
@@ -176,7 +178,22 @@ def activity_said(activity: object) -> str:
         username=str(getattr(activity, "username", "")),
         to_username=str(getattr(activity, "to_username", "")),
         previous_username=str(getattr(activity, "previous_username", "")),
+        until=utc(getattr(activity, "until", None)),
     )
+
+
+@register.filter
+def snoozed(esc: Escalation) -> bool:
+    """Whether the card's reminders are snoozed now."""
+    until = getattr(esc, "snoozed_until", None)
+    return until is not None and until > timezone.now()
+
+
+@register.filter
+def snooze_options(esc: Escalation) -> list[tuple[int, str]]:
+    """The snoozes the card offers now, as (minutes, "1 h"): those ending before the deadline."""
+    choices = snooze_choices(deadline_at=esc.operation.deadline_at, now=timezone.now())
+    return [(minutes, human_duration(timedelta(minutes=minutes))) for minutes in choices]
 
 
 @register.filter

@@ -9,6 +9,7 @@ hostile client cannot flood the audit chain. Every refusal writes nothing.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -31,13 +32,20 @@ __all__ = [
     "NotAResponder",
     "NotHolder",
     "OwnershipRefused",
+    "SNOOZE_MINUTES",
+    "SnoozeRefused",
     "TakeoverNeeded",
     "acknowledge_group",
     "card_acknowledge",
     "card_note",
     "card_reassign",
+    "card_snooze",
     "card_unacknowledge",
+    "snooze_choices",
 ]
+
+# The snoozes a responder may choose (Grafana OnCall's silence, bounded): 15 min, 1 h, 4 h.
+SNOOZE_MINUTES = (15, 60, 240)
 
 
 class TakeoverNeeded(OwnershipRefused):
@@ -52,6 +60,18 @@ class TakeoverNeeded(OwnershipRefused):
             escalation=escalation,
         )
         self.holder = holder
+
+
+class SnoozeRefused(OwnershipRefused):
+    """A snooze the card does not offer: not one of SNOOZE_MINUTES, or ending after the operation's
+    deadline (reminders must never be silent when the job's watch ends)."""
+
+
+def snooze_choices(*, deadline_at: datetime | None, now: datetime) -> list[int]:
+    """The snoozes (minutes) that end before the operation's deadline."""
+    if deadline_at is None:
+        return []
+    return [m for m in SNOOZE_MINUTES if now + timedelta(minutes=m) <= deadline_at]
 
 
 def _take_slot(user: User) -> None:
@@ -126,6 +146,26 @@ def card_note(*, escalation_id: int, user: User, text: object) -> CardActivity:
     note = ownership.clean_note(text=text)
     _take_slot(user)
     return ownership.add_note(escalation_id=escalation_id, user=user, text=note, now=timezone.now())
+
+
+def card_snooze(*, escalation_id: int, user: User, minutes: object) -> Escalation:
+    """Silence the card's reminders for `minutes` (one of SNOOZE_MINUTES), never past the
+    operation's deadline (SnoozeRefused, nothing written); a later snooze replaces an earlier one."""
+    _take_slot(user)
+    chosen = int(minutes) if isinstance(minutes, int | str) and str(minutes).isdigit() and len(str(minutes)) < 5 else 0
+    if chosen not in SNOOZE_MINUTES:
+        raise SnoozeRefused("minutes: snooze for 15 min, 1 h or 4 h.")
+    now = timezone.now()
+    with transaction.atomic():
+        escalation = Escalation.objects.select_related("operation").get(pk=escalation_id)
+        if chosen not in snooze_choices(deadline_at=escalation.operation.deadline_at, now=now):
+            raise SnoozeRefused(
+                "minutes: a snooze may not end after the operation's deadline; choose a shorter one or decide now.",
+                escalation=escalation,
+            )
+        return ownership.snooze(
+            escalation_id=escalation_id, user=user, until=now + timedelta(minutes=chosen), minutes=chosen, now=now
+        )
 
 
 def acknowledge_group(*, group_id: int, user: User) -> tuple[int, list[str]]:
