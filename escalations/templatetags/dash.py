@@ -21,7 +21,6 @@ from django.utils.html import format_html, format_html_join
 from operations.audit.story import StoryLine
 from operations.decisions.cards import reason_label
 from operations.decisions.options import human_duration
-from operations.decisions.ownership import snooze_choices
 from operations.decisions.signin import OIDC, SignIn
 from operations.decisions.words import (
     CancelAnswerWords,
@@ -32,6 +31,7 @@ from operations.decisions.words import (
     option_title,
 )
 from operations.models import Escalation
+from operations.notify.rules import snooze_choices
 
 register = template.Library()
 

@@ -9,7 +9,7 @@ hostile client cannot flood the audit chain. Every refusal writes nothing.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -22,6 +22,7 @@ from operations.decisions.services import TooManyDecisions
 from operations.lifecycle import ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
 from operations.models import CardActivity, Escalation
+from operations.notify.rules import SNOOZE_MINUTES, snooze_choices
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -44,9 +45,6 @@ __all__ = [
     "snooze_choices",
 ]
 
-# The snoozes a responder may choose (Grafana OnCall's silence, bounded): 15 min, 1 h, 4 h.
-SNOOZE_MINUTES = (15, 60, 240)
-
 
 class TakeoverNeeded(OwnershipRefused):
     """Someone else holds the card: the person must confirm taking it over from them, by name."""
@@ -65,13 +63,6 @@ class TakeoverNeeded(OwnershipRefused):
 class SnoozeRefused(OwnershipRefused):
     """A snooze the card does not offer: not one of SNOOZE_MINUTES, or ending after the operation's
     deadline (reminders must never be silent when the job's watch ends)."""
-
-
-def snooze_choices(*, deadline_at: datetime | None, now: datetime) -> list[int]:
-    """The snoozes (minutes) that end before the operation's deadline."""
-    if deadline_at is None:
-        return []
-    return [m for m in SNOOZE_MINUTES if now + timedelta(minutes=m) <= deadline_at]
 
 
 def _take_slot(user: User) -> None:
