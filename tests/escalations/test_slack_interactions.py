@@ -242,7 +242,9 @@ def test_a_responder_acknowledges_from_slack_audited_as_themselves_and_the_messa
     esc = stopped()
     pump()
     [posted] = fake_slack.posted("webhook")
-    assert [b["action_id"] for b in posted.body["blocks"][-1]["elements"]] == ["pollerdash_open", ACK_ACTION_ID]
+    # With the bot token, "Review and decide" opens the modal (no link); Acknowledge stays last.
+    elements = [b["action_id"] for b in posted.body["blocks"][-1]["elements"]]
+    assert elements[0] == "pollerdash_review" and elements[-1] == ACK_ACTION_ID
     url = fake_slack.new_response_url(replaces="webhook-1")
     body = interaction(
         user_id="U123", team_id=TEAM, app_id=APP, action_id=ACK_ACTION_ID, value=str(esc.pk), response_url=url
