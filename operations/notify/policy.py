@@ -167,8 +167,8 @@ def validate_policy(raw: object, *, directory: Directory) -> Policy | list[Probl
     return Policy(
         name=name,  # type: ignore[arg-type]
         levels=tuple(levels),
-        repeat_last_level=repeat,  # type: ignore[arg-type]
-        ack_timeout_s=ack_timeout,  # type: ignore[arg-type]
+        repeat_last_level=repeat,
+        ack_timeout_s=ack_timeout,
     )
 
 

@@ -10,6 +10,7 @@ registered with the log scrubber before it is sent.
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 from django.conf import settings
 
@@ -60,7 +61,12 @@ class SlackChannel(Channel):
         return Outcome(Verdict.SENT, 200, f"{method}: ok", provider_ref=ref)
 
 
-def app_flags() -> dict[str, bool]:
+class AppFlags(TypedDict):
+    interactive: bool
+    modal: bool
+
+
+def app_flags() -> AppFlags:
     """What the Slack app can do with a message's buttons: verify clicks (the signing secret) and
     open a modal (with the bot token too)."""
     interactive = bool(settings.SLACK_SIGNING_SECRET)
