@@ -9,6 +9,10 @@ leaves to the caller are handled here: a non-numeric timestamp makes it raise Va
 must be a 401, not a 500), and a body that is not UTF-8 makes it raise UnicodeDecodeError. The
 clock is injected, so the window is tested without sleeping.
 
+What. `parse_click` reads a block_actions payload (Acknowledge, "Review and decide" with its
+trigger_id, the snooze menu) or a view_submission of pollerdash's decision modal (its signed
+private_metadata, the option chosen, the comment), from this app and workspace only.
+
 Identity. A block_actions payload names the clicker only as ``user: {id, username, name,
 team_id}``; it carries no email. Matching by verified email therefore needs the Web API:
 ``users.info`` with a bot token holding ``users:read`` and ``users:read.email``, which returns
