@@ -8,11 +8,15 @@
 - ``POST /actions/<id>``: a click's response_url. ``replace_original`` replaces the message the
   click came from; ``response_type: ephemeral`` is recorded as ephemeral. Usable five times and
   for 30 minutes (by the injected clock), then ``404 expired_url`` / ``used_url``.
-- ``POST /api/chat.postMessage``, ``/api/chat.update``, ``/api/users.info``: Bearer token
-  checked; HTTP 200 with ``{"ok": false, "error": ...}`` on failure, as Slack does.
+- ``POST /api/chat.postMessage``, ``/api/chat.update``, ``/api/users.info``, ``/api/views.open``:
+  Bearer token checked; HTTP 200 with ``{"ok": false, "error": ...}`` on failure, as Slack does.
+  ``chat.update`` needs the channel and ts of a message posted here; ``views.open`` a trigger_id
+  this fake issued (``new_trigger``), used once within 3 s (by the injected clock), and a modal
+  within Block Kit's limits (``view_problems``), or ``invalid_arguments``.
 
 ``signed(body, secret, ts)`` gives the headers Slack would send to pollerdash's interactivity
-endpoint; ``interaction(...)`` builds a block_actions body with a response_url pointing here.
+endpoint; ``interaction(...)`` builds a block_actions body with a response_url pointing here, and
+``view_submission(...)`` the body Slack posts when a modal opened here is submitted.
 """
 
 from __future__ import annotations
@@ -29,112 +33,13 @@ from urllib.parse import parse_qs, urlencode
 from slack_sdk.signature import SignatureVerifier
 
 from demo.fakehttp import FakeHandler, FakeReceiver
+from demo.fakeslack_blocks import message_problems, view_problems
+
+__all__ = ["FakeSlack", "interaction", "message_problems", "signed", "view_problems", "view_submission"]
 
 RESPONSE_URL_USES = 5
 RESPONSE_URL_TTL_S = 30 * 60
-BLOCK_TYPES = {"header", "section", "context", "actions", "divider", "rich_text"}
-
-
-def message_problems(message: object) -> list[str]:
-    """Block Kit limits a message must respect (what Slack answers invalid_blocks for)."""
-    if not isinstance(message, dict):
-        return ["invalid_payload"]
-    blocks = message.get("blocks")
-    if not message.get("text") and not blocks:
-        return ["no_text"]
-    if blocks is None:
-        return []
-    if not isinstance(blocks, list) or len(blocks) > 50:
-        return ["blocks: a list of at most 50"]
-    problems: list[str] = []
-    block_ids: set[str] = set()
-    action_ids: set[str] = set()
-    for i, block in enumerate(blocks):
-        where = f"blocks[{i}]"
-        if not isinstance(block, dict) or block.get("type") not in BLOCK_TYPES:
-            problems.append(f"{where}: unknown block type")
-            continue
-        if "block_id" in block:
-            if not isinstance(block["block_id"], str) or len(block["block_id"]) > 255 or block["block_id"] in block_ids:
-                problems.append(f"{where}.block_id: unique, at most 255")
-            block_ids.add(block.get("block_id", ""))
-        kind = block["type"]
-        if kind == "header":
-            problems += _text(block.get("text"), f"{where}.text", 150, plain_only=True)
-        elif kind == "section":
-            if "text" not in block and "fields" not in block:
-                problems.append(f"{where}: needs text or fields")
-            if "text" in block:
-                problems += _text(block["text"], f"{where}.text", 3000)
-            fields = block.get("fields", [])
-            if not isinstance(fields, list) or len(fields) > 10:
-                problems.append(f"{where}.fields: at most 10")
-            else:
-                for j, f in enumerate(fields):
-                    problems += _text(f, f"{where}.fields[{j}]", 2000)
-        elif kind == "context":
-            elements = block.get("elements")
-            if not isinstance(elements, list) or not 1 <= len(elements) <= 10:
-                problems.append(f"{where}.elements: 1 to 10")
-            else:
-                for j, e in enumerate(elements):
-                    problems += _text(e, f"{where}.elements[{j}]", 2000)
-        elif kind == "actions":
-            elements = block.get("elements")
-            if not isinstance(elements, list) or not 1 <= len(elements) <= 25:
-                problems.append(f"{where}.elements: 1 to 25")
-                continue
-            for j, e in enumerate(elements):
-                problems += _button(e, f"{where}.elements[{j}]", action_ids)
-        elif kind == "rich_text":
-            problems += _rich_text(block.get("elements"), where)
-    return problems
-
-
-def _text(obj: object, where: str, limit: int, *, plain_only: bool = False) -> list[str]:
-    if not isinstance(obj, dict) or obj.get("type") not in (
-        ("plain_text",) if plain_only else ("plain_text", "mrkdwn")
-    ):
-        return [f"{where}: a {'plain_text' if plain_only else 'text'} object"]
-    text = obj.get("text")
-    if not isinstance(text, str) or not 1 <= len(text) <= limit:
-        return [f"{where}.text: 1 to {limit} characters"]
-    return []
-
-
-def _button(element: object, where: str, action_ids: set[str]) -> list[str]:
-    if not isinstance(element, dict) or element.get("type") != "button":
-        return [f"{where}: only buttons are expected"]
-    problems = _text(element.get("text"), f"{where}.text", 75, plain_only=True)
-    action_id = element.get("action_id")
-    if not isinstance(action_id, str) or len(action_id) > 255 or action_id in action_ids:
-        problems.append(f"{where}.action_id: unique, at most 255")
-    action_ids.add(str(action_id))
-    if "url" in element and (not isinstance(element["url"], str) or len(element["url"]) > 3000):
-        problems.append(f"{where}.url: at most 3000")
-    if "value" in element and (not isinstance(element["value"], str) or len(element["value"]) > 2000):
-        problems.append(f"{where}.value: at most 2000")
-    if "style" in element and element["style"] not in ("primary", "danger"):
-        problems.append(f"{where}.style: primary or danger")
-    return problems
-
-
-def _rich_text(elements: object, where: str) -> list[str]:
-    if not isinstance(elements, list) or not elements:
-        return [f"{where}.elements: a non-empty list"]
-    problems = []
-    for j, e in enumerate(elements):
-        if not isinstance(e, dict) or e.get("type") not in (
-            "rich_text_section",
-            "rich_text_quote",
-            "rich_text_preformatted",
-        ):
-            problems.append(f"{where}.elements[{j}]: unknown rich text element")
-            continue
-        for k, leaf in enumerate(e.get("elements") or []):
-            if not isinstance(leaf, dict) or leaf.get("type") != "text" or not isinstance(leaf.get("text"), str):
-                problems.append(f"{where}.elements[{j}].elements[{k}]: only text is expected")
-    return problems
+TRIGGER_TTL_S = 3
 
 
 @dataclass(frozen=True)
@@ -165,6 +70,10 @@ class _State:
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)
     response_urls: dict[str, _ResponseUrl] = field(default_factory=dict)
     next_ts: int = 1_700_000_000_000_100
+    # trigger_id -> when it was issued; removed when used.
+    triggers: dict[str, float] = field(default_factory=dict)
+    # Modals opened: view id -> the view as sent.
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class _Handler(FakeHandler):
@@ -184,7 +93,7 @@ class _Handler(FakeHandler):
             return self._webhook(path, raw)
         if path.startswith("/actions/"):
             return self._response_url(path[len("/actions/") :], raw)
-        if path in ("/api/chat.postMessage", "/api/chat.update", "/api/users.info"):
+        if path in ("/api/chat.postMessage", "/api/chat.update", "/api/users.info", "/api/views.open"):
             return self._web_api(path[len("/api/") :], raw)
         self._text(404, "not_found")
 
@@ -236,6 +145,10 @@ class _Handler(FakeHandler):
             user = self.state.users.get((form.get("user") or [""])[0])
             return self._api({"ok": True, "user": user} if user else {"ok": False, "error": "user_not_found"})
         body = _json(raw) or {}
+        if method == "views.open":
+            return self._views_open(body)
+        if method == "chat.update" and not (isinstance(body.get("channel"), str) and isinstance(body.get("ts"), str)):
+            return self._api({"ok": False, "error": "invalid_arguments", "detail": "channel and ts are required"})
         problems = message_problems(body)
         if problems:
             return self._api({"ok": False, "error": "invalid_blocks", "detail": problems[0]})
@@ -253,6 +166,25 @@ class _Handler(FakeHandler):
             self.state.messages[key] = body
             self.state.log.append(Posted(len(self.state.log) + 1, "chat.update", key, body, 200))
         self._api({"ok": True, "channel": body.get("channel"), "ts": body.get("ts")})
+
+    def _views_open(self, body: dict) -> None:
+        trigger, view = body.get("trigger_id"), body.get("view")
+        if set(body) - {"trigger_id", "view"} or not isinstance(trigger, str):
+            return self._api({"ok": False, "error": "invalid_arguments", "detail": "trigger_id and view only"})
+        problems = view_problems(view)
+        with self.state.lock:
+            issued = self.state.triggers.pop(trigger, None)
+            if issued is None:
+                return self._api({"ok": False, "error": "invalid_trigger_id"})
+            if self.state.clock() - issued > TRIGGER_TTL_S:
+                return self._api({"ok": False, "error": "expired_trigger_id"})
+            if problems:
+                return self._api({"ok": False, "error": "invalid_arguments", "detail": problems[0]})
+            view_id = f"V{len(self.state.views) + 1:08d}"
+            assert isinstance(view, dict)
+            self.state.views[view_id] = view
+            self.state.log.append(Posted(len(self.state.log) + 1, "views.open", view_id, body, 200))
+        self._api({"ok": True, "view": {"id": view_id, **view}})
 
     def _api(self, answer: dict) -> None:
         self.reply(200, json.dumps(answer).encode(), content_type="application/json; charset=utf-8")
@@ -297,6 +229,18 @@ class FakeSlack(FakeReceiver):
             self.state.response_urls[url_id] = _ResponseUrl(created_at=self.state.clock(), replaces=replaces)
         return f"{self.base_url}/actions/{url_id}"
 
+    def new_trigger(self) -> str:
+        """A trigger_id as Slack gives with a click: views.open accepts it once, within 3 s."""
+        with self.state.lock:
+            trigger = f"{len(self.state.triggers) + len(self.state.views) + 1}.{int(self.state.clock())}.abcdef"
+            self.state.triggers[trigger] = self.state.clock()
+        return trigger
+
+    def views(self) -> dict[str, dict[str, Any]]:
+        """The modals opened, by view id."""
+        with self.state.lock:
+            return dict(self.state.views)
+
     def posted(self, via: str | None = None) -> list[Posted]:
         with self.state.lock:
             return [p for p in self.state.log if via is None or p.via == via]
@@ -317,8 +261,19 @@ def signed(*, body: bytes, secret: str, timestamp: int) -> dict[str, str]:
     }
 
 
-def interaction(*, user_id: str, team_id: str, app_id: str, action_id: str, value: str, response_url: str) -> bytes:
-    """A block_actions body as Slack posts it: form-encoded, one `payload` field of JSON."""
+def interaction(
+    *,
+    user_id: str,
+    team_id: str,
+    app_id: str,
+    action_id: str,
+    value: str,
+    response_url: str,
+    trigger_id: str = "1.2.3",
+    selected: str | None = None,
+) -> bytes:
+    """A block_actions body as Slack posts it: form-encoded, one `payload` field of JSON (`selected`:
+    a static select's chosen value instead of a button's)."""
     payload = {
         "type": "block_actions",
         "user": {"id": user_id, "username": user_id.lower(), "name": user_id.lower(), "team_id": team_id},
@@ -330,9 +285,54 @@ def interaction(*, user_id: str, team_id: str, app_id: str, action_id: str, valu
             "channel_id": "C0000000",
             "is_ephemeral": False,
         },
-        "trigger_id": "1.2.3",
+        "trigger_id": trigger_id,
         "channel": {"id": "C0000000", "name": "oncall"},
         "response_url": response_url,
         "actions": [{"action_id": action_id, "block_id": "card", "type": "button", "value": value, "action_ts": "1"}],
+    }
+    if selected is not None:
+        payload["actions"] = [
+            {
+                "action_id": action_id,
+                "block_id": "card",
+                "type": "static_select",
+                "selected_option": {"text": {"type": "plain_text", "text": "-"}, "value": selected},
+                "action_ts": "1",
+            }
+        ]
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def view_submission(
+    *, view: dict[str, Any], view_id: str, user_id: str, team_id: str, app_id: str, option: str, comment: str = ""
+) -> bytes:
+    """The body Slack posts when a modal (as views.open received it) is submitted with `option` chosen."""
+    values: dict[str, Any] = {}
+    for block in view.get("blocks", []):
+        if block.get("type") != "input":
+            continue
+        element = block["element"]
+        if element["type"] == "radio_buttons":
+            chosen = next((o for o in element["options"] if o["value"] == option), {"value": option})
+            values[block["block_id"]] = {element["action_id"]: {"type": "radio_buttons", "selected_option": chosen}}
+        else:
+            text = comment or None
+            values[block["block_id"]] = {element["action_id"]: {"type": "plain_text_input", "value": text}}
+    payload = {
+        "type": "view_submission",
+        "team": {"id": team_id, "domain": "example"},
+        "user": {"id": user_id, "username": user_id.lower(), "name": user_id.lower(), "team_id": team_id},
+        "api_app_id": app_id,
+        "trigger_id": "9.9.9",
+        "view": {
+            "id": view_id,
+            "team_id": team_id,
+            "type": "modal",
+            "callback_id": view.get("callback_id", ""),
+            "private_metadata": view.get("private_metadata", ""),
+            "hash": "1700000000.abc",
+            "state": {"values": values},
+        },
+        "response_urls": [],
     }
     return urlencode({"payload": json.dumps(payload)}).encode()

@@ -37,6 +37,8 @@ from demo import fakepagerduty, fakeslack
 from demo.envfile import EMAIL_DOMAIN, PAGERDUTY_PEOPLE
 
 ACK_ACTION_ID = "pollerdash_ack"  # escalations.oncall.channels.slack_blocks.ACK_ACTION_ID (demo imports no layer above)
+REVIEW_ACTION_ID = "pollerdash_review"  # slack_blocks.REVIEW_ACTION_ID: in Slack it opens a modal
+_CARD_LINK = re.compile(r"<(https?://[^|>\s]+)\|Open the decision card>")
 CHANNEL = "C0DEMO0001"
 # The Slack people who may click, and the demo account each one's confirmed email belongs to.
 SLACK_PEOPLE = {"UDEMORESP1": "responder", "UDEMORESP2": "responder2", "UDEMOVIEW1": "viewer"}
@@ -255,6 +257,12 @@ def slack_page(messages: Mapping[str, dict[str, Any]], *, click_token: str) -> b
                     label = html.escape(" ".join(_texts(button.get("text"))))
                     if button.get("url"):
                         buttons.append(f'<a class=btn href="{html.escape(str(button["url"]))}">{label}</a>')
+                    elif button.get("action_id") == REVIEW_ACTION_ID and (link := _CARD_LINK.search(str(message))):
+                        # The demo does not draw Slack's modal: the card decides the same options.
+                        buttons.append(
+                            f'<a class=btn href="{html.escape(link.group(1))}">{label}</a>'
+                            " <span class=muted>(a modal in Slack)</span> "
+                        )
                     elif button.get("action_id") == ACK_ACTION_ID:
                         buttons.append(
                             '<form method=post action="/demo/click" style="display:inline">'

@@ -25,6 +25,7 @@ class EscalationsConfig(AppConfig):
             (events.card_acknowledged, receivers.on_card_acknowledged, "oncall-card-acknowledged"),
             (events.card_unacknowledged, receivers.on_card_unacknowledged, "oncall-card-unacknowledged"),
             (events.card_closed, receivers.on_card_closed, "oncall-card-closed"),
+            (events.card_snoozed, receivers.on_card_snoozed, "oncall-card-snoozed"),
             (events.card_reassigned, receivers.on_card_reassigned, "oncall-card-reassigned"),
             (events.card_awaiting_second, receivers.on_card_awaiting_second, "oncall-card-awaiting-second"),
             (events.dispatcher_pass, receivers.on_dispatcher_pass, "oncall-dispatcher-pass"),

@@ -14,6 +14,7 @@ urlpatterns = [
     path("cards/<int:escalation_id>/unacknowledge/", cards.unacknowledge, name="escalation_unacknowledge"),
     path("cards/<int:escalation_id>/reassign/", cards.reassign, name="escalation_reassign"),
     path("cards/<int:escalation_id>/notes/", cards.add_note, name="escalation_note"),
+    path("cards/<int:escalation_id>/snooze/", cards.snooze, name="escalation_snooze"),
     # The former "Take this card" / "Give it back": acknowledge / unacknowledge (kept for old links).
     path("cards/<int:escalation_id>/assign/", cards.assign, name="escalation_assign"),
     path("groups/<int:group_id>/", groups.group, name="card_group"),

@@ -17,6 +17,8 @@ card_opened = Signal()
 card_acknowledged = Signal()
 # The acknowledgement was withdrawn: kwargs `escalation`, `user`.
 card_unacknowledged = Signal()
+# A responder snoozed a card's reminders: kwargs `escalation`, `user`, `until` (aware datetime).
+card_snoozed = Signal()
 # A card was handed to a named responder: kwargs `escalation`, `by` (user), `to` (user).
 card_reassigned = Signal()
 # A card stopped needing anyone (decided, or superseded when the operation ended another way):

@@ -7,7 +7,7 @@ A request names its purpose, and the purpose sets its rules:
     provider      provider_targets.check_destination       POLL_HTTP_*, whole 30 s    POLL_BODY_CAP_BYTES, else error
     callback      callbacks.targets.resolve_target         CALLBACK_TIMEOUT_S         none: the status says it all
     oncall        escalations.oncall.channels.base.admit   connect 3 s, read 5 s      64 KiB, cut there
-    slack_lookup  the same (users.info, a click waits)     connect 1 s, read 2 s      64 KiB, cut there
+    slack_lookup  the same (users.info, views.open: a click waits) connect 1 s, read 2 s  64 KiB, cut there
     oidc          accounts.discovery.admit                 OIDC_TIMEOUT               256 KiB, else error
 
 Whatever the purpose: redirects are never followed (a 3xx is an answer); `Accept-Encoding:
@@ -53,7 +53,7 @@ class Purpose(StrEnum):
     PROVIDER = "provider"  # a job's status or cancel request
     CALLBACK = "callback"  # an agent's completion callback (Standard Webhooks)
     ONCALL = "oncall"  # a pager, a chat, a webhook (escalations/oncall/channels/)
-    SLACK_LOOKUP = "slack_lookup"  # Slack's users.info while a click waits for its answer
+    SLACK_LOOKUP = "slack_lookup"  # Slack's users.info and views.open while a click waits for its answer
     OIDC = "oidc"  # the identity provider: discovery, keys, tokens, userinfo
 
 

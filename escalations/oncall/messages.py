@@ -3,7 +3,8 @@ by the sender: the facts are read here, so every channel says the same thing and
 queries the database.
 
 - A level's head is "Decision needed" for a new card's first page, "Still undecided after 12 min"
-  later; a message outside the levels (a hand-over, a take-over, an acceptance to confirm) carries
+  later ("Still undecided 30 min after bob acknowledged" when an acknowledgement timed out); a
+  message outside the levels (a hand-over, a take-over, an acceptance to confirm) carries
   its own head and first sentence in the row's note.
 - A follow-up that updates a message in place gets the reference its stream's last sent message
   was given (a Slack post's "channel/ts").
@@ -49,6 +50,8 @@ def message_of(row: NotificationDelivery, *, now: datetime) -> Message:
     head, intro = "", ""
     if event in TOLD and row.note:
         head, _, intro = row.note.partition("\n")
+    elif event is Event.LEVEL and row.note:
+        head = row.note  # a level with its own head: an acknowledgement that timed out
     elif first:
         head = "Decision needed"
     else:

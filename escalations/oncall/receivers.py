@@ -56,6 +56,13 @@ def on_card_unacknowledged(*, escalation: Escalation, user: User | None = None, 
     runs.unacknowledge(escalation=escalation, now=timezone.now(), by=user)
 
 
+def on_card_snoozed(*, escalation: Escalation, until: datetime, **_: object) -> None:
+    """No level or reminder goes out for the card before `until`."""
+    from escalations.oncall import runs
+
+    runs.snooze(escalation=escalation, until=until, now=timezone.now())
+
+
 def on_card_closed(*, escalation: Escalation, **_: object) -> None:
     from escalations.oncall import runs
 
@@ -115,10 +122,15 @@ def on_card_awaiting_second(*, escalation: Escalation, first: Decision, **_: obj
 
 
 def on_dispatcher_pass(*, now: datetime, limit: int, **_: object) -> int:
-    """operations.events.dispatcher_pass: step due policy runs, then hand due notifications to workers."""
+    """operations.events.dispatcher_pass: restart the policies whose acknowledgement timed out, step due
+    policy runs, then hand due notifications to workers."""
     from escalations.oncall import outbox, runs
 
-    return runs.advance_due(now=now, limit=limit) + outbox.claim_due(now=now, limit=limit)
+    return (
+        runs.expire_acknowledgements(now=now, limit=limit)
+        + runs.advance_due(now=now, limit=limit)
+        + outbox.claim_due(now=now, limit=limit)
+    )
 
 
 def on_callback_undeliverable(*, delivery: CallbackDelivery, reason: str, **_: object) -> None:

@@ -6,6 +6,11 @@
   run row locked with SKIP LOCKED on PostgreSQL; a compare-and-set on `step_seq` everywhere) that
   writes the next level's rows; a process killed anywhere in it commits nothing, and two
   dispatchers never send a level twice (the unique slot of NotificationDelivery backs this up).
+- `snooze` (the act's transaction): no step before the snooze's end.
+- `expire_acknowledgements` (the dispatcher, every pass): a run acknowledged longer than its policy's
+  ack_timeout_s with the card undecided starts again from level 1, its messages headed "Still
+  undecided 30 min after bob acknowledged"; the card's acknowledgement is withdrawn in the same
+  transaction (operations.lifecycle.ownership.expire_acknowledgement), so acknowledging stops it again.
 - `acknowledge` / `unacknowledge` / `end` (the human act's transaction): the run stops, restarts
   from level 1 as a new round (at most once per NOTIFY_RESTART_MIN_S; a give-back sooner resumes
   the round where it was), or ends; rows not attempted yet are skipped with the reason, and each
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -36,6 +41,8 @@ from escalations.oncall import caps
 from escalations.oncall.channels.registry import FOLLOWED_UP
 from escalations.oncall.outbox import rule_row
 from escalations.roles import can_decide
+from operations.decisions.options import human_duration
+from operations.lifecycle import ownership
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules
 from operations.notify.kinds import Kind
@@ -45,8 +52,10 @@ from operations.notify.policy import (
     RunState,
     RunStatus,
     Target,
+    policy_ack_timeout,
     policy_acknowledge,
     policy_end,
+    policy_snooze,
     policy_step,
     policy_unacknowledge,
 )
@@ -117,12 +126,46 @@ def advance_due(*, now: datetime | None = None, limit: int = STEPS_PER_PASS) -> 
     return taken
 
 
-def _advance(run: PolicyRun, *, state: RunState, policy: Policy, now: datetime, caused_by: User | None = None) -> bool:
+def _advance(
+    run: PolicyRun, *, state: RunState, policy: Policy, now: datetime, caused_by: User | None = None, head: str = ""
+) -> bool:
     plan = policy_step(state=state, policy=policy, now=now)
     if plan.state == state or not _write(run, old=state, new=plan.state, now=now):
         return False
-    _insert(run.pk, expand(plan.notify, people=_people(plan.notify)), now=now, caused_by=caused_by)
+    _insert(run.pk, expand(plan.notify, people=_people(plan.notify)), now=now, caused_by=caused_by, note=head)
     return True
+
+
+def expire_acknowledgements(*, now: datetime | None = None, limit: int = STEPS_PER_PASS) -> int:
+    """Restart every run whose acknowledgement timed out (the dispatcher's pass), each in one short
+    transaction: the card's acknowledgement withdrawn, the policy from level 1 as a new round (at
+    once, or at the end of a snooze), its first level headed with why. Returns how many."""
+    now = now or timezone.now()
+    due = list(
+        PolicyRun.objects.filter(status=PolicyRun.Status.ACKNOWLEDGED, ack_expires_at__lte=now)
+        .order_by("ack_expires_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    restarted = 0
+    for escalation_id in due:
+        with transaction.atomic():
+            run = PolicyRun.objects.filter(pk=escalation_id).select_for_update(skip_locked=True).first()
+            if run is None:
+                continue
+            old = _state(run)
+            new = policy_ack_timeout(state=old, now=now)
+            if new == old:
+                continue
+            policy = Policy.from_json(run.snapshot)
+            timeout_s = policy.ack_timeout_s or 0
+            holder = ownership.expire_acknowledgement(escalation_id=escalation_id, timeout_s=timeout_s, now=now)
+            if not _write(run, old=old, new=new, now=now):
+                raise RuntimeError(f"policy run of card {escalation_id} changed under its lock")
+            after = f" after {holder} acknowledged" if holder else " after it was acknowledged"
+            head = f"Still undecided {human_duration(timedelta(seconds=timeout_s))}{after}"
+            _advance(run, state=new, policy=policy, now=now, head=head)
+            restarted += 1
+    return restarted
 
 
 def _state(run: PolicyRun) -> RunState:
@@ -135,6 +178,8 @@ def _state(run: PolicyRun) -> RunState:
         step_seq=run.step_seq,
         round_started_at=run.round_started_at,
         held_step_at=run.held_step_at,
+        snoozed_until=run.snoozed_until,
+        ack_expires_at=run.ack_expires_at,
     )
 
 
@@ -149,6 +194,8 @@ def _write(run: PolicyRun, *, old: RunState, new: RunState, now: datetime) -> bo
         "step_seq": new.step_seq,
         "round_started_at": new.round_started_at,
         "held_step_at": new.held_step_at,
+        "snoozed_until": new.snoozed_until,
+        "ack_expires_at": new.ack_expires_at,
         "updated_at": now,
     }
     written = PolicyRun.objects.filter(pk=run.pk, step_seq=old.step_seq).update(**fields)
@@ -215,8 +262,25 @@ def _people(notifications: Iterable[Notify]) -> People:
 
 
 def acknowledge(*, escalation: Escalation, now: datetime) -> None:
-    """Someone is on it: no further level goes out; pagers and Slack-app posts are told."""
-    _close(escalation=escalation, now=now, act=lambda s: policy_acknowledge(state=s), changes=rules.on_acknowledge)
+    """Someone is on it: no further level goes out (until the policy's ack_timeout_s, if it has one);
+    pagers and Slack-app posts are told."""
+
+    def act(state: RunState, run: PolicyRun) -> RunState:
+        timeout = Policy.from_json(run.snapshot).ack_timeout_s
+        return policy_acknowledge(state=state, now=now, ack_timeout_s=timeout)
+
+    _close(escalation=escalation, now=now, act=act, changes=rules.on_acknowledge)
+
+
+def snooze(*, escalation: Escalation, until: datetime, now: datetime) -> None:
+    """No step before `until` (a snooze changes no message already written)."""
+    run = _locked_run(escalation)
+    if run is None:
+        return
+    old = _state(run)
+    new = policy_snooze(state=old, until=until)
+    if new != old and not _write(run, old=old, new=new, now=now):
+        raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
 
 
 def unacknowledge(*, escalation: Escalation, now: datetime, by: User | None = None) -> None:
@@ -241,7 +305,7 @@ def unacknowledge(*, escalation: Escalation, now: datetime, by: User | None = No
 
 def end(*, escalation: Escalation, now: datetime) -> None:
     """The card was decided or superseded: nothing more is sent but the follow-ups that close it."""
-    _close(escalation=escalation, now=now, act=lambda s: policy_end(state=s), changes=rules.on_end)
+    _close(escalation=escalation, now=now, act=lambda s, _run: policy_end(state=s), changes=rules.on_end)
 
 
 def _locked_run(escalation: Escalation) -> PolicyRun | None:
@@ -252,14 +316,14 @@ def _close(
     *,
     escalation: Escalation,
     now: datetime,
-    act: Callable[[RunState], RunState],
+    act: Callable[[RunState, PolicyRun], RunState],
     changes: Callable[..., rules.Changes],
 ) -> None:
     run = _locked_run(escalation)
     if run is None:
         return
     old = _state(run)
-    new = act(old)
+    new = act(old, run)
     if new != old and not _write(run, old=old, new=new, now=now):
         raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
     rows = list(NotificationDelivery.objects.filter(escalation_id=escalation.pk).exclude(channel=Kind.SLACK_REPLY))

@@ -9,6 +9,10 @@ leaves to the caller are handled here: a non-numeric timestamp makes it raise Va
 must be a 401, not a 500), and a body that is not UTF-8 makes it raise UnicodeDecodeError. The
 clock is injected, so the window is tested without sleeping.
 
+What. `parse_click` reads a block_actions payload (Acknowledge, "Review and decide" with its
+trigger_id, the snooze menu) or a view_submission of pollerdash's decision modal (its signed
+private_metadata, the option chosen, the comment), from this app and workspace only.
+
 Identity. A block_actions payload names the clicker only as ``user: {id, username, name,
 team_id}``; it carries no email. Matching by verified email therefore needs the Web API:
 ``users.info`` with a bot token holding ``users:read`` and ``users:read.email``, which returns
@@ -26,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from escalations.oncall.channels.slack_blocks import ACK_ACTION_ID, OPEN_ACTION_ID
+from escalations.oncall.channels.slack_blocks import ACK_ACTION_ID, OPEN_ACTION_ID, REVIEW_ACTION_ID, SNOOZE_ACTION_ID
 
 WINDOW_S = 5 * 60
 BODY_MAX = 64 * 1024
@@ -79,8 +83,17 @@ def verify(*, signing_secret: str, body: bytes, headers: Mapping[str, str], now:
 # --- what was clicked --------------------------------------------------------------------------------
 
 
+# The modal's callback_id and its two inputs (escalations.oncall.slack_modal builds it).
+DECIDE_CALLBACK_ID = "pollerdash_decide"
+OPTION_BLOCK, OPTION_ACTION = "option", "choice"
+COMMENT_BLOCK, COMMENT_ACTION = "comment", "text"
+
+
 class Kind(StrEnum):
     ACKNOWLEDGE = "acknowledge"
+    REVIEW = "review"  # "Review and decide": open the modal (trigger_id)
+    SNOOZE = "snooze"  # a snooze chosen from the message's menu
+    SUBMIT = "submit"  # the modal's view_submission
     OPEN_LINK = "open_link"  # a URL button also sends a payload; it must be answered 200, nothing else
     IGNORED = "ignored"  # another payload type or action: answered 200, nothing changes
 
@@ -93,6 +106,13 @@ class Click:
     slack_team_id: str
     response_url: str
     problem: str = ""  # set when the payload is Slack's but not one pollerdash can act on
+    trigger_id: str = ""  # review: what views.open needs (valid 3 s)
+    minutes: int = 0  # snooze
+    # submit: the modal's private_metadata (pollerdash's signed text, checked by slack_modal), the
+    # option chosen and the comment, as posted.
+    metadata: str = ""
+    option_id: str = ""
+    comment: str = ""
 
 
 def parse_click(*, body: bytes, team_id: str, app_id: str, test_hosts: frozenset[str] = frozenset()) -> Click:
@@ -106,7 +126,7 @@ def parse_click(*, body: bytes, team_id: str, app_id: str, test_hosts: frozenset
         payload = json.loads(fields.get("payload", [""])[0])
     except (UnicodeDecodeError, ValueError):
         return _with(empty, problem="the payload is not JSON")
-    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+    if not isinstance(payload, dict) or payload.get("type") not in ("block_actions", "view_submission"):
         return empty
     user = given if isinstance(given := payload.get("user"), dict) else {}
     team = given if isinstance(given := payload.get("team"), dict) else {}
@@ -122,19 +142,70 @@ def parse_click(*, body: bytes, team_id: str, app_id: str, test_hosts: frozenset
         return _with(base, problem="the payload is for another Slack app")
     if team_id and str(team.get("id") or "") != team_id:
         return _with(base, problem="the payload is from another Slack workspace")
+    if not base.slack_user_id:
+        return _with(base, problem="the payload names no Slack user")
+    if payload.get("type") == "view_submission":
+        return _submission(base, payload.get("view"))
     actions = payload.get("actions")
     action = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else {}
     action_id = action.get("action_id")
     if action_id == OPEN_ACTION_ID:
         return _with(base, kind=Kind.OPEN_LINK)
-    if action_id != ACK_ACTION_ID:
+    if action_id == SNOOZE_ACTION_ID:
+        return _snooze(base, action.get("selected_option"))
+    if action_id not in (ACK_ACTION_ID, REVIEW_ACTION_ID):
         return base
     value = action.get("value")
-    if not isinstance(value, str) or not value.isdigit() or len(value) > 18:
+    if not _card_id(value):
         return _with(base, problem="the button carries no card id")
-    if not base.slack_user_id:
-        return _with(base, problem="the payload names no Slack user")
-    return _with(base, kind=Kind.ACKNOWLEDGE, escalation_id=int(value))
+    if action_id == ACK_ACTION_ID:
+        return _with(base, kind=Kind.ACKNOWLEDGE, escalation_id=int(str(value)))
+    trigger = payload.get("trigger_id")
+    if not isinstance(trigger, str) or not trigger or len(trigger) > 200:
+        return _with(base, problem="the click carries no trigger_id")
+    return _with(base, kind=Kind.REVIEW, escalation_id=int(str(value)), trigger_id=trigger)
+
+
+def _card_id(value: object) -> bool:
+    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18
+
+
+def _snooze(base: Click, selected: object) -> Click:
+    value = selected.get("value") if isinstance(selected, dict) else None
+    card, _, minutes = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not _card_id(card) or not minutes.isascii() or not minutes.isdigit() or len(minutes) > 4:
+        return _with(base, problem="the snooze names no card and duration")
+    return _with(base, kind=Kind.SNOOZE, escalation_id=int(card), minutes=int(minutes))
+
+
+def _submission(base: Click, view: object) -> Click:
+    """The modal submitted: which card and version (in the signed private_metadata, checked later),
+    the option and the comment. The values are read from the view's state, as Slack sends them."""
+    if not isinstance(view, dict) or view.get("callback_id") != DECIDE_CALLBACK_ID:
+        return _with(base, problem="the view is not pollerdash's decision form")
+    metadata = view.get("private_metadata")
+    if not isinstance(metadata, str) or not metadata or len(metadata) > 3000:
+        return _with(base, problem="the view carries no card")
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, dict) else None
+    values = values if isinstance(values, dict) else {}
+    option = _input(values, OPTION_BLOCK, OPTION_ACTION)
+    selected = option.get("selected_option") if isinstance(option.get("selected_option"), dict) else {}
+    option_id = selected.get("value") if isinstance(selected, dict) else None
+    comment = _input(values, COMMENT_BLOCK, COMMENT_ACTION).get("value")
+    return _with(
+        base,
+        kind=Kind.SUBMIT,
+        metadata=metadata,
+        option_id=option_id if isinstance(option_id, str) and len(option_id) <= 100 else "",
+        comment=comment if isinstance(comment, str) else "",
+    )
+
+
+def _input(values: dict, block_id: str, action_id: str) -> dict:
+    block = values.get(block_id)
+    element = block.get(action_id) if isinstance(block, dict) else None
+    return element if isinstance(element, dict) else {}
 
 
 def _response_url(value: object, test_hosts: frozenset[str]) -> str:

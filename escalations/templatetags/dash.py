@@ -32,6 +32,8 @@ from operations.decisions.words import (
     decision_words,
     option_title,
 )
+from operations.models import Escalation
+from operations.notify.rules import snooze_choices
 
 register = template.Library()
 
@@ -198,7 +200,22 @@ def activity_said(activity: object) -> str:
         username=str(getattr(activity, "username", "")),
         to_username=str(getattr(activity, "to_username", "")),
         previous_username=str(getattr(activity, "previous_username", "")),
+        until=utc(getattr(activity, "until", None)),
     )
+
+
+@register.filter
+def snoozed(esc: Escalation) -> bool:
+    """Whether the card's reminders are snoozed now."""
+    until = getattr(esc, "snoozed_until", None)
+    return until is not None and until > timezone.now()
+
+
+@register.filter
+def snooze_options(esc: Escalation) -> list[tuple[int, str]]:
+    """The snoozes the card offers now, as (minutes, "1 h"): those ending before the deadline."""
+    choices = snooze_choices(deadline_at=esc.operation.deadline_at, now=timezone.now())
+    return [(minutes, human_duration(timedelta(minutes=minutes))) for minutes in choices]
 
 
 @register.filter

@@ -312,6 +312,18 @@ def add_note(request: DashboardRequest, escalation_id: int) -> HttpResponse:
 
 @responder_required
 @require_POST
+def snooze(request: DashboardRequest, escalation_id: int) -> HttpResponse:
+    minutes = request.POST.get("minutes", "")
+    return _card_act(
+        request,
+        escalation_id,
+        lambda: ownership_services.card_snooze(escalation_id=escalation_id, user=request.user, minutes=minutes),
+        done="Reminders for this card are snoozed; they resume when the snooze ends.",
+    )
+
+
+@responder_required
+@require_POST
 def assign(request: DashboardRequest, escalation_id: int) -> HttpResponse:
     """The URL of the former "Take this card" (take=1) / "Give it back" (take=0): acknowledge and
     unacknowledge now, with the same confirmation for taking over someone else's card."""

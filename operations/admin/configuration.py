@@ -183,7 +183,7 @@ class EscalationPolicyForm(forms.ModelForm):
 
     class Meta:
         model = EscalationPolicy
-        fields = ("name", "description", "repeat_last_level", "is_default")
+        fields = ("name", "description", "repeat_last_level", "ack_timeout_s", "is_default")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -200,7 +200,12 @@ class EscalationPolicyForm(forms.ModelForm):
         except tomllib.TOMLDecodeError as exc:
             self.add_error("levels", f"levels: not valid TOML: {exc}")
             return cleaned
-        raw = {"name": name, "repeat_last_level": cleaned.get("repeat_last_level", 0), "levels": levels}
+        raw = {
+            "name": name,
+            "repeat_last_level": cleaned.get("repeat_last_level", 0),
+            "ack_timeout_s": cleaned.get("ack_timeout_s"),
+            "levels": levels,
+        }
         result = validate_policy(raw, directory=policy_store.directory())
         if isinstance(result, list):
             self._forget_pasted_secrets(levels)

@@ -254,6 +254,18 @@ def _oncall_notice(data: Mapping[str, object], actor: str, at: datetime) -> str:
     return f"{actor}: {_quote(data.get('text') or '', limit=300)} - nothing changed on the card"
 
 
+def _human_snoozed(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    return f"{actor} snoozed the card's reminders until {_time(data.get('until'), at)}"
+
+
+def _ack_expired(data: Mapping[str, object], actor: str, at: datetime) -> str:
+    minutes = int(str(data.get("ack_timeout_s") or 0)) // 60
+    return (
+        f"still undecided {minutes} min after {_user(data.get('acknowledged_by'))} acknowledged: "
+        "the acknowledgement timed out and the escalation policy started again"
+    )
+
+
 def _human_bulk_decision(data: Mapping[str, object], actor: str, at: datetime) -> str:
     refused = data.get("refused") or []
     count = len(refused) if isinstance(refused, list) else 0
@@ -382,6 +394,8 @@ _RENDERERS: dict[str, Callable[[Mapping[str, object], str, datetime], str]] = {
     "human.unacknowledged": _human_unacknowledged,
     "human.reassigned": _human_reassigned,
     "human.note": _human_note,
+    "human.snoozed": _human_snoozed,
+    "escalation.ack_expired": _ack_expired,
     "human.bulk_decision": _human_bulk_decision,
     "oncall.notice": _oncall_notice,
     "provider.cancel_response": _cancel_response,

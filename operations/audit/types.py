@@ -130,6 +130,28 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "event",
         "text",
     ),
+    # A responder silenced the card's reminders until `until` (`minutes`: 15, 60 or 240).
+    "human.snoozed": (
+        "escalation_id",
+        "activity_id",
+        "until",
+        "minutes",
+        "card_version",
+        "channel",
+        "channel_identity",
+    ),
+    # The policy's ack_timeout_s ran out with the card undecided (actor: the system): the
+    # acknowledgement `acknowledged_by` gave at `acknowledged_at` was withdrawn, the policy restarted.
+    "escalation.ack_expired": (
+        "escalation_id",
+        "activity_id",
+        "acknowledged_by",
+        "acknowledged_at",
+        "ack_timeout_s",
+        "card_version",
+        "channel",
+        "channel_identity",
+    ),
     # One option applied to selected cards of a group (operations/decisions/bulk.py); no operation of
     # its own: each member applied has its own human.decision entry. `refused` lists
     # {"escalation_id", "reason"} per member refused, or per reason the whole was (escalation_id null).

@@ -9,6 +9,7 @@ hostile client cannot flood the audit chain. Every refusal writes nothing.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from operations.decisions.services import TooManyDecisions
 from operations.lifecycle import ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
 from operations.models import CardActivity, Escalation
+from operations.notify.rules import SNOOZE_MINUTES, snooze_choices
 from operations.responders import is_responder
 from operations.vocabulary import CONTROL_CHARACTERS, Channel, checked_channel
 
@@ -33,12 +35,16 @@ __all__ = [
     "NotAResponder",
     "NotHolder",
     "OwnershipRefused",
+    "SNOOZE_MINUTES",
+    "SnoozeRefused",
     "TakeoverNeeded",
     "acknowledge_group",
     "card_acknowledge",
     "card_note",
     "card_reassign",
+    "card_snooze",
     "card_unacknowledge",
+    "snooze_choices",
 ]
 
 
@@ -54,6 +60,11 @@ class TakeoverNeeded(OwnershipRefused):
             escalation=escalation,
         )
         self.holder = holder
+
+
+class SnoozeRefused(OwnershipRefused):
+    """A snooze the card does not offer: not one of SNOOZE_MINUTES, or ending after the operation's
+    deadline (reminders must never be silent when the job's watch ends)."""
 
 
 def _take_slot(user: User) -> None:
@@ -189,6 +200,35 @@ def card_note(
         channel=known,
         channel_identity=identity,
     )
+
+
+def card_snooze(
+    *, escalation_id: int, user: User, minutes: object, channel: str = Channel.WEB, channel_identity: str = ""
+) -> Escalation:
+    """Silence the card's reminders for `minutes` (one of SNOOZE_MINUTES), never past the
+    operation's deadline (SnoozeRefused, nothing written); a later snooze replaces an earlier one."""
+    known, identity = checked_channel(channel=channel, identity=channel_identity)
+    _take_slot(user)
+    chosen = int(minutes) if isinstance(minutes, int | str) and str(minutes).isdigit() and len(str(minutes)) < 5 else 0
+    if chosen not in SNOOZE_MINUTES:
+        raise SnoozeRefused("minutes: snooze for 15 min, 1 h or 4 h.")
+    now = timezone.now()
+    with transaction.atomic():
+        escalation = Escalation.objects.select_related("operation").get(pk=escalation_id)
+        if chosen not in snooze_choices(deadline_at=escalation.operation.deadline_at, now=now):
+            raise SnoozeRefused(
+                "minutes: a snooze may not end after the operation's deadline; choose a shorter one or decide now.",
+                escalation=escalation,
+            )
+        return ownership.snooze(
+            escalation_id=escalation_id,
+            user=user,
+            until=now + timedelta(minutes=chosen),
+            minutes=chosen,
+            now=now,
+            channel=known,
+            channel_identity=identity,
+        )
 
 
 def acknowledge_group(

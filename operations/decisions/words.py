@@ -186,6 +186,11 @@ def cancel_answer_words(*, state: str, detail: str = "") -> CancelAnswerWords:
     return CancelAnswerWords(words.label, words.tone, "sent", "", "" if state == "confirmed" else MAY_STILL_RUN)
 
 
+def snoozed_words(*, by: str, until: str) -> str:
+    """ "snoozed by bob until 19:20 UTC": on the card while a snooze holds."""
+    return f"Reminders snoozed by {by} until {until}; they resume then."
+
+
 def fresh_sign_in_needed(*, minutes: int) -> str:
     """Why an option that cannot be undone asks for a recent sign-in, on its card and in its refusal."""
     return f"This cannot be undone, so it needs a sign-in within the last {minutes} minutes."
@@ -221,9 +226,16 @@ def pager_notice_words(*, event: str, by: str, why: str = "", holder: str = "") 
     return f"acknowledged in PagerDuty by {by}, but nothing changed here: {why}"
 
 
-def activity_words(*, kind: str, username: str = "", to_username: str = "", previous_username: str = "") -> str:
+def activity_words(
+    *, kind: str, username: str = "", to_username: str = "", previous_username: str = "", until: str = ""
+) -> str:
     """What an act on a card did (CardActivity), in the history's and the reports' words: "took the
-    card over from bob". "" for a note: the page quotes its text."""
+    card over from bob". "" for a note: the page quotes its text. `until`: the snooze's end, or when
+    an acknowledgement that timed out was given, as the page writes times."""
+    if kind == "snoozed":
+        return f"snoozed the card's reminders until {until}"
+    if kind == "ack_expired":
+        return f"acknowledged at {until}, but the card was still undecided: the acknowledgement timed out"
     if kind == "acknowledged":
         return f"took the card over from {previous_username}" if previous_username else "acknowledged the card (on it)"
     if kind == "unacknowledged":

@@ -14,6 +14,10 @@ card's version: a decision posted against the card stays valid whoever holds it.
   holds is a take-over (`takeover`, confirmed by the caller): recorded as one, and the holder is
   told as a take-over tells them.
 - add_note: a comment on the card, in its thread, in the history, the exports and the report.
+- snooze: silence the card's reminders until a time (the caller checks the bounds); shown on the card.
+- expire_acknowledgement: pollerdash's own act when a policy's ack_timeout_s ran out with the card
+  undecided: the acknowledgement is withdrawn (the holder stays) so the policy pages again and
+  acknowledging anew stops it again; audited as the system, shown in the card's activity.
 
 On a card that is no longer open each act raises CardNotOpen and writes nothing.
 """
@@ -103,9 +107,11 @@ def _activity(
     data: dict[str, object],
     channel: str,
     channel_identity: str,
+    actor: dict[str, str] | None = None,
     **fields: object,
 ) -> CardActivity:
-    """The activity row and its audit entry, the last write of the act."""
+    """The activity row and its audit entry, the last write of the act (`actor`: the person unless
+    pollerdash itself acted)."""
     known, identity = checked_channel(channel=channel, identity=channel_identity)
     activity = CardActivity.objects.create(
         escalation=escalation,
@@ -120,7 +126,7 @@ def _activity(
     )
     entry = audit.append(
         entry_type=entry_type,
-        actor=audit.user_actor(user),
+        actor=actor or audit.user_actor(user),
         operation_id=escalation.operation_id,
         data={
             "escalation_id": escalation.pk,
@@ -331,3 +337,72 @@ def add_notice(
         CardActivity.objects.filter(pk=activity.pk).update(audit_entry_id=entry.pk)
         activity.audit_entry_id = entry.pk
     return activity
+
+
+def snooze(
+    *,
+    escalation_id: int,
+    user: User,
+    until: datetime,
+    minutes: int,
+    now: datetime,
+    channel: str = Channel.WEB,
+    channel_identity: str = "",
+) -> Escalation:
+    """Silence the card's reminders until `until` (a later snooze replaces an earlier one). The
+    caller checked the bounds (operations.decisions.ownership.card_snooze)."""
+    with transaction.atomic():
+        escalation = _lock_open(escalation_id)
+        escalation.snoozed_by = user
+        escalation.snoozed_until = until
+        escalation.save(update_fields=["snoozed_by", "snoozed_until"])
+        events.card_snoozed.send(sender=Escalation, escalation=escalation, user=user, until=until)
+        _activity(
+            escalation=escalation,
+            kind=CardActivity.Kind.SNOOZED,
+            user=user,
+            now=now,
+            entry_type="human.snoozed",
+            data={"until": audit.iso(until), "minutes": minutes},
+            channel=channel,
+            channel_identity=channel_identity,
+            until=until,
+        )
+    return escalation
+
+
+ACK_TIMEOUT_ACTOR = {"kind": "system", "id": "ack_timeout"}
+
+
+def expire_acknowledgement(*, escalation_id: int, timeout_s: int, now: datetime) -> str | None:
+    """The policy's acknowledgement timeout ran out on an undecided card: the acknowledgement is
+    withdrawn (the card stays with its holder, who acknowledges again to stop the reminders). The
+    username whose acknowledgement ran out, or None when the card is closed or nobody acknowledges it
+    any more (nothing written). Call inside the transaction that restarts the policy."""
+    escalation = (
+        Escalation.objects.select_for_update(of=("self",)).select_related("acknowledged_by").get(pk=escalation_id)
+    )
+    holder, since = escalation.acknowledged_by, escalation.acknowledged_at
+    if escalation.state != Escalation.State.OPEN or holder is None or since is None:
+        return None
+    escalation.acknowledged_by = None
+    escalation.acknowledged_at = None
+    escalation.save(update_fields=["acknowledged_by", "acknowledged_at"])
+    _activity(
+        escalation=escalation,
+        kind=CardActivity.Kind.ACK_EXPIRED,
+        user=holder,
+        now=now,
+        entry_type="escalation.ack_expired",
+        data={
+            "acknowledged_by": holder.get_username(),
+            "acknowledged_at": audit.iso(since),
+            "ack_timeout_s": timeout_s,
+        },
+        actor=ACK_TIMEOUT_ACTOR,
+        # pollerdash's own act: no channel brought it; recorded as the dashboard's, with no identity.
+        channel=Channel.WEB,
+        channel_identity="",
+        until=since,
+    )
+    return holder.get_username()

@@ -15,7 +15,7 @@ def rekey_live_operations(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operations", "0038_channel_of_every_act_pagerduty_webhooks"),
+        ("operations", "0039_snooze_and_ack_timeout"),
     ]
 
     operations = [

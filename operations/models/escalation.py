@@ -77,6 +77,12 @@ class Escalation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     assigned_at = models.DateTimeField(null=True, blank=True)
+    # A responder silenced the card's reminders until `snoozed_until` (15 min, 1 h or 4 h, never past
+    # the operation's deadline); shown while it is in the future. Written by lifecycle.ownership.snooze.
+    snoozed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    snoozed_until = models.DateTimeField(null=True, blank=True)
     last_notified_at = models.DateTimeField(null=True, blank=True)
     notifications_sent = models.PositiveIntegerField(default=0)
     # Notifications not sent because a cap was reached (NOTIFY_MAX_PER_CARD, NOTIFY_MAX_PER_HOUR).
@@ -242,6 +248,11 @@ class CardActivity(models.Model):
         REASSIGNED = "reassigned"
         NOTE = "note"
         NOTICE = "notice"
+        # Reminders silenced until `until` (lifecycle.ownership.snooze).
+        SNOOZED = "snoozed"
+        # The policy's ack_timeout_s ran out with the card still undecided: the acknowledgement of
+        # `user` was withdrawn by pollerdash and the policy started again (lifecycle.ownership.expire).
+        ACK_EXPIRED = "ack_expired"
 
     escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="activities")
     operation = models.ForeignKey("operations.Operation", on_delete=models.CASCADE, related_name="card_activities")
@@ -262,6 +273,8 @@ class CardActivity(models.Model):
     previous_username = models.CharField(max_length=150, blank=True)
     # note: the text, plain, length-bounded (operations.decisions.ownership.NOTE_MAX).
     text = models.TextField(blank=True)
+    # snoozed: when reminders resume; ack_expired: when the acknowledgement was given.
+    until = models.DateTimeField(null=True, blank=True)
     # The AuditEntry (pk) that recorded this; its seq comes when the integrator adds it to the tree.
     audit_entry_id = models.BigIntegerField(null=True, blank=True)
     # Where the act came from and the identity that channel verified (as on Decision).

@@ -36,6 +36,9 @@ class EscalationPolicy(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     repeat_last_level = models.PositiveSmallIntegerField(default=0)
+    # An acknowledged card still undecided this long after the acknowledgement goes back to the
+    # policy (PagerDuty's acknowledgement timeout); null: an acknowledgement holds until a decision.
+    ack_timeout_s = models.PositiveIntegerField(null=True, blank=True)
     # The admin's default for profiles that name no policy (ESCALATION_DEFAULT_POLICY overrides it).
     is_default = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
@@ -145,10 +148,17 @@ class PolicyRun(models.Model):
     # and, while acknowledged, when its next step was due (a give-back that does not restart resumes it).
     round_started_at = models.DateTimeField(null=True, blank=True)
     held_step_at = models.DateTimeField(null=True, blank=True)
+    # A responder's snooze: no step before it. While acknowledged under a policy with ack_timeout_s:
+    # when the acknowledgement runs out and the policy starts again.
+    snoozed_until = models.DateTimeField(null=True, blank=True)
+    ack_expires_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["next_step_at"], condition=Q(status="running"), name="policy_run_due_idx")]
+        indexes = [
+            models.Index(fields=["next_step_at"], condition=Q(status="running"), name="policy_run_due_idx"),
+            models.Index(fields=["ack_expires_at"], condition=Q(status="acknowledged"), name="policy_run_ack_due_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"card {self.escalation_id}: {self.policy_name} ({self.status})"

@@ -34,6 +34,9 @@ REPEAT_RANGE = (0, 10)
 # A wait is whole seconds: at least 1 (a wait <= 0 is refused), at most a day (a longer silence
 # between levels is a policy nobody meant).
 WAIT_RANGE_S = (1, 24 * 3600)
+# An acknowledgement timeout shorter than a minute would page again before anyone could decide;
+# longer than a day is an acknowledgement that never times out.
+ACK_TIMEOUT_RANGE_S = (60, 24 * 3600)
 NAME_MAX = 100
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
@@ -74,11 +77,14 @@ class Policy:
     name: str
     levels: tuple[Level, ...]
     repeat_last_level: int
+    # A card acknowledged but not decided within this goes back to the policy (None: never).
+    ack_timeout_s: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "repeat_last_level": self.repeat_last_level,
+            "ack_timeout_s": self.ack_timeout_s,
             "levels": [
                 {"wait_s": level.wait_s, "targets": [{"kind": str(t.kind), "ref": t.ref} for t in level.targets]}
                 for level in self.levels
@@ -90,6 +96,8 @@ class Policy:
         return cls(
             name=data["name"],
             repeat_last_level=int(data["repeat_last_level"]),
+            # Snapshots taken before 2.5 have no timeout.
+            ack_timeout_s=None if data.get("ack_timeout_s") is None else int(data["ack_timeout_s"]),
             levels=tuple(
                 Level(
                     wait_s=int(level["wait_s"]),
@@ -122,8 +130,11 @@ def validate_policy(raw: object, *, directory: Directory) -> Policy | list[Probl
     if not isinstance(raw, Mapping):
         return [Problem("policy", "must be a table")]
     problems: list[Problem] = []
-    unknown = sorted(set(raw) - {"name", "levels", "repeat_last_level", "description"})
-    problems += [Problem(key, "is not a policy key (name, description, levels, repeat_last_level)") for key in unknown]
+    unknown = sorted(set(raw) - {"name", "levels", "repeat_last_level", "ack_timeout_s", "description"})
+    problems += [
+        Problem(key, "is not a policy key (name, description, levels, repeat_last_level, ack_timeout_s)")
+        for key in unknown
+    ]
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         problems.append(Problem("name", "must be 1-100 of a-z 0-9 _ - starting with a letter or digit"))
@@ -132,6 +143,12 @@ def validate_policy(raw: object, *, directory: Directory) -> Policy | list[Probl
         problems.append(
             Problem("repeat_last_level", f"must be a whole number from {REPEAT_RANGE[0]} to {REPEAT_RANGE[1]}")
         )
+    ack_timeout = raw.get("ack_timeout_s")
+    low, high = ACK_TIMEOUT_RANGE_S
+    if ack_timeout is not None and (
+        isinstance(ack_timeout, bool) or not isinstance(ack_timeout, int) or not low <= ack_timeout <= high
+    ):
+        problems.append(Problem("ack_timeout_s", f"must be whole seconds from {low} to {high} (or left out)"))
     levels_raw = raw.get("levels")
     levels: list[Level] = []
     if not isinstance(levels_raw, Sequence) or isinstance(levels_raw, str | bytes) or not levels_raw:
@@ -146,8 +163,13 @@ def validate_policy(raw: object, *, directory: Directory) -> Policy | list[Probl
                 levels.append(level)
     if problems:
         return problems
-    # No problems, so every value above passed its check and has its type.
-    return Policy(name=name, levels=tuple(levels), repeat_last_level=repeat)  # type: ignore[arg-type]
+    return Policy(
+        # No problems, so every value above passed its check and has its type.
+        name=name,  # type: ignore[arg-type]
+        levels=tuple(levels),
+        repeat_last_level=repeat,
+        ack_timeout_s=ack_timeout,
+    )
 
 
 def _level(raw: object, *, where: str, directory: Directory) -> tuple[Level | None, list[Problem]]:
@@ -268,6 +290,11 @@ class RunState:
     step_seq: int
     round_started_at: datetime | None = None
     held_step_at: datetime | None = None
+    # A responder's snooze: no step is due before it (a give-back and an acknowledgement timeout
+    # restart the policy no earlier either).
+    snoozed_until: datetime | None = None
+    # Acknowledged under a policy with ack_timeout_s: when the policy starts again if nobody decided.
+    ack_expires_at: datetime | None = None
 
     @classmethod
     def start(cls, *, now: datetime) -> RunState:
@@ -283,7 +310,22 @@ class RunState:
         )
 
     def due(self, now: datetime) -> bool:
-        return self.status is RunStatus.RUNNING and self.next_step_at is not None and self.next_step_at <= now
+        return (
+            self.status is RunStatus.RUNNING
+            and self.next_step_at is not None
+            and self.next_step_at <= now
+            and not self.snoozed(now)
+        )
+
+    def snoozed(self, now: datetime) -> bool:
+        return self.snoozed_until is not None and now < self.snoozed_until
+
+    def ack_expired(self, now: datetime) -> bool:
+        return self.status is RunStatus.ACKNOWLEDGED and self.ack_expires_at is not None and self.ack_expires_at <= now
+
+    def not_before(self, when: datetime) -> datetime:
+        """`when`, or the snooze's end if that is later."""
+        return max(when, self.snoozed_until) if self.snoozed_until is not None else when
 
 
 @dataclass(frozen=True)
@@ -340,19 +382,58 @@ def policy_step(*, state: RunState, policy: Policy, now: datetime) -> StepPlan:
     return StepPlan(state=advanced, notify=notify)
 
 
-def policy_acknowledge(*, state: RunState) -> RunState:
+def policy_acknowledge(*, state: RunState, now: datetime | None = None, ack_timeout_s: int | None = None) -> RunState:
     """Someone is on it: no further level goes out. Outbox rows of this run not yet attempted
     are marked skipped by the caller in the same transaction. When the next step was due is kept
-    (`held_step_at`), for a give-back that resumes the round instead of restarting it."""
+    (`held_step_at`), for a give-back that resumes the round instead of restarting it. Under a
+    policy with `ack_timeout_s`, the acknowledgement runs out that long after `now` (a take-over
+    keeps the first acknowledgement's clock: the card has been undecided since then)."""
     if state.status is not RunStatus.RUNNING:
         return state
+    expires = None
+    if ack_timeout_s is not None and now is not None:
+        _aware(now)
+        expires = now + timedelta(seconds=ack_timeout_s)
     return replace(
         state,
         status=RunStatus.ACKNOWLEDGED,
         next_step_at=None,
         held_step_at=state.next_step_at,
+        ack_expires_at=expires,
         step_seq=state.step_seq + 1,
     )
+
+
+def policy_ack_timeout(*, state: RunState, now: datetime) -> RunState:
+    """The acknowledgement ran out with the card undecided: the policy starts again from its first
+    level as a new round, as PagerDuty re-triggers an incident after its acknowledgement timeout
+    (no sooner than a snooze's end). Not expired: the same state."""
+    _aware(now)
+    if not state.ack_expired(now):
+        return state
+    return RunState(
+        status=RunStatus.RUNNING,
+        round=state.round + 1,
+        level=-1,
+        repetition=0,
+        next_step_at=state.not_before(now),
+        step_seq=state.step_seq + 1,
+        round_started_at=now,
+        snoozed_until=state.snoozed_until,
+    )
+
+
+def policy_snooze(*, state: RunState, until: datetime) -> RunState:
+    """A responder silenced the card's reminders until `until`: no step before it, whether the run is
+    running (the next step moves to `until` if it was due sooner) or acknowledged (a give-back or
+    an acknowledgement timeout starts it no sooner). A later snooze replaces an earlier one."""
+    _aware(until)
+    if state.status in (RunStatus.EXHAUSTED, RunStatus.ENDED):
+        return state
+    snoozed = replace(state, snoozed_until=until, step_seq=state.step_seq + 1)
+    if state.status is RunStatus.RUNNING and state.next_step_at is not None:
+        return replace(snoozed, next_step_at=max(state.next_step_at, until))
+    return snoozed
 
 
 def policy_unacknowledge(*, state: RunState, now: datetime, restart_min_s: float = 0) -> RunState:
@@ -370,8 +451,9 @@ def policy_unacknowledge(*, state: RunState, now: datetime, restart_min_s: float
         return replace(
             state,
             status=RunStatus.RUNNING,
-            next_step_at=max(now, held),
+            next_step_at=state.not_before(max(now, held)),
             held_step_at=None,
+            ack_expires_at=None,
             step_seq=state.step_seq + 1,
         )
     return RunState(
@@ -379,9 +461,10 @@ def policy_unacknowledge(*, state: RunState, now: datetime, restart_min_s: float
         round=state.round + 1,
         level=-1,
         repetition=0,
-        next_step_at=now,
+        next_step_at=state.not_before(now),
         step_seq=state.step_seq + 1,
         round_started_at=now,
+        snoozed_until=state.snoozed_until,
     )
 
 
@@ -401,7 +484,7 @@ def policy_end(*, state: RunState) -> RunState:
     """The card was decided or superseded: nothing more is ever sent for it."""
     if state.status is RunStatus.ENDED:
         return state
-    return replace(state, status=RunStatus.ENDED, next_step_at=None, step_seq=state.step_seq + 1)
+    return replace(state, status=RunStatus.ENDED, next_step_at=None, ack_expires_at=None, step_seq=state.step_seq + 1)
 
 
 def _aware(value: datetime) -> None:

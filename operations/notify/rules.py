@@ -12,7 +12,8 @@ and `State` are the one vocabulary of those rows: the model's choices are made f
   acknowledgement or decision, so "acknowledged" and "level 2 will not be sent" commit together;
 - `follow_up_ready`: a follow-up (PagerDuty acknowledge/resolve, Slack message update) waits for
   the row it follows, so trigger -> acknowledge -> resolve arrive in order with one dedup_key;
-- `never_held_by_hourly_caps`: the messages the hourly caps may count but never hold back.
+- `never_held_by_hourly_caps`: the messages the hourly caps may count but never hold back;
+- `snooze_choices`: the snoozes a card offers (15 min, 1 h, 4 h), none past the operation's deadline.
 
 Which channels follow a message up, and which fold a card's repeated pages into one alert, is
 each channel's own word (escalations/oncall/channels/): the callers pass it in.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from operations.notify.kinds import Kind
@@ -194,3 +196,15 @@ def follow_up_ready(*, predecessor: Row | None) -> tuple[Readiness, str]:
         # The acknowledge before a resolve failed: the resolve still closes the alert.
         return Readiness.READY, ""
     return Readiness.SKIP, f"the first message was {predecessor.state}, so there is nothing to update"
+
+
+# The snoozes a responder may choose (Grafana OnCall's silence, bounded): 15 min, 1 h, 4 h.
+SNOOZE_MINUTES = (15, 60, 240)
+
+
+def snooze_choices(*, deadline_at: datetime | None, now: datetime) -> list[int]:
+    """The snoozes (minutes) that end no later than the operation's deadline: reminders are never
+    silent when the watch ends."""
+    if deadline_at is None:
+        return []
+    return [m for m in SNOOZE_MINUTES if now + timedelta(minutes=m) <= deadline_at]

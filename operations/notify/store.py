@@ -156,6 +156,7 @@ def policies_save(
             if row is None:
                 row = EscalationPolicy(name=policy.name)
             row.description, row.repeat_last_level, row.is_default = description, policy.repeat_last_level, is_default
+            row.ack_timeout_s = policy.ack_timeout_s
             row.save()
             row.levels.all().delete()
             for order, level in enumerate(policy.levels):
@@ -215,6 +216,7 @@ def policy_of(row: EscalationPolicy) -> Policy:
     return Policy(
         name=row.name,
         repeat_last_level=row.repeat_last_level,
+        ack_timeout_s=row.ack_timeout_s,
         levels=tuple(
             Level(
                 wait_s=level.wait_s,

@@ -38,6 +38,7 @@ ENDPOINTS = [
     Endpoint("escalation_unacknowledge", "POST", "decide"),
     Endpoint("escalation_reassign", "POST", "decide"),
     Endpoint("escalation_note", "POST", "decide"),
+    Endpoint("escalation_snooze", "POST", "decide"),
     Endpoint("card_group", "GET", "read"),
     Endpoint("card_group_acknowledge", "POST", "decide"),
     Endpoint("card_group_bulk", "POST", "decide"),
@@ -96,6 +97,8 @@ def post_data(endpoint: Endpoint, esc: Escalation) -> dict[str, str]:
         return {"to": "alice"}
     if endpoint.name == "escalation_note":
         return {"note": "on the phone with the vendor"}
+    if endpoint.name == "escalation_snooze":
+        return {"minutes": "15"}
     if endpoint.name == "card_group_bulk":
         return {"step": "apply", "option": "close", "card": f"{esc.pk}:{esc.version}", "confirm_count": "1"}
     return {"take": "1"}
@@ -181,6 +184,7 @@ def test_decision_endpoints_accept_only_post(client: Client, alice, card: Escala
         "escalation_unacknowledge",
         "escalation_reassign",
         "escalation_note",
+        "escalation_snooze",
     ):
         assert client.get(reverse(name, args=[card.pk])).status_code == 405
     for endpoint in ENDPOINTS:

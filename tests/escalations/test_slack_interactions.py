@@ -138,7 +138,8 @@ def test_an_acknowledge_click_names_the_card_the_user_and_where_to_answer() -> N
         (click_body(team="T9999"), Kind.IGNORED, "the payload is from another Slack workspace"),
         (click_body(app="A9999"), Kind.IGNORED, "the payload is for another Slack app"),
         (b"payload=not-json", Kind.IGNORED, "the payload is not JSON"),
-        (b"payload=%7B%22type%22%3A%22view_submission%22%7D", Kind.IGNORED, ""),
+        # A modal's submission is read only when it is this app's, from this workspace.
+        (b"payload=%7B%22type%22%3A%22view_submission%22%7D", Kind.IGNORED, "the payload is for another Slack app"),
     ],
 )
 def test_other_clicks_change_nothing(body, kind, problem) -> None:
@@ -242,7 +243,9 @@ def test_a_responder_acknowledges_from_slack_audited_as_themselves_and_the_messa
     esc = stopped()
     pump()
     [posted] = fake_slack.posted("webhook")
-    assert [b["action_id"] for b in posted.body["blocks"][-1]["elements"]] == ["pollerdash_open", ACK_ACTION_ID]
+    # With the bot token, "Review and decide" opens the modal (no link); Acknowledge stays last.
+    elements = [b["action_id"] for b in posted.body["blocks"][-1]["elements"]]
+    assert elements[0] == "pollerdash_review" and elements[-1] == ACK_ACTION_ID
     url = fake_slack.new_response_url(replaces="webhook-1")
     body = interaction(
         user_id="U123", team_id=TEAM, app_id=APP, action_id=ACK_ACTION_ID, value=str(esc.pk), response_url=url

@@ -121,7 +121,7 @@ def test_migration_0040_rekeys_live_operations_on_the_expanded_url():
         executor.migrate(targets)
         return executor.loader.project_state(targets).apps
 
-    old = migrate([("operations", "0038_channel_of_every_act_pagerduty_webhooks")])
+    old = migrate([("operations", "0039_snooze_and_ack_timeout")])
     Profile = old.get_model("operations", "ProviderProfile")
     Op = old.get_model("operations", "Operation")
     url = "http://127.0.0.1:8765/v1/jobs/{job_id}"

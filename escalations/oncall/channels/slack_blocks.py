@@ -4,9 +4,11 @@ no card.
 
 The message shows the reason, pollerdash's link to the card first, the operation, requests used,
 the deadlines (as Slack date tokens, so every reader sees their own local time, with UTC as the
-fallback text), what the agent wrote, and buttons: "Review and decide" (a link to the card) and,
-where the Slack app's interactivity is configured and the card is still open, "Acknowledge".
-Decisions stay in the browser, where the whole card is shown.
+fallback text), what the agent wrote, and buttons: "Review and decide" and, where the Slack app's
+interactivity is configured and the card is still open, "Acknowledge" and a snooze menu. With the
+Slack app's bot token as well, "Review and decide" opens a modal in Slack (escalations.oncall.
+slack_modal) where the options that can be undone or only spend bounded requests are decided;
+otherwise it is a link to the card.
 
 Untrusted text (the agent's job id and purpose, why it stopped as far as it quotes the provider)
 never reaches mrkdwn: it is one plain_text line after the link, quoted and defanged
@@ -20,13 +22,17 @@ leaves a level unsent.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from escalations.agent_text import quoted, slack_escaped
 from escalations.oncall.facts import CardFacts, CardStatus, Notice
+from operations.decisions.options import human_duration
+from operations.notify.rules import snooze_choices
 
 ACK_ACTION_ID = "pollerdash_ack"
 OPEN_ACTION_ID = "pollerdash_open"
+REVIEW_ACTION_ID = "pollerdash_review"
+SNOOZE_ACTION_ID = "pollerdash_snooze"
 # Block Kit limits (Block Kit reference).
 HEADER_MAX = 150
 TEXT_MAX = 3000
@@ -44,8 +50,19 @@ HEADS = {
 }
 
 
-def card_message(*, facts: CardFacts, status: CardStatus, interactive: bool, head: str = "") -> dict:
-    """The whole message: `text` (the notification fallback, pollerdash's words only) plus blocks."""
+def card_message(
+    *,
+    facts: CardFacts,
+    status: CardStatus,
+    interactive: bool,
+    head: str = "",
+    modal: bool = False,
+    now: datetime | None = None,
+) -> dict:
+    """The whole message: `text` (the notification fallback, pollerdash's words only) plus blocks.
+    `interactive`: the Slack app verifies clicks (Acknowledge, snooze); `modal`: it can also open
+    a modal (bot token), so "Review and decide" opens one instead of linking to the card; `now`:
+    when the snoozes offered are counted from (none without it)."""
     head = head or HEADS.get(status.state, "Decision needed")
     link = f"<{facts.card_url[:URL_MAX]}|Open the decision card>"
     blocks: list[dict] = [
@@ -84,9 +101,8 @@ def card_message(*, facts: CardFacts, status: CardStatus, interactive: bool, hea
     ]
     if status.state != "open":
         blocks.append({"type": "context", "elements": [_md(_status_line(status))]})
-    blocks.append(
-        {"type": "actions", "block_id": f"card-{facts.escalation_id}", "elements": _buttons(facts, status, interactive)}
-    )
+    buttons = _buttons(facts, status, interactive, modal=modal, now=now)
+    blocks.append({"type": "actions", "block_id": f"card-{facts.escalation_id}", "elements": buttons})
     fallback = f"{head}: {facts.reason_label} - {facts.provider_slug} ({facts.operation_id}) {facts.card_url}"
     return {"text": slack_escaped(_cut(fallback, 400)), "blocks": blocks, "unfurl_links": False, "unfurl_media": False}
 
@@ -103,9 +119,13 @@ def notice_message(notice: Notice) -> dict:
     return {"text": _cut(text, TEXT_MAX), "pollerdash": {"event": f"escalation.{notice.event}", "url": notice.link}}
 
 
-def replacement(*, facts: CardFacts, status: CardStatus) -> dict:
-    """The body for a click's response_url: the same message, updated, in place (no button)."""
-    return {"replace_original": True, **card_message(facts=facts, status=status, interactive=False)}
+def replacement(
+    *, facts: CardFacts, status: CardStatus, interactive: bool = False, modal: bool = False, now: datetime | None = None
+) -> dict:
+    """The body for a click's response_url: the same message, updated, in place (an acknowledged
+    card keeps "Review and decide"; a closed one only links to the card)."""
+    body = card_message(facts=facts, status=status, interactive=interactive, modal=modal, now=now)
+    return {"replace_original": True, **body}
 
 
 def ephemeral(text: str) -> dict:
@@ -113,16 +133,31 @@ def ephemeral(text: str) -> dict:
     return {"response_type": "ephemeral", "replace_original": False, "text": slack_escaped(_cut(text, TEXT_MAX))}
 
 
-def _buttons(facts: CardFacts, status: CardStatus, interactive: bool) -> list[dict]:
-    open_button = {
+def _buttons(
+    facts: CardFacts, status: CardStatus, interactive: bool, *, modal: bool, now: datetime | None
+) -> list[dict]:
+    is_open = status.state in ("open", "acknowledged")
+    open_button: dict = {
         "type": "button",
         "action_id": OPEN_ACTION_ID,
         "text": _plain("Review and decide" if status.state == "open" else "Open the card"),
         "url": facts.card_url[:URL_MAX],
     }
+    if modal and interactive and is_open:
+        # No url: the click comes to pollerdash, which opens the modal with the click's trigger_id.
+        open_button = {
+            "type": "button",
+            "action_id": REVIEW_ACTION_ID,
+            "text": _plain("Review and decide"),
+            "value": str(facts.escalation_id),
+        }
     if status.state == "open":
         open_button["style"] = "primary"
     buttons = [open_button]
+    if interactive and is_open and now is not None:
+        choices = snooze_choices(deadline_at=facts.deadline_at, now=now)
+        if choices:
+            buttons.append(_snooze_menu(facts.escalation_id, choices))
     if interactive and status.state == "open":
         # Only the card id: the endpoint re-reads the card and trusts nothing else in the click.
         buttons.append(
@@ -134,6 +169,23 @@ def _buttons(facts: CardFacts, status: CardStatus, interactive: bool) -> list[di
             }
         )
     return buttons
+
+
+def _snooze_menu(escalation_id: int, choices: list[int]) -> dict:
+    """A menu of the snoozes that end before the deadline; each value names the card and the minutes
+    (the endpoint checks both again)."""
+    return {
+        "type": "static_select",
+        "action_id": SNOOZE_ACTION_ID,
+        "placeholder": _plain("Snooze reminders"),
+        "options": [
+            {
+                "text": _plain(f"Snooze {human_duration(timedelta(minutes=minutes))}"),
+                "value": f"{escalation_id}:{minutes}",
+            }
+            for minutes in choices
+        ],
+    }
 
 
 def _status_line(status: CardStatus) -> str:

@@ -10,6 +10,7 @@ registered with the log scrubber before it is sent.
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 from django.conf import settings
 
@@ -37,17 +38,14 @@ class SlackChannel(Channel):
             raise Unsendable("a Slack channel is posted to about cards only")
         if message.event is Event.LEVEL:
             body = card_message(
-                facts=message.card,
-                status=CardStatus("open"),
-                interactive=bool(settings.SLACK_SIGNING_SECRET),
-                head=message.head,
+                facts=message.card, status=CardStatus("open"), head=message.head, now=message.now, **app_flags()
             )
             method, payload = "chat.postMessage", {"channel": message.address, **body}
         else:
             if not message.updates:
                 return Outcome(Verdict.FAILED, None, "no message of this card to update")
             channel, _, ts = message.updates.partition("/")
-            body = card_message(facts=message.card, status=message.status, interactive=False)
+            body = card_message(facts=message.card, status=message.status, now=message.now, **app_flags())
             method, payload = "chat.update", {"channel": channel, "ts": ts, **body}
         answer = web_api(method, token=token, content=json.dumps(payload).encode())
         if answer.http_status != 200 or answer.transport_error is not None:
@@ -61,6 +59,18 @@ class SlackChannel(Channel):
             return Outcome(verdict, 200, f"{method} refused: {error}")
         ref = f"{reply.get('channel') or payload['channel']}/{reply.get('ts') or payload.get('ts', '')}"
         return Outcome(Verdict.SENT, 200, f"{method}: ok", provider_ref=ref)
+
+
+class AppFlags(TypedDict):
+    interactive: bool
+    modal: bool
+
+
+def app_flags() -> AppFlags:
+    """What the Slack app can do with a message's buttons: verify clicks (the signing secret) and
+    open a modal (with the bot token too)."""
+    interactive = bool(settings.SLACK_SIGNING_SECRET)
+    return {"interactive": interactive, "modal": interactive and bool(settings.SLACK_BOT_TOKEN)}
 
 
 def users_info(slack_user_id: str) -> SlackUser | str | None:

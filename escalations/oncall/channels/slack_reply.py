@@ -22,6 +22,7 @@ from escalations.oncall.channels.base import (
     json_request,
 )
 from escalations.oncall.channels.slack_blocks import ephemeral, replacement
+from escalations.oncall.channels.slack_channel import app_flags
 from operations.notify.kinds import Kind
 
 RESPONSE_URL_HOSTS = frozenset({"hooks.slack.com"})
@@ -38,5 +39,6 @@ class SlackReply(WebhookChannel):
         if urlsplit(message.response_url).hostname not in RESPONSE_URL_HOSTS and not listed:
             raise Unsendable("the response_url is not on hooks.slack.com")
         if message.note == "replace" and message.card is not None:
-            return json_request(target, replacement(facts=message.card, status=message.status))
+            body = replacement(facts=message.card, status=message.status, now=message.now, **app_flags())
+            return json_request(target, body)
         return json_request(target, ephemeral(message.note))

@@ -8,10 +8,9 @@ body key `pollerdash: {event, url}` for receivers written before Block Kit.
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from escalations.oncall.channels.base import Message, Request, WebhookChannel, admit, json_request, secret
 from escalations.oncall.channels.slack_blocks import card_message, notice_message
+from escalations.oncall.channels.slack_channel import app_flags
 from escalations.oncall.facts import CardStatus
 from operations.notify.kinds import Kind
 from operations.notify.store import LEGACY_WEBHOOK_ENV
@@ -26,10 +25,7 @@ class SlackWebhook(WebhookChannel):
             return json_request(target, notice_message(message.notice))
         assert message.card is not None  # a Message has a card or a notice
         body = card_message(
-            facts=message.card,
-            status=CardStatus("open"),
-            interactive=bool(settings.SLACK_SIGNING_SECRET),
-            head=message.head,
+            facts=message.card, status=CardStatus("open"), head=message.head, now=message.now, **app_flags()
         )
         if message.address == LEGACY_WEBHOOK_ENV:
             # Receivers of the webhook before Block Kit may read this structured copy.
