@@ -13,6 +13,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -172,6 +173,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # --- fake provider, profiles, operations ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup: None, django_db_blocker: Any) -> Iterator[Any]:
+    """PGBOUNCER=1 on PostgreSQL: the PgBouncer (transaction pooling) the process tests' pollerdash
+    processes go through; None otherwise. Stopped before the test database is dropped (its server
+    connections would keep it)."""
+    from tests.integration.support import start_pgbouncer
+
+    with django_db_blocker.unblock():
+        bouncer = start_pgbouncer()
+    try:
+        yield bouncer
+    finally:
+        if bouncer is not None:
+            bouncer.stop()
 
 
 @pytest.fixture(scope="session")
