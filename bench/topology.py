@@ -83,7 +83,10 @@ class PgBouncer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        wait_for_port(self.port, timeout=10, what="pgbouncer")
+        try:
+            wait_for_port(self.port, timeout=30, what="pgbouncer")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; its log ends:\n{self.log()[-2000:]}") from None
 
     def url(self, database: str, *, user: str = "root") -> str:
         return f"postgres://{user}@127.0.0.1:{self.port}/{database}"
@@ -97,6 +100,7 @@ class PgBouncer:
         if self.popen is not None and self.popen.poll() is None:
             os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait(timeout=10)
+        (self.dir / "pgbouncer.pid").unlink(missing_ok=True)  # killed: nothing removed it
 
     def log(self) -> str:
         path = self.dir / "pgbouncer.log"
