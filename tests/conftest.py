@@ -189,6 +189,23 @@ def pgbouncer(django_db_setup: None, django_db_blocker: Any) -> Iterator[Any]:
     finally:
         if bouncer is not None:
             bouncer.stop()
+            with django_db_blocker.unblock():
+                _wait_for_server_sessions_to_end()
+
+
+def _wait_for_server_sessions_to_end() -> None:
+    """PgBouncer's server connections end a moment after it is killed; the test database can be
+    dropped only then."""
+    import time
+
+    deadline = time.monotonic() + 10
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            cursor.execute(sql)
+            if cursor.fetchone()[0] == 0:
+                return
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")
