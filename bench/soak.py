@@ -283,15 +283,22 @@ def pure_schedule(duration_s: float, rng: random.Random) -> tuple[int, float]:
     return requests, t - duration_s
 
 
-def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, provider_url: str, out: Path) -> dict:
+def plan_jobs(args: argparse.Namespace, *, start: float) -> list[tuple[int, float, float]]:
+    """(index, arrival, done at the provider): arriving evenly over the first half of the run, each
+    running a log-normal duration clipped to half the run (bench/chaos.py plans the same way)."""
     rng = random.Random(args.seed)
-    start = time.time()
-    arrive_s = args.seconds / 2
     jobs = []
     for index in range(args.ops):
-        arrival = start + 2 + arrive_s * index / args.ops
+        arrival = start + 2 + args.seconds / 2 * index / args.ops
         duration = min(max(rng.lognormvariate(math.log(args.median), args.sigma), 1.0), args.seconds / 2)
         jobs.append((index, arrival, arrival + duration))
+    return jobs
+
+
+def run_with_faults(args: argparse.Namespace, cluster: PrivateCluster, profile, provider_url: str, out: Path) -> dict:
+    start = time.time()
+    jobs = plan_jobs(args, start=start)
+    arrive_s = args.seconds / 2
     say(
         f"{args.ops:,} jobs arriving over {arrive_s:.0f} s; durations log-normal, median {args.median:.0f} s, "
         f"sigma {args.sigma}, clipped to {args.seconds / 2:.0f} s "

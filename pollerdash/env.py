@@ -42,8 +42,13 @@ def env_secret(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-def database_from_url(url: str, *, base_dir: Path) -> dict:
-    """Django DATABASES entry from sqlite:///path or postgres://user:pass@host:port/name?opt=v."""
+def database_from_url(url: str, *, base_dir: Path, pool_mode: str = "session") -> dict:
+    """Django DATABASES entry from sqlite:///path or postgres://user:pass@host:port/name?opt=v.
+
+    PostgreSQL may name several hosts, postgres://user@a:5432,b:5433/name?target_session_attrs=read-write:
+    libpq tries them in order and keeps the first that accepts writes (a promoted replica after a
+    failover). `pool_mode` is DATABASE_POOL_MODE: "transaction" behind PgBouncer's transaction
+    pooling, where nothing may outlive a transaction (docs/deployment.md, "Topology")."""
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         raw_path = unquote(parts.path)
@@ -65,24 +70,41 @@ def database_from_url(url: str, *, base_dir: Path) -> dict:
             "TEST": {"NAME": str(path.with_name(f"test_{path.stem}.sqlite3"))},
         }
     if parts.scheme in {"postgres", "postgresql", "pgsql"}:
-        options = dict(parse_qsl(parts.query))
-        # No lock in pollerdash is meant to be held for long (the audit head, an account row):
-        # fail a stuck wait after 10 s instead of piling every writer up behind it.
-        options.setdefault("options", "-c lock_timeout=10s")
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parts.path.lstrip("/")),
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
-            "OPTIONS": options,
-        }
+        return _postgres(url, parts.query, pool_mode=pool_mode)
     raise ValueError(f"DATABASE_URL: unsupported scheme {parts.scheme!r} (use sqlite:/// or postgres://)")
 
 
-def drop_session_locks(conn: Any) -> None:
-    """The psycopg pool's reset: a connection goes back into the pool holding no session advisory
-    lock, so an export slot (escalations/export_slots.py) a request failed to free ends with it."""
-    conn.execute("SELECT pg_advisory_unlock_all()")
-    conn.rollback()  # idle again whatever its autocommit mode; unlocking is not undone by it
+def _postgres(url: str, query: str, *, pool_mode: str) -> dict:
+    # urlsplit refuses a netloc with several host:port pairs, so the netloc is split here.
+    netloc, _, path = url.split("://", 1)[1].partition("/")
+    credentials, _, hosts = netloc.rpartition("@")
+    user, _, password = credentials.partition(":")
+    names, ports = [], []
+    for host in hosts.split(","):
+        # [::1]:5432, 127.0.0.1:5432 or a bare name
+        name, _, port = host.rpartition(":") if not host.endswith("]") and ":" in host else (host, "", "")
+        names.append(name.strip("[]"))
+        ports.append(port)
+    options: dict[str, Any] = dict(parse_qsl(query))
+    database: dict[str, Any] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(path.partition("?")[0]),
+        "USER": unquote(user),
+        "PASSWORD": unquote(password),
+        "HOST": ",".join(names),
+        # libpq: one port for every host, or one per host.
+        "PORT": ",".join(port or "5432" for port in ports) if any(ports) else "",
+        "OPTIONS": options,
+    }
+    if pool_mode == "transaction":
+        # PgBouncer hands each transaction any server connection: a server-side prepared statement
+        # (psycopg prepares a query run 5 times) or a WITH HOLD cursor (Django's .iterator() outside
+        # a transaction) would be looked for on another connection. PgBouncer 1.18 also refuses the
+        # `options` start-up parameter: lock_timeout is set on the role instead (a check says so).
+        options["prepare_threshold"] = None
+        database["DISABLE_SERVER_SIDE_CURSORS"] = True
+    else:
+        # No lock in pollerdash is meant to be held for long (the audit head, an account row):
+        # fail a stuck wait after 10 s instead of piling every writer up behind it.
+        options.setdefault("options", "-c lock_timeout=10s")
+    return database

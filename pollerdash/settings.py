@@ -9,12 +9,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 from operations.addresses import allowed_endpoints
 from operations.provider_origins import parse_allowed_origins, parse_credential_origins
 from pollerdash.env import (
     database_from_url,
-    drop_session_locks,
     env_bool,
     env_float,
     env_int,
@@ -102,19 +102,27 @@ TEMPLATES = [
 # --- Database ---------------------------------------------------------------------------------
 # SQLite (WAL, IMMEDIATE transactions, busy timeout) is the embedded default for a one-machine
 # trial; PostgreSQL is the source of truth in production (DATABASE_URL=postgres://...).
+# DATABASE_POOL_MODE=transaction: DATABASE_URL points at PgBouncer with pool_mode = transaction
+# (docs/deployment.md, "Topology"); "session" (the default) for PostgreSQL direct or session pooling.
+DATABASE_POOL_MODE = env_str("DATABASE_POOL_MODE", "session")
+if DATABASE_POOL_MODE not in {"session", "transaction"}:
+    raise ImproperlyConfigured(f"DATABASE_POOL_MODE={DATABASE_POOL_MODE!r}: use session or transaction")
 DATABASES = {
     "default": database_from_url(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'pollerdash.sqlite3'}"), base_dir=BASE_DIR
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'pollerdash.sqlite3'}"),
+        base_dir=BASE_DIR,
+        pool_mode=DATABASE_POOL_MODE,
     )
 }
 IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+if DATABASE_POOL_MODE == "transaction" and not IS_POSTGRES:
+    raise ImproperlyConfigured("DATABASE_POOL_MODE=transaction is for PostgreSQL behind PgBouncer, not SQLite")
 if IS_POSTGRES and env_bool("DATABASE_POOL", False):
     # The web process (uvicorn, one thread per request) shares a psycopg pool. qcluster and the
     # dispatcher must not use it: the pool does not survive django-q2's fork (django-q2 #209).
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 2,
         "max_size": env_int("DATABASE_POOL_SIZE", 10),
-        "reset": drop_session_locks,
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
@@ -420,6 +428,9 @@ AUDIT_ARCHIVE_DIR = env_str("AUDIT_ARCHIVE_DIR", "var/audit-archive")
 AUDIT_EXPORT_WEB_CONCURRENT = env_int("AUDIT_EXPORT_WEB_CONCURRENT", 2)
 AUDIT_EXPORT_WEB_CONCURRENT_PER_USER = env_int("AUDIT_EXPORT_WEB_CONCURRENT_PER_USER", 1)
 AUDIT_EXPORT_WEB_MAX_ENTRIES = env_int("AUDIT_EXPORT_WEB_MAX_ENTRIES", 1_000_000)
+# A streaming export renews its slot's lease while it streams; a killed process's slot frees itself
+# after this long (escalations/export_slots.py).
+AUDIT_EXPORT_SLOT_LEASE_S = env_int("AUDIT_EXPORT_SLOT_LEASE_S", 120)
 RETENTION_DAYS = env_int("RETENTION_DAYS", 90)
 # Or an S3-compatible bucket (`pip install 'pollerdash[s3]'`), so archives outlive the host that
 # wrote them; credentials from boto3's own chain, never from settings (pollerdash/storage.py).

@@ -13,6 +13,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -172,6 +173,39 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # --- fake provider, profiles, operations ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup: None, django_db_blocker: Any) -> Iterator[Any]:
+    """PGBOUNCER=1 on PostgreSQL: the PgBouncer (transaction pooling) the process tests' pollerdash
+    processes go through; None otherwise. Stopped before the test database is dropped (its server
+    connections would keep it)."""
+    from tests.integration.support import start_pgbouncer
+
+    with django_db_blocker.unblock():
+        bouncer = start_pgbouncer()
+    try:
+        yield bouncer
+    finally:
+        if bouncer is not None:
+            bouncer.stop()
+            with django_db_blocker.unblock():
+                _wait_for_server_sessions_to_end()
+
+
+def _wait_for_server_sessions_to_end() -> None:
+    """PgBouncer's server connections end a moment after it is killed; the test database can be
+    dropped only then."""
+    import time
+
+    deadline = time.monotonic() + 10
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            cursor.execute(sql)
+            if cursor.fetchone()[0] == 0:
+                return
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

@@ -225,8 +225,6 @@ DIALECT_MODULES = {
     "operations/audit/database.py",
     # configuration: which backend's connection options apply
     "pollerdash/settings.py",
-    # session-level advisory locks of the export slots (rows once the PgBouncer work lands)
-    "escalations/export_slots.py",
 }
 SCANNED = ("operations", "escalations", "accounts", "demo", "pollerdash")
 

@@ -469,6 +469,6 @@ def audit_jsonl(
         if isinstance(exc, audit_export.ExportError | checkpoints.CheckpointError):
             return render(request, "export_error.html", {"message": str(exc)}, status=409)
         raise
-    return exports.jsonl_response(
-        request, filename=filename, lines=lines, on_close=slot.release if slot is not None else None
-    )
+    if slot is None:
+        return exports.jsonl_response(request, filename=filename, lines=lines, on_close=None)
+    return exports.jsonl_response(request, filename=filename, lines=slot.kept(lines), on_close=slot.release)

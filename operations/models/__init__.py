@@ -13,6 +13,7 @@ from operations.models.authorization import Authorization
 from operations.models.callback import CallbackDelivery, CallbackEndpoint
 from operations.models.credential import CredentialFingerprint
 from operations.models.escalation import BulkDecision, CardActivity, CardGroup, Decision, Escalation
+from operations.models.export_slot import ExportSlot
 from operations.models.heartbeat import ProcessHeartbeat
 from operations.models.notify import (
     CardResponseCounter,
@@ -50,6 +51,7 @@ __all__ = [
     "CredentialFingerprint",
     "Decision",
     "Escalation",
+    "ExportSlot",
     "EscalationPolicy",
     "IdempotencyKey",
     "NotificationDelivery",

@@ -11,13 +11,14 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from pollerdash.client import PollerdashClient, WebhookVerifier
 from tests.api.support import Receiver
-from tests.integration.support import FAST_ENV, Proc, Processes, ProviderProcess, subprocess_database_url, wait_until
+from tests.integration.support import FAST_ENV, Proc, Processes, ProviderProcess, subprocess_database_env, wait_until
 from tests.support import CANARY, job_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -50,12 +51,12 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def running(
-    transactional_db: None, fake_provider: ProviderProcess, receiver: Receiver, tmp_path: Path
+    transactional_db: None, fake_provider: ProviderProcess, receiver: Receiver, pgbouncer: Any, tmp_path: Path
 ) -> Iterator[str]:
     """uvicorn + qcluster + dispatch_polls on the test database; yields the web URL."""
     env = {
         **os.environ,
-        "DATABASE_URL": subprocess_database_url(),
+        **subprocess_database_env(pgbouncer),
         "SECRET_KEY": os.environ.get("SECRET_KEY", "test-only-not-secret"),
         "PROVIDER_FAKE_TOKEN": CANARY,
         "CALLBACK_ALLOWED_HOSTS": f"127.0.0.1:{receiver.port}",

@@ -277,62 +277,83 @@ def test_an_export_too_large_for_the_web_names_the_command(alice, decided, setti
     assert audit_verify.verify_export(io.BytesIO(body(served)), keys=[signing_key])["entries"] == entries
 
 
-@pytest.mark.postgres
-def test_on_postgresql_a_slot_is_held_for_every_web_process(alice, bob, decided, settings, signing_key) -> None:
-    # Another uvicorn process's export is another database session holding the slot's advisory lock.
-    from django.db import connections
+def test_a_slot_is_a_row_every_web_process_sees(alice, bob, decided, settings, signing_key) -> None:
+    # Another uvicorn process's export (on another host, or through PgBouncer on any server
+    # connection) is a row holding the slot.
+    from datetime import timedelta
+
+    from django.utils import timezone
 
     from escalations import export_slots
+    from operations.models import ExportSlot
 
     settings.AUDIT_EXPORT_WEB_CONCURRENT = 1
-    other = connections.create_connection("default")
     key = export_slots.shared_key(0)
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-            assert cursor.fetchone()[0] is True
-            assert signed_in(alice).get(reverse("decision_history_jsonl")).status_code == 429
-            cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
-            served = signed_in(bob).get(reverse("decision_history_jsonl"))
-            assert served.status_code == 200
-            # Held in the database while it streams; let go there once it is read.
-            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-            assert cursor.fetchone()[0] is False
-            body(served)
-            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-            assert cursor.fetchone()[0] is True
-    finally:
-        other.close()
+    ExportSlot.objects.create(key=key, holder="web-2/77/1/elsewhere", lease_until=timezone.now() + timedelta(minutes=2))
+    assert signed_in(alice).get(reverse("decision_history_jsonl")).status_code == 429
+    ExportSlot.objects.filter(key=key).delete()
+    served = signed_in(bob).get(reverse("decision_history_jsonl"))
+    assert served.status_code == 200
+    # Held in the database while it streams; let go there once it is read.
+    assert ExportSlot.objects.filter(key=key).exclude(holder__startswith="web-2/").count() == 1
+    body(served)
+    assert not ExportSlot.objects.filter(key=key).exists()
 
 
-@pytest.mark.postgres
-def test_a_pooled_connection_goes_back_without_the_slot_a_request_failed_to_free() -> None:
-    # The web process's psycopg pool (DATABASE_POOL=1) resets each connection handed back.
-    from django.db import connection, connections
-    from psycopg_pool import ConnectionPool
+def test_a_killed_processs_slot_frees_itself_when_its_lease_runs_out(alice, decided, settings, signing_key) -> None:
+    from datetime import timedelta
+
+    import time_machine
+    from django.utils import timezone
 
     from escalations import export_slots
-    from pollerdash.env import drop_session_locks
+    from operations.models import ExportSlot
 
-    key = export_slots.shared_key(0)
-    lock = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
-    other = connections.create_connection("default")
-    pool = ConnectionPool(kwargs={**connection.get_connection_params(), "autocommit": True}, min_size=1, max_size=1,
-                          reset=drop_session_locks, open=True)  # fmt: skip
-    try:
-        with pool.connection() as pooled:
-            assert pooled.execute(lock, [key]).fetchone()[0] is True
-            with other.cursor() as cursor:
-                cursor.execute(lock, [key])
-                assert cursor.fetchone()[0] is False
-        # The pool holds one connection: getting it again waits until its reset has run.
-        with pool.connection(), other.cursor() as cursor:
-            cursor.execute(lock, [key])
-            assert cursor.fetchone()[0] is True
-            cursor.execute("SELECT pg_advisory_unlock_all()")
-    finally:
-        pool.close()
-        other.close()
+    settings.AUDIT_EXPORT_WEB_CONCURRENT = 1
+    settings.AUDIT_EXPORT_SLOT_LEASE_S = 120
+    now = timezone.now()
+    ExportSlot.objects.create(
+        key=export_slots.shared_key(0), holder="web-2/77/1/killed", lease_until=now + timedelta(seconds=120)
+    )
+    with time_machine.travel(now + timedelta(seconds=119), tick=False):
+        assert signed_in(alice).get(reverse("decision_history_jsonl")).status_code == 429
+    with time_machine.travel(now + timedelta(seconds=121), tick=False):
+        served = signed_in(alice).get(reverse("decision_history_jsonl"))
+        assert served.status_code == 200
+        assert ExportSlot.objects.get(key=export_slots.shared_key(0)).holder != "web-2/77/1/killed"
+        body(served)
+
+
+def test_a_streaming_export_renews_its_lease_and_a_stranger_cannot_free_it(
+    alice, decided, settings, signing_key
+) -> None:
+    from datetime import timedelta
+
+    import time_machine
+    from django.utils import timezone
+
+    from escalations import export_slots
+    from operations.models import ExportSlot
+
+    settings.AUDIT_EXPORT_WEB_CONCURRENT = 1
+    settings.AUDIT_EXPORT_WEB_CONCURRENT_PER_USER = 0
+    settings.AUDIT_EXPORT_SLOT_LEASE_S = 60
+    start = timezone.now()
+    with time_machine.travel(start, tick=False):
+        slot = export_slots.take(user_id=alice.pk)
+    # Another holder's release (a forged or stale one) frees nothing.
+    export_slots.Slot(slot.keys, "someone-else").release()
+    assert ExportSlot.objects.filter(key=export_slots.shared_key(0), holder=slot.holder).exists()
+    with time_machine.travel(start + timedelta(seconds=50), tick=False):
+        slot._renew_at = 0.0  # a third of the lease has passed on the monotonic clock too
+        assert list(slot.kept(iter([b"a\n"]))) == [b"a\n"]
+    row = ExportSlot.objects.get(key=export_slots.shared_key(0))
+    assert row.lease_until == start + timedelta(seconds=110)
+    with time_machine.travel(start + timedelta(seconds=100), tick=False):
+        with pytest.raises(export_slots.ExportsBusy):
+            export_slots.take(user_id=alice.pk)
+    slot.release()
+    assert not ExportSlot.objects.exists()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.support import FAST_ENV, Processes, ProviderProcess, subprocess_database_url
+from tests.integration.support import FAST_ENV, Processes, ProviderProcess, subprocess_database_env
 from tests.support import CANARY, has_canary
 
 
@@ -29,10 +29,10 @@ def fake_provider() -> Iterator[ProviderProcess]:
 
 
 @pytest.fixture
-def processes(transactional_db: None, fake_provider: Any, tmp_path: Path) -> Iterator[Processes]:
+def processes(transactional_db: None, fake_provider: Any, pgbouncer: Any, tmp_path: Path) -> Iterator[Processes]:
     env = dict(os.environ)
     env.update(
-        DATABASE_URL=subprocess_database_url(),
+        **subprocess_database_env(pgbouncer),
         SECRET_KEY=os.environ.get("SECRET_KEY", "test-only-not-secret"),
         PROVIDER_FAKE_TOKEN=CANARY,
         LOG_LEVEL="INFO",

@@ -18,6 +18,8 @@ import httpx
 from django.db import Error as DatabaseError
 from django.db import connection
 
+from bench.topology import PgBouncer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Short bounds so a takeover after a lost worker happens in seconds, not minutes. The lease
@@ -69,8 +71,24 @@ class ProviderProcess:
             self.popen.wait(timeout=10)
 
 
+def start_pgbouncer() -> PgBouncer | None:
+    """With PGBOUNCER=1 on PostgreSQL, a PgBouncer in transaction pooling (bench/topology.py) for the
+    processes the tests start (the `pgbouncer` fixture, tests/conftest.py); None otherwise."""
+    if os.environ.get("PGBOUNCER") != "1" or connection.vendor != "postgresql":
+        return None
+    return PgBouncer(upstream_port=int(connection.settings_dict["PORT"] or 5432))
+
+
+def subprocess_database_env(bouncer: PgBouncer | None) -> dict[str, str]:
+    """DATABASE_URL (and DATABASE_POOL_MODE through PgBouncer) for a process on the test database."""
+    if bouncer is None:
+        return {"DATABASE_URL": subprocess_database_url()}
+    url = bouncer.url(connection.settings_dict["NAME"], user=connection.settings_dict["USER"] or "root")
+    return {"DATABASE_URL": url, "DATABASE_POOL_MODE": "transaction"}
+
+
 def subprocess_database_url() -> str:
-    """The pytest test database, as a DATABASE_URL a subprocess understands."""
+    """The pytest test database, as a DATABASE_URL a subprocess understands (direct)."""
     db = connection.settings_dict
     if connection.vendor == "postgresql":
         user = db["USER"] or "root"

@@ -1,0 +1,317 @@
+"""The fault run: the production topology through PgBouncer, one fault after another, one command.
+
+    .venv/bin/python bench/chaos.py            # make chaos: 6,000 operations, faults 60 s apart, a 90 s partition
+    .venv/bin/python bench/chaos.py --short    # make chaos-short (CI): 2,000 operations, 10 s partition, < 5 min
+
+Everything runs on 127.0.0.1 and stops by itself: a PRIVATE PostgreSQL cluster (bench/soak.py's,
+never the shared server), PgBouncer in transaction pooling in front of it (bench/topology.py), the
+fake provider, two "hosts" each with a qcluster and a dispatcher - host A through a TCP proxy that
+can be cut, host B straight to PgBouncer -, two web processes (uvicorn) and the audit signer, all
+with DATABASE_POOL_MODE=transaction. Operations of the soak's kind (each job finishes at the
+provider after a log-normal duration) arrive over the first half of the fault phase, and the run
+injects, in sequence: SIGKILL of host B's qcluster (restarted at once, as a supervisor would),
+SIGKILL of host A's dispatcher (restarted), host A cut off from the database for --partition-s,
+a PostgreSQL primary failover (not built here: skipped, and said so), and a PgBouncer restart.
+Then it drains until every operation is finished.
+
+It prints, per fault, the recovery time (from the fault to the first 5 s whose dispatch lag p95 is
+at most 1 s) and, in total, the invariants, each of which must be 0: the soak's (requests over
+budget, never charged, closer than the schedule allows, operations lost or stuck; bench/soak.py
+`report`) and the topology's: requests after the deadline, two requests for one fence, false
+outcomes, audit decisions missing or doubled for an answered request, a signed tree smaller than
+one signed before, a web process not answering at the end. Exit status 1 on any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import soak
+from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile, start_fake_provider
+from bench.topology import Partition, PgBouncer, wait_for_port
+
+RUNS_DIR = ROOT / "var" / "chaos"
+SHORT = {"ops": 2000, "seconds": 150.0, "fault_every": 22.0, "partition_s": 10.0, "median": 15.0}
+FAULTS = ("kill qcluster", "kill dispatcher", "partition", "primary failover", "pgbouncer restart")
+
+
+class Topology:
+    """The processes: two hosts (qcluster + dispatcher), two web processes, the signer."""
+
+    def __init__(self, *, out: Path, bouncer: PgBouncer, partition: Partition, database: str, key: Path) -> None:
+        self.out = out
+        base = dict(os.environ)
+        base.update(
+            DATABASE_POOL_MODE="transaction",
+            LOG_LEVEL="WARNING",
+            PYTHONUNBUFFERED="1",
+            Q_WORKERS="2",
+            AUDIT_SIGNING_KEY_FILE=str(key),
+            METRICS_ALLOW_LOOPBACK="1",
+        )
+        direct = bouncer.url(database)
+        self.env = {
+            "a": {**base, "DATABASE_URL": direct.replace(f":{bouncer.port}/", f":{partition.port}/")},
+            "b": {**base, "DATABASE_URL": direct},
+        }
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.web_ports = [free_port(), free_port()]
+        try:
+            for host in ("a", "b"):
+                self.start(f"qcluster-{host}")
+                self.start(f"dispatcher-{host}")
+            for index in range(2):
+                self.start(f"web-{index}")
+            self.start("signer")
+            for port in self.web_ports:
+                wait_for_port(port, timeout=120, what="a web process")
+        except BaseException:
+            self.stop()
+            raise
+
+    def start(self, name: str) -> None:
+        kind, _, host = name.partition("-")
+        env = self.env["a" if host == "a" else "b"]
+        if kind == "web":
+            command = [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1"]
+            command += ["--port", str(self.web_ports[int(host)]), "--lifespan", "off", "--no-access-log"]
+        else:
+            manage = {
+                "qcluster": ["qcluster"],
+                "dispatcher": ["dispatch_polls"],
+                "signer": ["audit_checkpoint", "--loop"],
+            }
+            command = [sys.executable, "-c", soak.BOOT, *manage[kind]]
+        with (self.out / f"{name}.log").open("ab") as sink:
+            self.procs[name] = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the process and everything it forked; a supervisor starts it again."""
+        try:
+            os.killpg(self.procs[name].pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.procs[name].wait(timeout=10)
+        self.start(name)
+
+    def web_answering(self) -> int:
+        import httpx
+
+        answering = 0
+        for port in self.web_ports:
+            try:
+                answering += httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).status_code == 200
+            except httpx.HTTPError:
+                pass
+        return answering
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def inject(name: str, *, topology: Topology, bouncer: PgBouncer, partition: Partition, args: argparse.Namespace) -> str:
+    """The fault, as it happens; returns what was done."""
+    if name == "kill qcluster":
+        topology.kill("qcluster-b")
+        return "host B's qcluster (sentinel and workers) SIGKILLed, started again"
+    if name == "kill dispatcher":
+        topology.kill("dispatcher-a")
+        return "host A's dispatcher SIGKILLed, started again"
+    if name == "partition":
+        partition.cut()
+        time.sleep(args.partition_s)  # the length of the outage itself
+        partition.heal()
+        return f"host A cut off from the database for {args.partition_s:g} s, then healed"
+    if name == "primary failover":
+        return "SKIPPED: the primary failover is not built yet (docs/deployment.md, 'Topology')"
+    bouncer.restart()
+    return "PgBouncer killed and started again (every client connection dropped)"
+
+
+def recovery_s(fault_at: float, *, window: float = 5.0, until: float) -> float | None:
+    """From the fault to the start of the first `window`-second span (in 1 s steps) whose dispatch
+    lag p95 is <= 1 s: 0 when the fault never pushed it over."""
+    from datetime import UTC, datetime
+
+    from operations.models import StatusCheck
+
+    rows = StatusCheck.objects.filter(
+        account="soak", started_at__gte=datetime.fromtimestamp(fault_at, UTC), due_at__isnull=False
+    ).values_list("started_at", "due_at")
+    lags = sorted((started.timestamp(), (started - due).total_seconds()) for started, due in rows)
+    start = fault_at
+    while start < until:
+        inside = [lag for at, lag in lags if start <= at < start + window]
+        if len(inside) >= 5 and percentile(inside, 95) <= 1.0:
+            return start - fault_at
+        start += 1.0
+    return None
+
+
+def topology_invariants(result: dict) -> dict[str, int]:
+    """The invariants the soak does not count."""
+    from django.db.models import Count, F
+
+    from operations.models import AuditCheckpoint, AuditEntry, Operation, StatusCheck
+
+    checks = StatusCheck.objects.filter(account="soak")
+    after_deadline = checks.filter(sent_at__gt=F("operation__deadline_at")).count()
+    per_fence = checks.values("operation_id", "fence").annotate(n=Count("id")).filter(n__gt=1).count()
+    done_at = {soak.job_name(index, done): done for index, _, done in result["jobs"]}
+    false = 0
+    for job, status, completed in Operation.objects.filter(account="soak").values_list(
+        "provider_job_id", "status", "completed_at"
+    ):
+        ended_wrongly = status in {"failed", "cancelled", "expired"}
+        early = completed is not None and completed.timestamp() < done_at.get(job, 0) - 0.001
+        false += int(ended_wrongly or early)
+    answered = dict(
+        checks.exclude(decision="").values("operation_id").annotate(n=Count("id")).values_list("operation_id", "n")
+    )
+    decided = dict(
+        AuditEntry.objects.filter(type="controller.decision", operation_id__in=list(answered))
+        .values("operation_id")
+        .annotate(n=Count("id"))
+        .values_list("operation_id", "n")
+    )
+    missing = sum(max(0, n - decided.get(op, 0)) for op, n in answered.items())
+    doubled = sum(max(0, decided.get(op, 0) - n) for op, n in answered.items())
+    sizes = list(AuditCheckpoint.objects.order_by("signed_at", "pk").values_list("size", flat=True))
+    smaller = sum(1 for before, after in zip(sizes, sizes[1:], strict=False) if after < before)
+    return {
+        "requests after the deadline": after_deadline,
+        "two requests for one fence": per_fence,
+        "false outcomes": false,
+        "audit decisions missing for an answered request": missing,
+        "audit decisions recorded twice": doubled,
+        "signed trees smaller than an earlier one": smaller,
+        "web processes not answering at the end": 2 - result["web_answering"],
+    }
+
+
+def run(args: argparse.Namespace, *, out: Path, cluster: soak.PrivateCluster, provider_url: str) -> dict:
+    from operations.audit import checkpoints
+
+    key = out / "audit-signing-key.pem"
+    checkpoints.generate_key_file(key)
+    profile = soak.make_profile(provider_url)
+    bouncer = PgBouncer(upstream_port=cluster.port)
+    partition = Partition(port=bouncer.port)
+    try:
+        topology = Topology(out=out, bouncer=bouncer, partition=partition, database="chaos", key=key)
+    except BaseException:
+        partition.stop()
+        bouncer.stop()
+        raise
+    jobs = soak.plan_jobs(args, start=time.time())
+    start, pending, faults = time.time(), list(jobs), []
+    next_fault = start + args.fault_every
+    try:
+        while time.time() < start + args.seconds:
+            due = [job for job in pending if job[1] <= time.time()]
+            if due:
+                soak.register(profile, due)
+                pending = pending[len(due) :]
+            if len(faults) < len(FAULTS) and time.time() >= next_fault:
+                name = FAULTS[len(faults)]
+                at = time.time()
+                what = inject(name, topology=topology, bouncer=bouncer, partition=partition, args=args)
+                faults.append({"name": name, "at": at, "what": what, "skipped": what.startswith("SKIPPED")})
+                soak.say(f"    {at - start:5.0f} s  {name}: {what}; {soak.load()}")
+                next_fault = time.time() + args.fault_every
+            time.sleep(0.2)
+        drained = soak.drain(args, start)
+        web = topology.web_answering()
+    finally:
+        topology.stop()
+        partition.stop()
+        bouncer.stop()
+    return {"jobs": jobs, "start": start, "faults": faults, "drained": drained, "web_answering": web}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help=f"CI's short form: {SHORT}")
+    parser.add_argument("--ops", type=int, default=6000)
+    parser.add_argument("--seconds", type=float, default=420.0, help="length of the fault phase")
+    parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between faults")
+    parser.add_argument("--partition-s", type=float, default=90.0, help="how long host A is cut off")
+    parser.add_argument("--median", type=float, default=40.0, help="median job duration, seconds")
+    parser.add_argument("--sigma", type=float, default=0.8)
+    parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--keep-logs", action="store_true")
+    if parser.parse_known_args()[0].short:
+        parser.set_defaults(**SHORT)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    out = RUNS_DIR / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    soak.OUT = out
+    soak.say(f"pollerdash chaos: {soak.load()}; evidence in {out.relative_to(ROOT)}/")
+    failures: dict[str, int] = {"the run did not finish": 1}
+    cluster = soak.PrivateCluster(log=out / "postgres.log")
+    try:
+        os.environ["BENCH_PG"] = cluster.url
+        django_on_scratch_postgres("chaos")
+        provider, provider_url = start_fake_provider(log=out / "provider.log")
+        try:
+            result = run(args, out=out, cluster=cluster, provider_url=provider_url)
+            failures = report(result, provider_url)
+        finally:
+            provider.terminate()
+            provider.wait(timeout=10)
+    finally:
+        cluster.remove()
+    if failures:
+        soak.say(f"CHAOS FAILED: {', '.join(f'{name} {count}' for name, count in failures.items())}")
+        soak.say(f"logs kept in {out}")
+        sys.exit(1)
+    if not args.keep_logs:
+        shutil.rmtree(out, ignore_errors=True)
+    print("chaos passed; every invariant 0")
+
+
+def report(result: dict, provider_url: str) -> dict[str, int]:
+    soak.say(f"drained at {result['drained']:.0f} s; {soak.load()}")
+    end = result["start"] + result["drained"]
+    soak.say("recovery per fault (fault -> the first 5 s whose dispatch lag p95 is <= 1 s):")
+    unrecovered = 0
+    for fault in result["faults"]:
+        if fault["skipped"]:
+            soak.say(f"  {fault['name']}: skipped")
+            continue
+        seconds = recovery_s(fault["at"], until=end)
+        unrecovered += seconds is None
+        soak.say(f"  {fault['name']}: {'never' if seconds is None else f'{seconds:.0f} s'}")
+    invariants = soak.report(result, provider_url)
+    invariants |= topology_invariants(result)
+    invariants["faults never recovered from"] = unrecovered
+    soak.say("invariants (each must be 0): " + ", ".join(f"{name} {count}" for name, count in invariants.items()))
+    soak.say("decisions lost: not exercised (no person decides in this run)")
+    return {name: count for name, count in invariants.items() if count}
+
+
+if __name__ == "__main__":
+    main()
