@@ -13,7 +13,7 @@ class AccountsConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_in
 
         from accounts import checks, signins, throttle  # noqa: F401 - checks registers itself
-        from operations import redaction
+        from operations.infrastructure import redaction
 
         user_logged_in.connect(signins.on_user_logged_in, dispatch_uid="pollerdash.sign_in_recorded")
         user_locked_out.connect(throttle.on_locked_out, dispatch_uid="pollerdash.lockout_recorded")

@@ -4,7 +4,7 @@ token, key set and userinfo requests go too (accounts.oidc).
 
 mozilla-django-oidc wants each endpoint as a setting; with this, operators set only OIDC_ISSUER
 and the endpoints and key set follow the provider (an explicit OIDC_OP_* setting still wins).
-Every request is operations.outbound's, purpose `oidc`: OIDC_TIMEOUT, no redirects, an
+Every request is operations.infrastructure.outbound's, purpose `oidc`: OIDC_TIMEOUT, no redirects, an
 uncompressed answer of at most 256 KiB (a compressed or larger one is refused unread, so a hostile
 or broken provider cannot make a web process inflate or hold an answer of any size). Nothing here
 runs at start-up or for password sign-ins: an unreachable provider costs single sign-on only.
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from operations import outbound
+from operations.infrastructure import outbound
 
 # mozilla-django-oidc setting -> discovery document field
 ENDPOINT_SETTINGS = {

@@ -15,7 +15,7 @@
 - Endpoints are read from discovery when first used, never in a constructor: Django builds every
   backend for each password sign-in, and the session's backend on every request.
 - The library's three requests (the token, the key set, userinfo) are its overridable methods,
-  replaced here so they go through accounts.discovery.fetch (operations.outbound, purpose `oidc`)
+  replaced here so they go through accounts.discovery.fetch (operations.infrastructure.outbound, purpose `oidc`)
   like the discovery document: no redirects, identity encoding, 256 KiB at most, OIDC_TIMEOUT, and
   no error that quotes what the provider answered (the library's token error quotes the body).
 """
@@ -39,7 +39,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from accounts import discovery, roles, usernames
 from accounts.models import ExternalIdentity
-from operations.decisions.signin import OIDC, SignIn
+from operations.cards.signin import OIDC, SignIn
 from operations.people import one_change
 
 # Set on the request by the callback view when the sign-in was a fresh one: the epoch second it

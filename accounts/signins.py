@@ -3,7 +3,7 @@ has been active (for its lifetime and idle timeout, accounts/middleware.py).
 
 Written at every successful sign-in — password (the `user_logged_in` receiver below) or OpenID
 Connect (accounts/views.py, with the ID token's auth_time), first or fresh — and read by the
-dashboard when a decision is posted (operations.decisions.signin.SignIn).
+dashboard when a decision is posted (operations.cards.signin.SignIn).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.contrib.sessions.backends.base import SessionBase
 from django.http import HttpRequest
 from django.utils import timezone
 
-from operations.decisions.signin import PASSWORD, SignIn
+from operations.cards.signin import PASSWORD, SignIn
 
 SIGN_IN = "pd_sign_in"
 SIGNED_IN_AT = "pd_signed_in_at"  # epoch seconds: the session's lifetime counts from here

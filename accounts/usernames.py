@@ -21,7 +21,7 @@ import re
 
 from django.contrib.auth import get_user_model
 
-from operations import fastsql
+from operations.infrastructure import fastsql
 
 MAX_LENGTH = 150
 _CHARACTERS = re.compile(r"[A-Za-z0-9._@+-]+")

@@ -24,8 +24,8 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 
 from accounts import discovery, signins
 from accounts.oidc import FRESH_SINCE_ATTR, PROVIDER_ERRORS
+from operations.cards.signin import OIDC
 from operations.decisions.check import fresh_sign_in_max_age
-from operations.decisions.signin import OIDC
 
 log = logging.getLogger(__name__)
 

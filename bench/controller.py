@@ -85,8 +85,8 @@ def bench_bare_httpx(url: str, seconds: float) -> float:
 
 
 def bench_poll_once(provider_url: str, seconds: float, operations: int) -> tuple[float, int, float]:
-    from operations.controller import poll_once
     from operations.models import Operation
+    from operations.polls.controller import poll_once
 
     ops = _operations(provider_url, operations, slug="bench")
     rng = random.Random(2)
@@ -105,8 +105,8 @@ def bench_group(provider_url: str, seconds: float, operations: int, size: int) -
     from django.db import transaction
     from django.utils import timezone
 
-    from operations.batch import poll_claims
     from operations.lifecycle.claims import claim_due_rows
+    from operations.polls.batch import poll_claims
 
     _operations(provider_url, operations, slug="group")
     rng = random.Random(3)
@@ -123,8 +123,8 @@ def bench_group(provider_url: str, seconds: float, operations: int, size: int) -
 def _operations(provider_url: str, operations: int, *, slug: str) -> list:
     from django.db import connection
 
+    from operations.agents.registration import operation_register
     from operations.models import ProviderProfile
-    from operations.registration import operation_register
 
     profile = ProviderProfile.objects.create(
         slug=slug,

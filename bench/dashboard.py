@@ -412,8 +412,8 @@ def bulk_decision(*, user: object, group_id: int, count: int) -> None:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
+    from operations.cards.signin import PASSWORD, SignIn
     from operations.decisions.bulk import Member, decide_bulk
-    from operations.decisions.signin import PASSWORD, SignIn
     from operations.models import Escalation
 
     members = [

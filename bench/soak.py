@@ -478,7 +478,7 @@ def report(result: dict, provider_url: str) -> dict[str, int]:
 
 
 def reported_stalls(out: Path) -> str:
-    """When the dispatcher's heartbeat said the fleet had stalled (operations.liveness), by sample."""
+    """When the dispatcher's heartbeat said the fleet had stalled (operations.observability.liveness), by sample."""
     seconds = [
         sample["t"]
         for sample in load_samples(out / "timeline.jsonl")

@@ -25,12 +25,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from demo.receivers import email_of
-from operations.agents import agent_authenticate, agent_token_issue
+from operations.agents.identities import agent_authenticate, agent_token_issue
+from operations.agents.registration import operation_register
 from operations.models import Escalation, Operation
 from operations.notify.store import load_policies_file, policies_save
 from operations.people import one_change
 from operations.profiles import parse_profiles, profiles_apply
-from operations.registration import operation_register
 
 DEMO_PROFILES = Path(__file__).resolve().parent.parent / "demo" / "profiles.toml"
 DEMO_POLICIES = Path(__file__).resolve().parent.parent / "demo" / "policies.toml"

@@ -15,7 +15,7 @@ class EscalationsConfig(AppConfig):
 
         from escalations.oncall import receivers
         from operations import events
-        from operations.redaction import register_secret
+        from operations.infrastructure.redaction import register_secret
 
         # Escalation policies (escalations.oncall): started, stopped, restarted and ended by the
         # card's own events, inside the transactions that change the card; the messages about no

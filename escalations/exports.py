@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
 from operations.audit.export import as_async_lines
-from operations.decisions.words import decision_words, option_title
+from operations.cards.words import decision_words, option_title
 from operations.models import CardActivity, Decision, StatusCheck
 
 CHUNK = 2000
@@ -172,7 +172,7 @@ DECISION_HEADER = [
     # Identical refusals counted on this row instead of recorded again (operations.decisions.services._refuse).
     "repeat_count",
     "last_repeated_at",
-    # The same words as the pages, the reports and the audit story (operations.decisions.words);
+    # The same words as the pages, the reports and the audit story (operations.cards.words);
     # `option` and `outcome` above keep the ids.
     "option_label",
     "outcome_label",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Q
 
 from operations.models import Escalation, Operation, ProviderProfile
-from operations.provider_origins import watch_key
+from operations.providers.origins import watch_key
 from operations.vocabulary import NOT_DONE_STATUSES, Status
 
 

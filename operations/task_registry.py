@@ -38,7 +38,7 @@ class ProjectSchedule:
 
 
 SCHEDULES = (
-    # Workers hold the credentials, so they publish their fingerprints (operations/credentials.py).
+    # Workers hold the credentials, so they publish their fingerprints (operations/providers/credentials.py).
     ProjectSchedule("pollerdash: credential fingerprints", "operations.tasks.publish_credential_fingerprints", 1),
 )
 

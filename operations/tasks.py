@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from operations.batch import poll_claims
+from operations.agents.services import provider_cancel_forward
 from operations.callbacks.delivery import deliver
-from operations.controller import poll_once
-from operations.credentials import credentials_publish_all
-from operations.services import provider_cancel_forward
+from operations.polls.batch import poll_claims
+from operations.polls.controller import poll_once
+from operations.providers.credentials import credentials_publish_all
 
 
 def run_poll(operation_id: str, fence: int) -> str:

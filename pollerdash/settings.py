@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from operations.addresses import allowed_endpoints
-from operations.provider_origins import parse_allowed_origins, parse_credential_origins
+from operations.infrastructure.addresses import allowed_endpoints
+from operations.providers.origins import parse_allowed_origins, parse_credential_origins
 from pollerdash.env import (
     database_from_url,
     env_bool,
@@ -60,7 +60,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: a NUL or other control character in the path, the query, a form field or a cookie never
     # reaches a view or a query (PostgreSQL refuses NUL in text).
-    "operations.control_characters.ControlCharactersMiddleware",
+    "operations.infrastructure.control_characters.ControlCharactersMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -68,7 +68,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "operations.no_store.NoStoreMiddleware",
+    "operations.infrastructure.no_store.NoStoreMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     # After authentication and messages: an expired session ends before any view runs, and the
     # login page says why (SESSION_LIFETIME_S, SESSION_IDLE_TIMEOUT_S).
@@ -275,7 +275,7 @@ LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact_secrets": {"()": "operations.redaction.RedactSecretsFilter"}},
+    "filters": {"redact_secrets": {"()": "operations.infrastructure.redaction.RedactSecretsFilter"}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {
         "stdout": {
@@ -319,12 +319,12 @@ OPERATION_MIN_DEADLINE_S = env_int("OPERATION_MIN_DEADLINE_S", 10)
 OPERATION_MAX_STATUS_REQUESTS = env_int("OPERATION_MAX_STATUS_REQUESTS", 10_000)
 PROVIDER_ERROR_CAP_BYTES = env_int("PROVIDER_ERROR_CAP_BYTES", 8 * 1024)
 # Credential variables a profile may name besides PROVIDER_* (comma-separated); pollerdash's own
-# settings are refused whatever this says (operations/credential_names.py).
+# settings are refused whatever this says (operations/providers/credential_names.py).
 PROVIDER_CREDENTIAL_ENV_ALLOWED = env_list("PROVIDER_CREDENTIAL_ENV_ALLOWED")
 # Where each credential variable may be sent: NAME=https://api.acme.example[,origin…][;NAME2=…]
 # (origin = scheme://host[:port]). A profile's credential goes only to its variable's origins; a
 # variable with no entry is sent nowhere. Only this environment decides it (docs/DESIGN.md section 2);
-# a malformed value stops start-up, naming the entry (operations/provider_origins.py).
+# a malformed value stops start-up, naming the entry (operations/providers/origins.py).
 PROVIDER_CREDENTIAL_ORIGINS = env_str("PROVIDER_CREDENTIAL_ORIGINS", "")
 parse_credential_origins(PROVIDER_CREDENTIAL_ORIGINS)
 # Origins a profile without a credential may use although they are not public https addresses (a
@@ -354,7 +354,7 @@ DISPATCH_SWEEP_EVERY_S = env_float("DISPATCH_SWEEP_EVERY_S", 0.5)
 DISPATCH_MAX_QUEUED = env_int("DISPATCH_MAX_QUEUED", 250)
 DISPATCH_HEARTBEAT_S = env_float("DISPATCH_HEARTBEAT_S", 5.0)
 # The fleet has stalled when operations have been due this long with no status request sent for as
-# long, or a task has waited this long with no worker taking any (operations/liveness.py): the
+# long, or a task has waited this long with no worker taking any (operations/observability/liveness.py): the
 # dispatcher logs an ERROR and its heartbeat is not healthy; /system/ and /metrics show it red.
 # Keep it above django-q2's task timeout (Q_TIMEOUT): a worker may rightly hold one task that long.
 STALL_ALERT_S = env_float("STALL_ALERT_S", 60.0)
@@ -377,8 +377,9 @@ Q_WORKERS = env_int("Q_WORKERS", 4)
 Q_CLUSTER = {
     "name": "pollerdash",  # identical on every host: it is the queue key and the signing salt
     "orm": "default",
-    # The ORM broker with one statement to take, enqueue or acknowledge a task (operations/queue_broker.py).
-    "broker_class": "operations.queue_broker.Broker",
+    # The ORM broker with one statement to take, enqueue or acknowledge a task
+    # (operations/infrastructure/queue_broker.py).
+    "broker_class": "operations.infrastructure.queue_broker.Broker",
     "workers": Q_WORKERS,
     # Tasks waiting in a cluster's memory are already locked with their retry clock running;
     # keep that queue short so a task is never redelivered while it merely waits.
@@ -459,7 +460,7 @@ API_DB_THREADS = env_int("API_DB_THREADS", 4)
 # Last-Event-ID).
 API_EVENTS_KEEPALIVE_S = env_float("API_EVENTS_KEEPALIVE_S", 15.0)
 API_EVENTS_MAX_S = env_float("API_EVENTS_MAX_S", 300.0)
-# Per-agent quotas (operations.quotas; 429 quota_exceeded with Retry-After, 0 turns one off):
+# Per-agent quotas (operations.limits.quotas; 429 quota_exceeded with Retry-After, 0 turns one off):
 # operations not done, new registrations per minute, and cards its operations opened this hour
 # (beyond it new registrations wait for the next hour; registered operations are still watched).
 AGENT_MAX_OPEN_OPERATIONS = env_int("AGENT_MAX_OPEN_OPERATIONS", 1000)
@@ -475,7 +476,7 @@ MCP_STREAM_RECHECK_S = env_float("MCP_STREAM_RECHECK_S", 15.0)
 MCP_LISTEN_MAX_TASKS = env_int("MCP_LISTEN_MAX_TASKS", 100)
 
 # host:port pairs exempt from the public-https rule (a bare host: https on 443 only); a malformed
-# entry stops start-up with its name (operations/addresses.py).
+# entry stops start-up with its name (operations/infrastructure/addresses.py).
 CALLBACK_ALLOWED_HOSTS = env_list("CALLBACK_ALLOWED_HOSTS")
 allowed_endpoints(tuple(CALLBACK_ALLOWED_HOSTS))
 CALLBACK_TIMEOUT_S = env_float("CALLBACK_TIMEOUT_S", 15.0)

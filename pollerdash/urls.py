@@ -9,7 +9,7 @@ from accounts import views as accounts
 from escalations.views.pagerduty import webhooks as pagerduty_webhooks
 from escalations.views.slack import interactions as slack_interactions
 from operations.api.reference import api_reference
-from operations.metrics_endpoint import prometheus_metrics
+from operations.observability.metrics_endpoint import prometheus_metrics
 
 # Every app's admin module registers its admins here, where the site is served, rather than at
 # every process's start-up (pollerdash/apps.py).

@@ -105,8 +105,8 @@ def _fresh_process_caches() -> None:
     # Rolled-back rows can come back with the same id and, under a frozen clock, the same
     # updated_at: per-process caches of rows must not outlive a test.
     from escalations.oncall import slack_refusals
-    from operations.controller import clear_profile_cache
-    from operations.credentials import forget_published
+    from operations.polls.controller import clear_profile_cache
+    from operations.providers.credentials import forget_published
 
     clear_profile_cache()
     forget_published()
@@ -307,7 +307,7 @@ def rng() -> random.Random:
 
 @pytest.fixture
 def make_operation(profile: object) -> Callable[..., object]:
-    from operations.registration import operation_register
+    from operations.agents.registration import operation_register
 
     def make(job: str, *, provider: object | None = None, **kwargs: object) -> object:
         kwargs.setdefault("registered_by", "operator:test")
@@ -323,8 +323,8 @@ def make_operation(profile: object) -> Callable[..., object]:
 @pytest.fixture
 def drive(clock: object, rng: random.Random) -> Callable[..., list[str]]:
     """Poll an operation the way the dispatcher would: at each due time, once, until it stops."""
-    from operations.controller import poll_once
     from operations.models import Operation
+    from operations.polls.controller import poll_once
     from operations.vocabulary import POLLABLE_STATUSES
 
     def run(operation: object, *, max_polls: int = 50) -> list[str]:

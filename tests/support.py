@@ -12,7 +12,7 @@ from urllib.parse import quote, quote_plus
 from django.db import connection
 from django.utils import timezone
 
-from operations.decisions.signin import PASSWORD, SignIn
+from operations.cards.signin import PASSWORD, SignIn
 
 # A credential that must never appear in any response, log record, stored row, email or error
 # text: not as is, and not in the forms a provider echoing it might use (CANARY_FORMS).
@@ -180,8 +180,8 @@ def signed_in_now() -> SignIn:
 def run_like_the_dispatcher(clock, rng, *, until: datetime) -> None:
     """Poll whichever operation is due next (or reaches its deadline), moving the injected clock to
     that time, until nothing is due before `until`: the demo's first minutes without processes."""
-    from operations.controller import poll_once
     from operations.models import Operation
+    from operations.polls.controller import poll_once
     from operations.vocabulary import POLLABLE_STATUSES
 
     for _ in range(1000):

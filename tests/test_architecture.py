@@ -120,13 +120,13 @@ def test_the_domain_never_imports_the_dashboard():
     assert result.returncode == 0, result.stdout[-3000:]
 
 
-# Every request pollerdash sends goes through operations.outbound, which applies its purpose's rules
+# Every request pollerdash sends goes through operations.infrastructure.outbound, which applies its purpose's rules
 # (address policy, no redirects, identity encoding, a read cap, timeouts). The agent's own client is
 # a standalone library; tests, benchmarks and the demo's fakes are no part of pollerdash's sending.
 HTTP_CLIENT_MODULES = ("httpx", "httpcore")
 MAY_IMPORT_THE_HTTP_CLIENT = frozenset(
     {
-        ROOT / "operations" / "outbound.py",
+        ROOT / "operations" / "infrastructure" / "outbound.py",
         ROOT / "pollerdash" / "client.py",
         ROOT / "pollerdash" / "mcp_bridge.py",
     }
@@ -156,7 +156,7 @@ def test_only_the_outbound_module_imports_the_http_client():
                 continue
             for line, name in _http_client_imports(ast.parse(path.read_text(), filename=str(path))):
                 offenders.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
-    assert offenders == [], "send requests through operations.outbound:\n" + "\n".join(offenders)
+    assert offenders == [], "send requests through operations.infrastructure.outbound:\n" + "\n".join(offenders)
 
 
 def test_the_http_client_scan_sees_each_kind_of_import():
@@ -168,7 +168,7 @@ def later():
     import httpx._transports
     importlib.import_module("httpx")
 import json
-from operations import outbound
+from operations.infrastructure import outbound
 """
     assert [name for _, name in _http_client_imports(ast.parse(source))] == [
         "httpx",
@@ -217,9 +217,9 @@ def test_every_public_lifecycle_function_is_keyword_only():
 DIALECT_MODULES = {
     # statements: lock clauses, named locks, many rows in one statement (arrays or lists), a second
     # write in the first one's round trip, the bound cursor, aggregates SQLite lacks
-    "operations/fastsql.py",
+    "operations/infrastructure/fastsql.py",
     # the task queue: django-q2's ORM broker, one statement per step on PostgreSQL
-    "operations/queue_broker.py",
+    "operations/infrastructure/queue_broker.py",
     # the audit log: its guards in the database (roles, owners, triggers, the prune function) and
     # its bulk writes
     "operations/audit/database.py",

@@ -18,11 +18,12 @@ from django.core.mail import send_mail
 from django.core.management import call_command
 from django.test import Client
 
-from operations import http, tasks
-from operations.agents import agent_token_issue
-from operations.controller import poll_once
+from operations import tasks
+from operations.agents.identities import agent_token_issue
+from operations.infrastructure.redaction import redact
 from operations.models import AuditEntry, Escalation, Operation, StatusCheck
-from operations.redaction import redact
+from operations.polls.controller import poll_once
+from operations.providers import http
 from tests.support import CANARY, canary_emails, canary_log_handler, canary_rows, has_canary, job_id
 
 

@@ -26,7 +26,7 @@ NOT_AT_START_UP = (
     "escalations.admin",
     "django_q.admin",
     "axes.admin",
-    "operations.outbound",
+    "operations.infrastructure.outbound",
     "escalations.oncall.channels.registry",
     "escalations.oncall.notices",
     "escalations.oncall.send",

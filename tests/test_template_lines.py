@@ -2,7 +2,7 @@
 
 A line that long hides its markup from review. A long one is broken inside a tag, between
 attributes, or where the text already has a space; a long sentence of business wording belongs in
-operations/decisions/words.py, and a form every card act repeats in {% card_form %}.
+operations/cards/words.py, and a form every card act repeats in {% card_form %}.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from escalations.chart.model import SOURCES, Chart, Mark, shape_path
 from escalations.chart.rows import CheckRow, GrantRow
 from escalations.chart.scale import CountScale, TimeScale
-from operations.decisions.options import human_duration
+from operations.cards.options import human_duration
 
 
 def _source(previous: CheckRow | None, check: CheckRow, grants: Sequence[GrantRow]) -> str:

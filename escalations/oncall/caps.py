@@ -11,7 +11,7 @@
   (operations.notify.rules.never_held_by_hourly_caps).
 
 Give-backs that resumed a round instead of restarting it (NOTIFY_RESTART_MIN_S) are counted too,
-for /system/. The windows are operations.ratelimit's fixed hours, shared by every process.
+for /system/. The windows are operations.limits.ratelimit's fixed hours, shared by every process.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from datetime import datetime
 
 from django.conf import settings
 
-from operations import ratelimit
+from operations.limits import ratelimit
 from operations.models import NotificationDelivery
 from operations.notify import rules
 

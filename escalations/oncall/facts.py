@@ -20,7 +20,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from escalations.agent_text import inert, quoted
-from operations.decisions.cards import load_card, reason_label
+from operations.cards.card import load_card, reason_label
 from operations.models import Decision, Escalation
 
 # Why a card stopped may quote a provider's state of any length: a notification shows this much.

@@ -20,7 +20,7 @@ from django.conf import settings
 from escalations.oncall import notices
 from escalations.oncall.channels.base import Message
 from escalations.oncall.facts import CardStatus, card_facts, card_status
-from operations.decisions.options import human_duration
+from operations.cards.options import human_duration
 from operations.models import NotificationDelivery
 from operations.notify.rules import TO_PEOPLE, Event, State
 

@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from escalations.agent_text import quoted
 from escalations.oncall.facts import Notice
-from operations.decisions.options import human_duration
+from operations.cards.options import human_duration
 from operations.models import NotificationDelivery, Operation
 from operations.notify.kinds import LABELS, Kind
 from operations.notify.rules import Event

@@ -33,9 +33,9 @@ from escalations.oncall.pagerduty_webhooks import (
     email_of,
     match_agent,
 )
+from operations.cards.words import pager_notice_words
 from operations.decisions import ownership
 from operations.decisions.services import TooManyDecisions
-from operations.decisions.words import pager_notice_words
 from operations.models import CardActivity, Escalation
 from operations.responders import is_responder
 from operations.vocabulary import Channel

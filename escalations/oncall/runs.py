@@ -41,7 +41,7 @@ from escalations.oncall import caps
 from escalations.oncall.channels.registry import FOLLOWED_UP
 from escalations.oncall.outbox import rule_row
 from escalations.roles import can_decide
-from operations.decisions.options import human_duration
+from operations.cards.options import human_duration
 from operations.lifecycle import ownership
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules

@@ -30,10 +30,10 @@ from escalations.oncall import caps, notices, outbox
 from escalations.oncall.channels import registry
 from escalations.oncall.channels.base import Channel, Unsendable, Verdict
 from escalations.oncall.messages import message_of, sent_to_people
+from operations.infrastructure.redaction import redact
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify.kinds import Kind
 from operations.notify.rules import TO_PEOPLE, Event, State
-from operations.redaction import redact
 
 logger = logging.getLogger(__name__)
 

@@ -30,11 +30,11 @@ from escalations.oncall import runs, slack, slack_modal
 from escalations.oncall.channels.slack_channel import users_info, web_api
 from escalations.oncall.facts import card_url
 from escalations.roles import can_decide
-from operations import outbound
+from operations.cards.card import load_card
+from operations.cards.options import parse_option_id
+from operations.cards.words import snoozed_words
 from operations.decisions import ownership, services
-from operations.decisions.cards import load_card
-from operations.decisions.options import parse_option_id
-from operations.decisions.words import snoozed_words
+from operations.infrastructure import outbound
 from operations.models import Escalation
 from operations.vocabulary import Channel
 

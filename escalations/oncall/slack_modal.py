@@ -29,9 +29,9 @@ from escalations.oncall.slack import (
     OPTION_ACTION,
     OPTION_BLOCK,
 )
-from operations.decisions.cards import Card
+from operations.cards.card import Card
+from operations.cards.options import Kind, Option
 from operations.decisions.check import COMMENT_MAX, FRESH_SIGN_IN_KINDS
-from operations.decisions.options import Kind, Option
 
 SALT = "pollerdash.slack.decide-modal"
 # A modal left open longer than a day is refused as if altered: open it again from the message.

@@ -1,4 +1,4 @@
-"""A card as the dashboard shows it: the card (operations.decisions.cards) with every decision taken on it."""
+"""A card as the dashboard shows it: the card (operations.cards.card) with every decision taken on it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from escalations.selectors.notifications import Notified, card_notifications
-from operations.decisions.cards import Card, load_card, reason_label
+from operations.cards.card import Card, load_card, reason_label
 from operations.models import CardActivity, Decision, Escalation, Operation
 from operations.responders import responders
 from operations.vocabulary import Reason

@@ -10,9 +10,9 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, F
 
 from escalations.selectors.paging import page_number
+from operations.cards.card import Card, load_cards, reason_label
+from operations.cards.options import Confirm
 from operations.decisions.bulk import BULK_MAX, NOT_IN_BULK
-from operations.decisions.cards import Card, load_cards, reason_label
-from operations.decisions.options import Confirm
 from operations.models import BulkDecision, CardGroup, Escalation
 
 # One page of members is at most one bulk decision.

@@ -11,9 +11,9 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Q, QuerySet
 
 from escalations.selectors.paging import PAGE_SIZE, page_number
-from operations.decisions.options import Kind
+from operations.cards.options import Kind
+from operations.infrastructure.query_dates import parse_bound, parse_zone
 from operations.models import CardActivity, Decision, ProviderProfile
-from operations.query_dates import parse_bound, parse_zone
 from operations.vocabulary import Reason
 
 _Row = TypeVar("_Row", Decision, CardActivity)

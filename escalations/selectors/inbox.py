@@ -35,7 +35,7 @@ from django.db.models.functions import RowNumber
 
 from escalations.selectors.cards import REASONS
 from escalations.selectors.paging import PAGE_SIZE, page_number, with_count
-from operations.decisions.cards import reason_label
+from operations.cards.card import reason_label
 from operations.models import Decision, Escalation, ProviderProfile
 from operations.vocabulary import Reason
 

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 
 from escalations.oncall import caps
 from escalations.oncall.channels.registry import CHANNELS
-from operations import ratelimit
+from operations.limits import ratelimit
 from operations.models import NotificationDelivery, PolicyRun, RateWindow
 from operations.notify.kinds import LABELS, Kind
 from operations.notify.policy import Policy

@@ -6,7 +6,7 @@ now, in place of the card, and says which page the card is on (`where`), so the 
 Without JavaScript the same form posts normally.
 
 An option's form (`option=o index=forloop.counter`) also carries the option's id and the card
-version it was chosen on. Its shape follows the option (operations/decisions/option_types.py):
+version it was chosen on. Its shape follows the option (operations/cards/option_types.py):
 "inspect" posts without htmx, in a new tab when the provider has a console, and records the look
 on the way there; the others post with htmx, and an option confirmed in two steps takes the card's
 shared comment box along (an option confirmed explicitly has its own box in its panel).
@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from operations.decisions.options import Confirm, Kind, Option
+from operations.cards.options import Confirm, Kind, Option
 
 register = template.Library()
 

@@ -19,10 +19,10 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from operations.audit.story import StoryLine
-from operations.decisions.cards import reason_label
-from operations.decisions.options import human_duration
-from operations.decisions.signin import OIDC, SignIn
-from operations.decisions.words import (
+from operations.cards.card import reason_label
+from operations.cards.options import human_duration
+from operations.cards.signin import OIDC, SignIn
+from operations.cards.words import (
     CancelAnswerWords,
     activity_words,
     cancel_answer_words,

@@ -34,14 +34,14 @@ from escalations.selectors import inbox as inbox_selectors
 from escalations.views import DashboardRequest
 from operations.audit import checkpoints
 from operations.audit import export as audit_export
+from operations.cards.card import Card
+from operations.cards.options import Kind, parse_option_id
+from operations.cards.words import fresh_sign_in_needed
 from operations.decisions import ownership as ownership_services
 from operations.decisions import services
-from operations.decisions.cards import Card
 from operations.decisions.check import FRESH_SIGN_IN_KINDS, fresh_sign_in_refusal
-from operations.decisions.options import Kind, parse_option_id
-from operations.decisions.words import fresh_sign_in_needed
+from operations.infrastructure.query_dates import FilterError
 from operations.models import Escalation
-from operations.query_dates import FilterError
 
 REFRESH_S = 5
 

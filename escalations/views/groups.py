@@ -20,8 +20,8 @@ from escalations.roles import can_decide, responder_required, viewer_required
 from escalations.selectors import groups as group_selectors
 from escalations.views import DashboardRequest
 from escalations.views.cards import refresh_s
+from operations.cards.words import SIGN_IN_AGAIN
 from operations.decisions import bulk, ownership, services
-from operations.decisions.words import SIGN_IN_AGAIN
 from operations.models import BulkDecision, CardGroup, Escalation
 
 

@@ -12,10 +12,10 @@ from django.views.decorators.http import require_GET
 from escalations.roles import viewer_required
 from escalations.selectors.notifications import paging_caps
 from escalations.views import DashboardRequest
-from operations import figures, metrics
 from operations.audit.health import audit_protection_checks
-from operations.decisions.words import channel_label
+from operations.cards.words import channel_label
 from operations.models import SlackRefusal
+from operations.observability import figures, metrics
 from operations.vocabulary import REASON_LABELS, Reason
 
 REASON_VALUES = frozenset(reason.value for reason in Reason)
@@ -39,7 +39,7 @@ def system(request: DashboardRequest) -> HttpResponse:
         "snap": snap,
         "checks": audit_protection_checks(),
         "escalations": [(REASON_LABELS[Reason(r)], n) for r, n in snap.open_escalations.items()],
-        # Red: the fleet has stopped working (operations.liveness); amber: it is behind.
+        # Red: the fleet has stopped working (operations.observability.liveness); amber: it is behind.
         "alerts": snap.progress.problems(),
         "warnings": _warnings(snap),
         "lag_window_min": int(metrics.LAG_WINDOW.total_seconds() // 60),

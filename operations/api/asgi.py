@@ -17,7 +17,7 @@ The API needs none of the skipped middleware: it is CSRF-exempt and token-authen
 session and serves no static files. The two things the middleware does that the API needs are
 done here: the Host header is checked against ALLOWED_HOSTS (CommonMiddleware's `get_host()`; a
 request for another host is a 400 `host_not_allowed`, as the dashboard answers 400), and
-authenticated answers say `Cache-Control: no-store` (operations/no_store.py). The dashboard and
+authenticated answers say `Cache-Control: no-store` (operations/infrastructure/no_store.py). The dashboard and
 the admin go through the ordinary Django ASGI application. Tests that use Django's test client (WSGI) run
 the same views through the ordinary stack.
 """
@@ -39,7 +39,7 @@ from django.urls import set_script_prefix
 from operations.api.errors import problem, unexpected
 from operations.api.problems import ApiProblem
 from operations.api.wait import run_db
-from operations.no_store import mark_no_store
+from operations.infrastructure.no_store import mark_no_store
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]

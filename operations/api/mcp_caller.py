@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from operations.agents import agent_authenticate
+from operations.agents.identities import agent_authenticate
 from operations.api.problems import ApiProblem
 from operations.api.wait import run_db
 from operations.models import Agent

@@ -34,7 +34,7 @@ from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
-from operations.agents import agent_authenticate, bearer_token
+from operations.agents.identities import agent_authenticate, bearer_token
 from operations.api.mcp_caller import SCOPE_KEY, McpCaller
 from operations.api.mcp_results import logger, unavailable
 from operations.api.problems import PROBLEM_CONTENT_TYPE, ApiProblem, problem_body

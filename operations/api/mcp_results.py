@@ -17,8 +17,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 from mcp_types import INTERNAL_ERROR
 
-from operations import quotas, registration
+from operations.agents import registration
 from operations.api.problems import ApiProblem, not_found, problem_body, quota_exceeded
+from operations.limits import quotas
 
 logger = logging.getLogger("operations.api.mcp")
 

@@ -12,12 +12,14 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from operations import fastsql, selectors, services
+from operations import selectors
+from operations.agents import services
 from operations.api import mcp_state
 from operations.api import selectors as api_selectors
 from operations.api.mcp_results import operation_result
-from operations.decisions.cards import reason_label
-from operations.decisions.words import finished_words, waiting_for_decision_words, watching_words
+from operations.cards.card import reason_label
+from operations.cards.words import finished_words, waiting_for_decision_words, watching_words
+from operations.infrastructure import fastsql
 from operations.models import Escalation, Operation
 from operations.representation import NEEDS_ATTENTION_RETRY_S, RETRY_AFTER_MAX_S, operation_object
 from operations.vocabulary import TERMINAL_STATUSES, Status
@@ -121,7 +123,7 @@ def task_view(op: Operation, escalation: Escalation | None, *, now: datetime) ->
 
 
 # What a running task reads of its operation: `tasks/get` is the call an agent repeats most, so a
-# running task costs one plain statement of these columns (operations/fastsql.py) and nothing else.
+# running task costs one plain statement of these columns (operations/infrastructure/fastsql.py) and nothing else.
 TASK_COLUMNS = (
     "id",
     "status",

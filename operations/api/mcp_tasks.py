@@ -40,7 +40,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-from operations import registration, services
+from operations.agents import registration, services
 from operations.api import mcp_state
 from operations.api.mcp_caller import caller_in
 from operations.api.mcp_task_view import (

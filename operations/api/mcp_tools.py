@@ -11,7 +11,8 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent
 from pydantic import StrictInt
 
-from operations import registration, selectors, services
+from operations import selectors
+from operations.agents import registration, services
 from operations.api import selectors as api_selectors
 from operations.api import wait as api_wait
 from operations.api.lists import LIMIT_DEFAULT, LIMIT_MAX, open_list

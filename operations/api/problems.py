@@ -120,7 +120,7 @@ def not_found(operation_id: str) -> ApiProblem:
 
 
 def quota_exceeded(*, quota: str, message: str, retry_after_s: int) -> ApiProblem:
-    """A refusal by one of the agent's quotas (operations.quotas): the API and MCP answer alike."""
+    """A refusal by one of the agent's quotas (operations.limits.quotas): the API and MCP answer alike."""
     return ApiProblem(
         "quota_exceeded",
         message + ".",

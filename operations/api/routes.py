@@ -21,8 +21,9 @@ from django.urls import URLPattern, include, path, re_path
 from ninja import Path, Query
 from ninja.security import HttpBearer
 
-from operations import quotas, registration, selectors, services
-from operations.agents import agent_authenticate, bearer_token
+from operations import selectors
+from operations.agents import registration, services
+from operations.agents.identities import agent_authenticate, bearer_token
 from operations.api import docs
 from operations.api import errors as api_errors
 from operations.api import events as api_events
@@ -39,6 +40,7 @@ from operations.api.parsing import (
 )
 from operations.api.problems import PROBLEMS, ApiProblem, FieldError, not_found, quota_exceeded
 from operations.api.schemas import AckIn, CancelIn, RegisterIn
+from operations.limits import quotas
 from operations.models import Agent
 from operations.representation import API_PREFIX, operation_object
 

@@ -8,7 +8,7 @@ from functools import cache
 
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, When
 
-from operations import fastsql
+from operations.infrastructure import fastsql
 from operations.models import Operation, ProviderProfile
 from operations.vocabulary import NOT_DONE_STATUSES, TERMINAL_STATUSES, Status
 
@@ -34,7 +34,7 @@ def _operation_sql() -> str:
 def agent_operation(*, agent_id: int, operation_id: str) -> Operation | None:
     """The agent's operation with its provider's slug (what the Operation object names), or None.
 
-    Every GET, wait and MCP task read asks this, so it is one plain statement (operations/fastsql.py):
+    Every GET, wait and MCP task read asks this, so it is one plain statement (operations/infrastructure/fastsql.py):
     the ORM compiling a join of the operation's many columns costs more than the round trip."""
     row = fastsql.fetchone(_operation_sql(), [operation_id, agent_id])
     if row is None:

@@ -37,11 +37,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from operations import fastsql
 from operations.audit import chaincheck, genuine, integrate, tree, treecheck
 from operations.audit import verify as av
 from operations.audit.chaincheck import StoredEntry, iter_entries, stored_bytes
 from operations.audit.verify import merkle
+from operations.infrastructure import fastsql
 from operations.models import AuditCheckpoint
 
 __all__ = ["StoredEntry", "iter_entries", "stored_bytes"]  # for exports, tests and benches

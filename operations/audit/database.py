@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.db.models import Q
 
-from operations import fastsql
+from operations.infrastructure import fastsql
 from operations.models import AuditEntry, AuditTreeNode
 
 # A batch proof names thousands of nodes; SQLite parses a chain of ORs as a tree at most 1000

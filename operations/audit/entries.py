@@ -26,10 +26,10 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from operations import fastsql
 from operations.audit import verify as av
 from operations.audit.types import DATA_KEYS
 from operations.audit.verify import merkle
+from operations.infrastructure import fastsql
 from operations.models import AuditEntry
 
 VERSION = 2

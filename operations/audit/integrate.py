@@ -1,6 +1,6 @@
 """The integrator: gives pending audit entries their `seq` and adds them to the Merkle tree.
 
-Run by every dispatcher pass (operations.dispatch.run_pass) and by `manage.py audit_integrate`.
+Run by every dispatcher pass (operations.polls.dispatch.run_pass) and by `manage.py audit_integrate`.
 Any number may run on any number of hosts: each batch happens in one transaction holding the
 log's AuditTree row (PostgreSQL: SELECT ... FOR UPDATE SKIP LOCKED, so a second integrator
 skips instead of queueing; SQLite: IMMEDIATE transactions are serial already). Inside it, the

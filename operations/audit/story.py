@@ -8,7 +8,7 @@ Built from the entry bodies - the hashed bytes, the source of truth - never from
 rows they describe, so the story shown, printed and exported is the story the chain proves.
 Times are UTC and every time in a sentence says so ("10:46:15 UTC"; the dashboard shows them in
 the viewer's time zone); a time on another day than its entry carries its date. Outcomes and
-option names are the words of operations.decisions.words, as on every page and export.
+option names are the words of operations.cards.words, as on every page and export.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from operations.decisions.options import human_duration
-from operations.decisions.words import cancel_words, channel_words, option_title, outcome_words
+from operations.cards.options import human_duration
+from operations.cards.words import cancel_words, channel_words, option_title, outcome_words
 from operations.models import AuditEntry
 
 MAX_QUOTED = 200

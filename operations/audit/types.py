@@ -69,7 +69,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
         "pending_state",
         "confirms_decision_id",
         "check_spacing_ms",
-        # How and when the decider authenticated (operations.decisions.signin): every human entry.
+        # How and when the decider authenticated (operations.cards.signin): every human entry.
         "authentication",
         # Where the act came from (web, slack, pagerduty, api) and the identity that channel
         # verified ("slack:T1/U1", "pagerduty:P1"; null on the web): every human entry from 2.5.

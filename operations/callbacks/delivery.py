@@ -5,7 +5,7 @@
   transaction.
 - `deliver` sends one attempt: the attempt is charged (compare-and-set on `attempts`) before it is
   sent, so a redelivered task never sends the same attempt twice. Every attempt carries the same
-  `webhook-id` and a fresh timestamp and signature, and goes through operations.outbound (purpose
+  `webhook-id` and a fresh timestamp and signature, and goes through operations.infrastructure.outbound (purpose
   `callback`: CALLBACK_TIMEOUT_S, no redirects, only the answer's status and Retry-After read).
 - A delivery that gives up leaves a warning on the operation and an audit entry
   (`lifecycle.agents.warn_callback_failed`), and on-call hears of it (operations.events).
@@ -23,9 +23,9 @@ from django.utils import timezone
 from django_q.tasks import async_task
 from standardwebhooks import Webhook
 
-from operations import outbound
 from operations.audit import entries as audit
 from operations.callbacks.targets import TargetRefused, resolve_target
+from operations.infrastructure import outbound
 from operations.lifecycle.agents import warn_callback_failed
 from operations.models import CallbackDelivery, CallbackEndpoint
 

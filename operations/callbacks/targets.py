@@ -1,8 +1,8 @@
-"""Where a callback may go: https on a public address (operations/addresses.py), unless the exact host
+"""Where a callback may go: https on a public address (operations/infrastructure/addresses.py), unless the exact host
 and port are listed in CALLBACK_ALLOWED_HOSTS.
 
 Checked at registration (`callback_url_problem`) and again at send time (`resolve_target`, the
-`callback` purpose's address rule of operations.outbound), which resolves the name, checks every
+`callback` purpose's address rule of operations.infrastructure.outbound), which resolves the name, checks every
 address it resolves to, and sends to the checked address (DNS rebinding cannot swap it afterwards).
 """
 
@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from operations.addresses import allowed_by_entries, host_is_listed, is_public
-from operations.outbound import Purpose, Refused, Target
+from operations.infrastructure.addresses import allowed_by_entries, host_is_listed, is_public
+from operations.infrastructure.outbound import Purpose, Refused, Target
 
 URL_MAX = 2048
 ALLOWED_PORTS = (None, 443, 8443)

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 from django.utils import timezone
 
-from operations.decisions.cards import Card, load_cards
+from operations.cards.card import Card, load_cards
+from operations.cards.options import Kind, Option, parse_option_id
+from operations.cards.signin import SignIn
 from operations.decisions.check import Refused, check_decision, clean_comment, fresh_sign_in_refusal
-from operations.decisions.options import Kind, Option, parse_option_id
 from operations.decisions.services import DecideResult, apply_offered, take_decision_slot
-from operations.decisions.signin import SignIn
 from operations.lifecycle import bulk as lifecycle_bulk
 from operations.lifecycle import humans
 from operations.models import BulkDecision, CardGroup, Escalation, Operation

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils import timezone
 
-from operations.decisions.cards import Card, load_card
-from operations.decisions.options import Kind, Option
+from operations.cards.card import Card, load_card
+from operations.cards.options import Kind, Option
 
 # The refusal reasons live with the words that name them (words.outcome_words).
-from operations.decisions.signin import SignIn, is_fresh
-from operations.decisions.words import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, SIGN_IN_AGAIN, STALE
+from operations.cards.signin import SignIn, is_fresh
+from operations.cards.words import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, SIGN_IN_AGAIN, STALE
 from operations.models import Escalation, Operation
 from operations.vocabulary import CONTROL_CHARACTERS
 

@@ -17,10 +17,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from operations import ratelimit
 from operations.decisions.services import TooManyDecisions
 from operations.lifecycle import ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
+from operations.limits import ratelimit
 from operations.models import CardActivity, Escalation
 from operations.notify.rules import SNOOZE_MINUTES, snooze_choices
 from operations.responders import is_responder

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from operations import ratelimit
+from operations.cards.options import Kind, parse_option_id
+from operations.cards.signin import SignIn
 from operations.decisions.check import (
     NOT_OFFERED,
     SIGN_IN_AGAIN,
@@ -28,11 +29,10 @@ from operations.decisions.check import (
     lock_card,
     posted_version,
 )
-from operations.decisions.options import Kind, parse_option_id
-from operations.decisions.signin import SignIn
 from operations.lifecycle import cancels, humans
+from operations.limits import ratelimit
 from operations.models import Decision, Escalation
-from operations.provider_cancel import send_provider_cancel
+from operations.providers.cancel import send_provider_cancel
 from operations.vocabulary import CONTROL_CHARACTERS, CancelState, Channel, checked_channel
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """What agents do to their operations, written (acknowledge, cancel the watch), and what follows from it:
 the provider cancel a worker forwards, and the warning a failed callback leaves.
 
-The checks (is it the agent's, is it done) are made by operations.services before these run, with
+The checks (is it the agent's, is it done) are made by operations.agents.services before these run, with
 the operation row locked by the caller.
 """
 
@@ -19,7 +19,7 @@ from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.lifecycle.cards import supersede_card
 from operations.lifecycle.transitions import CANCEL_WATCH
 from operations.models import Agent, CallbackDelivery, Operation
-from operations.provider_cancel import CancelResult
+from operations.providers.cancel import CancelResult
 from operations.selectors import job_watched_elsewhere
 from operations.vocabulary import CancelState, Status
 

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from operations.audit import entries as audit
-from operations.decisions.cards import Card
-from operations.decisions.options import Option
-from operations.decisions.signin import SignIn
+from operations.cards.card import Card
+from operations.cards.options import Option
+from operations.cards.signin import SignIn
 from operations.lifecycle.cards import close_card, new_card_version
 from operations.lifecycle.decision_records import act_on, decision_entry, decision_row
 from operations.lifecycle.humans import finish
 from operations.models import Decision, Escalation, Operation
-from operations.provider_cancel import CancelResult
+from operations.providers.cancel import CancelResult
 from operations.representation import rfc3339
 from operations.vocabulary import CancelState, Status
 

@@ -13,13 +13,14 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from operations import events, quotas
+from operations import events
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_NEEDS_ATTENTION, record_event
-from operations.credentials import credential_publish
 from operations.lifecycle.entries import controller_decision
 from operations.lifecycle.transitions import ESCALATE
+from operations.limits import quotas
 from operations.models import CardGroup, Escalation, Operation
+from operations.providers.credentials import credential_publish
 from operations.vocabulary import Reason
 
 

@@ -4,7 +4,7 @@ The fence is bumped on every claim and every reschedule, so a stale worker's wri
 lease expires so a dead worker's claim is taken over. What each writes is a transition of
 operations/lifecycle/transitions.py (CLAIM, CHARGE, RELEASE, DEFER): one poll's charge and a
 group's are the same change. The hot statements (the claim, the charge) are plain SQL
-(operations/fastsql.py says why, and writes the statement shapes PostgreSQL and SQLite differ on).
+(operations/infrastructure/fastsql.py says why, and writes the statement shapes PostgreSQL and SQLite differ on).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
-from operations import fastsql
+from operations.infrastructure import fastsql
 from operations.lifecycle.entries import controller_decision
 from operations.lifecycle.transitions import CHARGE, CLAIM, DEFER, RELEASE, Change, orm_fence_guard
 from operations.models import Operation, StatusCheck

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from operations.audit import entries as audit
-from operations.decisions.cards import Card, snapshot_sha256
-from operations.decisions.signin import SignIn
+from operations.cards.card import Card, snapshot_sha256
+from operations.cards.signin import SignIn
 from operations.models import Decision
 from operations.vocabulary import CONTROL_CHARACTERS, Channel, checked_channel
 

@@ -20,9 +20,9 @@ from django.db.models import F
 from operations import events
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_COMPLETED, record_event
-from operations.decisions.cards import Card
-from operations.decisions.options import Kind, Option
-from operations.decisions.signin import SignIn
+from operations.cards.card import Card
+from operations.cards.options import Kind, Option
+from operations.cards.signin import SignIn
 from operations.lifecycle.cards import close_card, new_card_version
 from operations.lifecycle.decision_records import Act, act_on, decision_entry, decision_row, printable, record
 

@@ -18,9 +18,9 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.db.models import F
 
-from operations import fastsql, pacing
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_COMPLETED, record_event
+from operations.infrastructure import fastsql
 from operations.lifecycle.cards import open_card
 from operations.lifecycle.claims import SentCheck
 from operations.lifecycle.entries import controller_decision, decision_entry
@@ -35,6 +35,7 @@ from operations.lifecycle.transitions import (
     charged_guard,
     status_in,
 )
+from operations.limits import pacing
 from operations.models import Operation, ProviderAccount, StatusCheck
 from operations.polling.model import Action, Decision
 from operations.vocabulary import POLLABLE_STATUSES, DelaySource

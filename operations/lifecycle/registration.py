@@ -12,13 +12,13 @@ from ulid import ULID
 
 from operations.audit import entries as audit
 from operations.models import Agent, Authorization, Operation, ProviderAccount, ProviderProfile
-from operations.provider_origins import watch_key
+from operations.providers.origins import watch_key
 from operations.vocabulary import NOT_DONE_STATUSES
 
 
 @dataclass(frozen=True)
 class NewOperation:
-    """Everything a registration writes, already checked (operations.registration.check_registration)."""
+    """Everything a registration writes, already checked (operations.agents.registration.check_registration)."""
 
     profile: ProviderProfile
     provider_job_id: str

@@ -8,7 +8,7 @@ one. Every writer of an operation's status or claim goes through one: the single
 decisions on a card (`humans`, `cancels`). The same definition is rendered three ways, so no two
 paths can write a transition differently:
 
-- `Change.sql_set`: the SET list of a plain statement (operations/fastsql.py), counters as
+- `Change.sql_set`: the SET list of a plain statement (operations/infrastructure/fastsql.py), counters as
   `col = col + 1`;
 - `Change.orm_update`: keyword arguments for `QuerySet.update()`, counters as `F(col) + 1`;
 - `Change.apply`: the change on an instance, after its fenced statement won or before the locked
@@ -54,7 +54,7 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from operations import fastsql
+from operations.infrastructure import fastsql
 from operations.models import Operation
 from operations.vocabulary import NOT_DONE_STATUSES, POLLABLE_STATUSES, TERMINAL_STATUSES, Status
 

@@ -4,7 +4,7 @@ from collections import defaultdict
 
 from django.db import migrations, models
 
-from operations.provider_origins import watch_key
+from operations.providers.origins import watch_key
 
 NOT_DONE = ["needs_attention", "pending", "running"]
 BATCH = 1000

@@ -6,7 +6,7 @@ from django.db import models
 class CredentialFingerprint(models.Model):
     """The fingerprint of a provider credential as the workers, which hold it, currently see it.
 
-    Workers publish it (operations/credentials.py); the dashboard compares it with the one stored
+    Workers publish it (operations/providers/credentials.py); the dashboard compares it with the one stored
     when a provider denied the credential, to offer a retry only after a real rotation. The web
     process need not hold any provider credential, and the credential itself is never stored.
     """

@@ -93,10 +93,10 @@ class Escalation(models.Model):
     # Why the card closed: the decision that ended it, or what superseded it.
     closed_reason = models.CharField(max_length=300, blank=True)
     # The first acknowledgement, or the closing decision when nobody acknowledged first: written
-    # once (operations.figures), the end of "time to acknowledge"; an unacknowledge keeps it.
+    # once (operations.observability.figures), the end of "time to acknowledge"; an unacknowledge keeps it.
     first_response_at = models.DateTimeField(null=True, blank=True)
     # Where that first response came from, and where the closing decision came from (web, slack,
-    # pagerduty, api): the response figures per channel (operations.figures). Empty before 2.5.
+    # pagerduty, api): the response figures per channel (operations.observability.figures). Empty before 2.5.
     first_response_channel = models.CharField(max_length=16, blank=True, choices=choices_of(Channel))
     decided_channel = models.CharField(max_length=16, blank=True, choices=choices_of(Channel))
     # The outage this card belongs to (null for cards opened before groups existed).
@@ -164,7 +164,7 @@ class Decision(models.Model):
     bulk = models.ForeignKey(
         "operations.BulkDecision", on_delete=models.PROTECT, null=True, blank=True, related_name="decisions"
     )
-    # How and when the decider had authenticated (operations.decisions.signin.SignIn.as_record():
+    # How and when the decider had authenticated (operations.cards.signin.SignIn.as_record():
     # method, at, and the issuer and subject for OpenID Connect); null for decisions recorded
     # before sign-ins were recorded.
     authentication = models.JSONField(null=True, blank=True)

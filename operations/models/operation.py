@@ -41,7 +41,7 @@ class Operation(models.Model):
     account = models.CharField(max_length=64)
     provider_job_id = models.CharField(max_length=200)
     # The provider job as the provider sees it: SHA-256 of (credential variable, the status URL
-    # with the job id filled in) (operations.provider_origins.watch_key), whatever account label,
+    # with the job id filled in) (operations.providers.origins.watch_key), whatever account label,
     # profile or template it was registered under (re-keyed by 0040); kept current when a profile's
     # credential or status URL changes. Empty on operations that were done before 0027 (only live
     # operations are matched on it).
@@ -119,7 +119,7 @@ class Operation(models.Model):
             # watch it could cancel; two registrations at once cannot both win. The same agent's
             # second register replays or conflicts; an operator may watch a job twice on purpose
             # (`watch --again`), and an agent is refused a job an operator watches at registration
-            # (operations.registration).
+            # (operations.agents.registration).
             models.UniqueConstraint(
                 fields=["watch_key"],
                 condition=Q(status__in=sorted(s.value for s in NOT_DONE_STATUSES), agent__isnull=False),

@@ -4,7 +4,7 @@ from django.db import models
 
 
 class RateWindow(models.Model):
-    """How many times something happened in one fixed time window (operations.ratelimit).
+    """How many times something happened in one fixed time window (operations.limits.ratelimit).
 
     In the database, so a quota holds across every web, worker and MCP process at once.
     """

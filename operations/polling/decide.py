@@ -1,7 +1,7 @@
 """Turn one observed provider response into one decision (docs/DESIGN.md section 5).
 
 `decide` is pure: the operation's facts, the observation, and an RNG in; a Decision out. The
-service in operations/controller.py does the I/O around it in the order of section 4. Reading the
+service in operations/polls/controller.py does the I/O around it in the order of section 4. Reading the
 body is `body.py`, what a readable body says is `interpret.py`, when to look again is `waits.py`.
 """
 

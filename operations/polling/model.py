@@ -62,7 +62,7 @@ class Observation:
     http_status: int | None = None
     headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     body: bytes | None = None
-    # A word of operations.http.TRANSPORT_ERRORS (timeout, connect_error, body_too_large,
+    # A word of operations.providers.http.TRANSPORT_ERRORS (timeout, connect_error, body_too_large,
     # invalid_credential, ...); None when a response came.
     transport_error: str | None = None
     transport_detail: str = ""

@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 from django.conf import settings
 
-from operations.credential_names import credential_env_problem
+from operations.limits.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
 from operations.models import ProviderProfile
-from operations.pacing import MAX_RATE_PER_S, MIN_RATE_PER_S
 from operations.polling.schedule import MAX_BACKOFF_MULTIPLIER, MIN_BACKOFF_MULTIPLIER
 from operations.profiles import urls
 from operations.profiles.values import choice, dotted_list, dotted_path, integer, kind_of, number, states, text
+from operations.providers.credential_names import credential_env_problem
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 STATE_KEYS = ("pending", "success", "failure", "cancelled", "expired")

@@ -18,7 +18,7 @@ from operations.models import ProviderProfile
 
 # TOML key -> model field. Only the five state sets are named differently in the file.
 from operations.profiles.checks import FIELD_TO_KEY, KEY_TO_FIELD, REQUIRED_KEYS, STATE_KEYS, key_checks
-from operations.provider_targets import binding_problem, destination_problem
+from operations.providers.targets import binding_problem, destination_problem
 from operations.validation import Problem
 
 
@@ -126,7 +126,7 @@ def _cross_checks(*, raw: Mapping[str, object], valid: Mapping[str, object]) -> 
 
 
 def _destination_checks(*, raw: Mapping[str, object], valid: Mapping[str, object]) -> list[Problem]:
-    """Where the workers would send (operations.provider_targets): the credential only to the origins
+    """Where the workers would send (operations.providers.targets): the credential only to the origins
     PROVIDER_CREDENTIAL_ORIGINS binds it to; without a credential, only public https addresses
     (or PROVIDER_ALLOWED_ORIGINS). The same rule the workers apply before every request."""
     if "credential_env" in raw and "credential_env" not in valid:

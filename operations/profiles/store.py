@@ -96,7 +96,7 @@ def profile_save(*, profile: ProviderProfile, actor: Mapping[str, str]) -> tuple
     return changed
 
 
-# What decides which provider job a profile's operations reach (operations.provider_origins.watch_key).
+# What decides which provider job a profile's operations reach (operations.providers.origins.watch_key).
 WATCH_FIELDS = ("credential_env", "status_url")
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from operations import job_ids
+from operations.agents import job_ids
 from operations.profiles.values import text
-from operations.provider_origins import placeholder_problem
+from operations.providers.origins import placeholder_problem
 
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 

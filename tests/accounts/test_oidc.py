@@ -303,7 +303,7 @@ def test_a_verified_email_is_kept_and_an_unverified_one_later_clears_it(client, 
     assert wanda.email == ""
 
 
-# --- the sign-in's own requests go through operations.outbound ------------------------------------------
+# --- the sign-in's own requests go through operations.infrastructure.outbound ---------------------------------------
 
 
 class _Redirector:
@@ -338,7 +338,7 @@ class _Redirector:
 @pytest.mark.parametrize(("setting", "field"), [("OIDC_OP_JWKS_ENDPOINT", "jwks_uri")])
 def test_a_provider_endpoint_that_redirects_is_refused_not_followed(client, oidc, settings, setting, field):
     """mozilla-django-oidc's own requests followed redirects, asked for compressed answers and read
-    them whole; they go through operations.outbound now, like the discovery document: a redirect is
+    them whole; they go through operations.infrastructure.outbound now, like the discovery document: a redirect is
     an answer, and the sign-in says the provider could not be read."""
     redirector = _Redirector(oidc.discovery[field])
     try:
@@ -357,7 +357,7 @@ def test_the_sign_in_talks_to_the_provider_only_through_the_outbound_module(clie
     HTTP client (requests) is never used."""
     import requests
 
-    from operations import outbound
+    from operations.infrastructure import outbound
 
     def no_requests(*args: object, **kwargs: object) -> None:
         raise AssertionError("mozilla-django-oidc's requests call was used")

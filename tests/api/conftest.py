@@ -30,7 +30,7 @@ class AgentCredentials:
 
 
 def _issue(name: str) -> AgentCredentials:
-    from operations.agents import agent_token_issue
+    from operations.agents.identities import agent_token_issue
 
     issued = agent_token_issue(name=name)
     assert issued.webhook_secret is not None

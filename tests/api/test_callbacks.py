@@ -19,14 +19,14 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from standardwebhooks import Webhook
 
-from operations.addresses import allowed_endpoints
 from operations.callbacks import delivery as callbacks_delivery
 from operations.callbacks import outbox, targets
 from operations.callbacks.delivery import dispatch_due_callbacks
 from operations.callbacks.outbox import record_event
 from operations.callbacks.targets import callback_url_problem
-from operations.controller import poll_once
+from operations.infrastructure.addresses import allowed_endpoints
 from operations.models import AuditEntry, CallbackDelivery, CallbackEndpoint, Operation
+from operations.polls.controller import poll_once
 from tests.api.support import Receiver
 from tests.support import job_id
 

@@ -13,8 +13,8 @@ import pytest
 
 from operations.api import wait as api_wait
 from operations.callbacks.delivery import sign
-from operations.controller import poll_once
 from operations.models import Operation
+from operations.polls.controller import poll_once
 from pollerdash.client import PollerdashClient, PollerdashError, WebhookVerificationFailed, WebhookVerifier
 from tests.api.conftest import wait_until
 from tests.support import job_id

@@ -139,7 +139,7 @@ def test_done_operations_carry_exactly_one_of_result_and_error(api, register, dr
 
 
 def test_sequence_strictly_increases_over_the_whole_lifecycle(api, register, clock, rng):
-    from operations.controller import poll_once
+    from operations.polls.controller import poll_once
 
     created = register("slow_success", params={"polls": 3})
     seen = [created["sequence"]]

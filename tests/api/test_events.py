@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from operations.controller import poll_once
 from operations.models import Operation
+from operations.polls.controller import poll_once
 from tests.support import job_id
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,9 +18,9 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from demo.seed import load_demo_profiles
+from operations.agents.registration import operation_register
 from operations.models import Operation, ProviderProfile
 from operations.profiles import KEY_TO_FIELD
-from operations.registration import operation_register
 from operations.tasks import forward_provider_cancel
 from tests.support import job_id
 
@@ -229,7 +229,7 @@ def test_two_agents_registering_one_provider_job_through_two_account_labels_at_o
     agent, other_agent, demo_profiles, monkeypatch
 ):
     """Both pass the check in the code before either commits: the database's index decides."""
-    from operations import registration
+    from operations.agents import registration
 
     job = job_id("cancel_ok")
     both_checked = threading.Barrier(2, timeout=30)

@@ -18,10 +18,10 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 
-from operations.controller import poll_once
-from operations.decisions.cards import load_card
+from operations.cards.card import load_card
 from operations.decisions.services import escalation_decide
 from operations.models import AgentToken, Escalation, Operation
+from operations.polls.controller import poll_once
 from tests.api.conftest import run_async
 from tests.api.mcp_support import (
     CreateTaskResult,
@@ -151,7 +151,7 @@ def test_the_tools_over_streamable_http_with_a_client_without_the_tasks_extensio
 def test_quotas_and_another_agents_watched_job_are_refused_like_the_api(
     live_api, agent, other_agent, profile, settings
 ):
-    from operations.registration import operation_register
+    from operations.agents.registration import operation_register
 
     taken = job_id("cancel_ok")
     operation_register(
@@ -449,7 +449,7 @@ def test_a_listen_stream_carries_task_status_and_ends_when_the_token_is_revoked(
     live_api, agent, other_agent, profile, settings
 ):
     settings.MCP_STREAM_RECHECK_S = 0.5
-    from operations.registration import operation_register
+    from operations.agents.registration import operation_register
 
     mine = [
         operation_register(
@@ -503,7 +503,7 @@ def test_a_listen_stream_carries_task_status_and_ends_when_the_token_is_revoked(
 
 
 def test_a_listen_stream_needs_the_extension_declared(live_api, agent, profile):
-    from operations.registration import operation_register
+    from operations.agents.registration import operation_register
 
     op = operation_register(
         provider_slug=profile.slug,
@@ -770,7 +770,7 @@ def test_only_post_is_served_and_no_stream_is_held_open(live_api, agent):
 
 
 def test_the_mcp_name_header_must_name_the_task_the_body_asks_about(live_api, agent, profile):
-    from operations.registration import operation_register
+    from operations.agents.registration import operation_register
 
     op = operation_register(
         provider_slug=profile.slug,

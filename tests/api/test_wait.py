@@ -11,8 +11,8 @@ import pytest
 from django.conf import settings
 
 from operations.api import wait as api_wait
-from operations.controller import poll_once
 from operations.models import Operation
+from operations.polls.controller import poll_once
 from tests.api.conftest import run_async, wait_until
 from tests.support import job_id
 

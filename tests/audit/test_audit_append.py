@@ -10,12 +10,12 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from operations.agents.registration import operation_register
 from operations.audit import entries as audit
 from operations.audit import integrate, tree
 from operations.audit.verify import merkle
-from operations.controller import poll_once
 from operations.models import AuditEntry, AuditTree, Operation, StatusCheck
-from operations.registration import operation_register
+from operations.polls.controller import poll_once
 from tests.audit.helpers import OP_A, append_entries, decision_data
 from tests.support import job_id
 

@@ -180,8 +180,8 @@ def budget_card(make_operation: Callable[..., object]) -> Callable[..., object]:
     """A real card: one status request to the fake provider, then the budget stops it (no request).
 
     `scenario` picks the fake provider's behaviour (cancel_unsupported: a cancel answered 405)."""
-    from operations.controller import poll_once
     from operations.models import Escalation, Operation
+    from operations.polls.controller import poll_once
 
     def make(
         purpose: str = "Quarterly export for the finance team", *, scenario: str = "never_finishes", **kwargs: object

@@ -76,7 +76,7 @@ def age_sign_in(page: object, *, minutes: int) -> None:
     from django.utils import timezone
 
     from accounts import signins
-    from operations.decisions.signin import SignIn
+    from operations.cards.signin import SignIn
 
     session = session_of(page)
     now = signins.current(session)

@@ -149,7 +149,7 @@ def test_a_viewer_sees_no_decision_buttons(open_page, make_user, budget_card, li
 def test_provider_and_agent_text_is_shown_literally_and_never_runs(
     open_page, make_user, make_profile, make_operation, live_server, artifacts
 ):
-    from operations.controller import poll_once
+    from operations.polls.controller import poll_once
     from tests.support import job_id
 
     alice = make_user("alice")
@@ -192,7 +192,7 @@ def test_a_responder_over_the_decision_rate_is_told_on_the_card_and_nothing_is_r
 
     from django.utils import timezone
 
-    from operations import ratelimit
+    from operations.limits import ratelimit
     from operations.models import RateWindow
 
     settings.DECISIONS_PER_MINUTE = 1

@@ -13,9 +13,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from operations import dispatch
-from operations.controller import poll_once
 from operations.models import Decision, Escalation, Operation
+from operations.polls import dispatch
+from operations.polls.controller import poll_once
 from operations.vocabulary import POLLABLE_STATUSES, Reason
 from tests.browser.pages import shoot
 from tests.support import job_id

@@ -259,8 +259,8 @@ def test_a_bulk_decision_over_a_group_applies_where_offered_and_lists_the_member
 def test_a_half_approved_acceptance_carries_a_badge_a_filter_finds_it_and_the_others_are_told(
     open_page, make_user, make_operation, budget_card, notify, mailoutbox, pump, artifacts
 ) -> None:
-    from operations.controller import poll_once
     from operations.models import Operation
+    from operations.polls.controller import poll_once
 
     alice = make_user("alice")
     bob = make_user("bob")

@@ -17,8 +17,8 @@ from playwright.sync_api import expect
 
 from accounts import signins
 from accounts.models import ExternalIdentity
+from operations.cards.signin import SignIn
 from operations.decisions.check import SIGN_IN_AGAIN
-from operations.decisions.signin import SignIn
 from operations.lifecycle.cards import new_card_version
 from operations.models import AuditEntry, Decision, Escalation, Operation
 from tests.browser.pages import age_sign_in, session_of, shoot

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from demo import seed
-from operations.agents import agent_authenticate
+from operations.agents.identities import agent_authenticate
 from operations.models import EscalationPolicy, Operation, ProviderProfile
 from tests.support import bind_provider_origins
 

@@ -69,7 +69,7 @@ def test_the_add_form_refuses_a_name_the_rule_refuses(admin_client, name, why) -
     entries_before = AuditEntry.objects.count()
     response = add(admin_client, name)
     if any(ord(char) < 32 or ord(char) == 127 for char in name):
-        # Refused before the form by operations/control_characters.py, naming the field...
+        # Refused before the form by operations/infrastructure/control_characters.py, naming the field...
         assert response.status_code == 400 and "'username' holds a control character" in response.content.decode()
         # ...and by the form itself, for any other way in.
         form = AccountCreationForm(

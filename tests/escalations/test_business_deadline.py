@@ -18,9 +18,7 @@ from django_q.signing import SignedPackage
 from escalations import tasks
 from escalations.chart.requests import request_chart
 from escalations.chart.svg import render_svg
-from operations import dispatch
 from operations.audit.story import operation_story
-from operations.controller import poll_once
 from operations.decisions.services import escalation_decide
 from operations.models import (
     AuditEntry,
@@ -31,6 +29,8 @@ from operations.models import (
     Operation,
     StatusCheck,
 )
+from operations.polls import dispatch
+from operations.polls.controller import poll_once
 from operations.vocabulary import Reason, Status
 from tests.support import T0, job_id, signed_in_now
 
@@ -194,7 +194,7 @@ def test_an_extension_before_the_business_deadline_leaves_it_in_force_one_after_
 
 
 def card_options(card: Escalation) -> list[dict]:
-    from operations.decisions.cards import load_card
+    from operations.cards.card import load_card
 
     op = Operation.objects.select_related("provider").get(pk=card.operation_id)
     return [option.as_dict() for option in load_card(escalation=card, operation=op, now=timezone.now()).options]

@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from operations.agents import agent_token_issue
+from operations.agents.identities import agent_token_issue
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,6 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from operations.controller import PollResult, poll_once
-from operations.credentials import credentials_publish_all
 from operations.decisions.check import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
 from operations.decisions.services import escalation_decide
 from operations.lifecycle.cards import supersede_card
@@ -26,6 +24,8 @@ from operations.models import (
     ProviderAccount,
     StatusCheck,
 )
+from operations.polls.controller import PollResult, poll_once
+from operations.providers.credentials import credentials_publish_all
 from operations.vocabulary import DelaySource, Reason, Status
 from tests.support import T0, signed_in_now
 
@@ -311,7 +311,7 @@ def test_an_approval_after_the_deadline_gets_a_short_window_so_its_one_request_i
     make_profile, stopped, alice, rng, clock, fake_provider
 ):
     from escalations.selectors.cards import card_by_id
-    from operations.decisions.options import ONE_REQUEST_WINDOW
+    from operations.cards.options import ONE_REQUEST_WINDOW
 
     gated = make_profile(approval_mode="per_call", cancel_method="", cancel_url="")
     esc = stopped("slow_success", provider=gated, params={"polls": 5})

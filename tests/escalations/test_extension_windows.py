@@ -10,10 +10,10 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from operations.controller import poll_once
 from operations.decisions.bulk import Member, decide_bulk
 from operations.decisions.services import escalation_decide
 from operations.models import AuditEntry, Authorization, Escalation, Operation, StatusCheck
+from operations.polls.controller import poll_once
 from operations.vocabulary import POLLABLE_STATUSES, DelaySource, Reason
 from tests.support import job_id, signed_in_now
 

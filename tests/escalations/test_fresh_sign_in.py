@@ -15,9 +15,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts import signins
+from operations.cards.signin import OIDC, PASSWORD, SignIn
 from operations.decisions.check import SIGN_IN_AGAIN, fresh_sign_in_refusal
 from operations.decisions.services import escalation_decide
-from operations.decisions.signin import OIDC, PASSWORD, SignIn
 from operations.lifecycle.cards import new_card_version
 from operations.models import AuditEntry, Decision, Operation
 from operations.vocabulary import Status

@@ -12,8 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from escalations.mailfiles import EmailBackend
-from operations import outbound
 from operations.decisions.services import escalation_decide
+from operations.infrastructure import outbound
 from operations.lifecycle import humans
 from operations.models import Escalation, EscalationPolicy, NotificationDelivery, PolicyRun
 from tests.support import CANARY_SLACK_HOOK, has_canary, signed_in_now

@@ -1,4 +1,4 @@
-"""On-call's requests go through operations.outbound against a real local server: uncompressed answers
+"""On-call's requests go through operations.infrastructure.outbound against a real local server: uncompressed answers
 only, so a receiver (or whoever answers for its URL) cannot make a worker inflate a bomb; and the
 messages about no card (a callback that gave up, a business deadline near) are outbox rows sent
 through the same channels, under the same URL rules."""
@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from escalations.oncall import notices
 from escalations.oncall.channels.base import Unsendable, admit
-from operations import outbound
+from operations.infrastructure import outbound
 from operations.models import NotificationDelivery
 from tests.operations.test_http import PLAIN, provider  # the fixture, shared
 

@@ -2,7 +2,7 @@
 the real services, then read on every surface a person or an agent reads — the card, the operation
 page, the history, the printable reports, the CSV exports, the audit story, the notifications and
 the agent API. None may name a decision "unknown" or show a raw option id where words belong
-(operations/decisions/words.py is the one vocabulary)."""
+(operations/cards/words.py is the one vocabulary)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from escalations.oncall.channels import email, pagerduty, slack_blocks, teams_we
 from escalations.oncall.channels.base import Message
 from escalations.oncall.facts import card_facts, card_status
 from operations.audit.story import story_line
-from operations.credentials import credentials_publish_all
+from operations.cards.options import Kind
+from operations.cards.signin import PASSWORD, SignIn
 from operations.decisions.bulk import Member, decide_bulk
-from operations.decisions.options import Kind
 from operations.decisions.services import escalation_decide
-from operations.decisions.signin import PASSWORD, SignIn
 from operations.models import AuditEntry, Decision, Escalation, Operation
 from operations.notify.rules import Event
+from operations.providers.credentials import credentials_publish_all
 from operations.representation import operation_object
 from operations.vocabulary import CancelState, Reason
 from tests.support import signed_in_now

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from operations.decisions.options import (
+from operations.cards.options import (
     Capabilities,
     Confirm,
     Facts,

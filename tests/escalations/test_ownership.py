@@ -264,7 +264,7 @@ def test_the_views_acknowledge_hand_over_and_note_and_the_card_shows_it(
     assert "vendor says &lt;b&gt;ETA&lt;/b&gt; 20 min" in note.content.decode()
     bad = client.post(reverse("escalation_note", args=[esc.pk]), {"note": "a\u202eb"}, headers=HTMX)
     assert bad.status_code == 422 and "note: control or hidden characters" in bad.content.decode()
-    # A NUL never reaches the view (operations/control_characters.py): 400, naming the field.
+    # A NUL never reaches the view (operations/infrastructure/control_characters.py): 400, naming the field.
     nul = client.post(reverse("escalation_note", args=[esc.pk]), {"note": "a\x00b"}, headers=HTMX)
     assert nul.status_code == 400 and "'note' holds a control character" in nul.content.decode()
 

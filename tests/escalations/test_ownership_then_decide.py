@@ -19,12 +19,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from operations.credentials import credentials_publish_all
 from operations.decisions import ownership
 from operations.decisions.bulk import Member, decide_bulk
 from operations.decisions.services import escalation_decide
 from operations.models import Decision, Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules
+from operations.providers.credentials import credentials_publish_all
 from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db

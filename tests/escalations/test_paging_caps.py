@@ -16,8 +16,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from escalations.oncall import caps
-from operations import ratelimit
 from operations.decisions import ownership
+from operations.limits import ratelimit
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,10 @@ import pytest
 from django.db import transaction
 from prometheus_client.parser import text_string_to_metric_families
 
-from operations import events, figures
+from operations import events
 from operations.decisions.services import escalation_decide
 from operations.models import Escalation
+from operations.observability import figures
 from tests.support import signed_in_now
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.agents import agent_token_issue
+from operations.agents.identities import agent_token_issue
 from tests.integration.support import Proc, Processes, start_web, wait_until
 
 pytestmark = [pytest.mark.integration]

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
-from operations.agents import agent_token_issue
+from operations.agents.identities import agent_token_issue
 from operations.audit import checkpoints
 from operations.models import EscalationPolicy
 from tests.integration.support import Proc, Processes, start_web

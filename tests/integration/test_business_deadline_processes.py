@@ -10,10 +10,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from operations import dispatch
+from operations.agents.registration import operation_register
 from operations.decisions.services import escalation_decide
 from operations.models import Escalation, Operation, ProcessHeartbeat
-from operations.registration import operation_register
+from operations.polls import dispatch
 from operations.vocabulary import Reason, Status
 from tests.integration.support import wait_until
 from tests.support import job_id, signed_in_now

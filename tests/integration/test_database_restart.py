@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from operations.agents.registration import operation_register
 from operations.models import Operation, StatusCheck
-from operations.registration import operation_register
 from operations.vocabulary import Status
 from tests.integration.support import wait_until
 from tests.support import job_id

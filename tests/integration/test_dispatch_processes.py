@@ -15,8 +15,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from operations.agents.registration import operation_register
 from operations.models import AuditEntry, Escalation, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
-from operations.registration import operation_register
 from operations.vocabulary import TERMINAL_STATUSES, Status
 from tests.integration.support import FAST_ENV, max_in_any_window, wait_until
 from tests.support import job_id

@@ -18,9 +18,9 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.utils import timezone
 
+from operations.agents.registration import operation_register
 from operations.decisions.services import escalation_decide
 from operations.models import Authorization, Escalation, Operation, StatusCheck
-from operations.registration import operation_register
 from operations.vocabulary import Reason
 from tests.integration.support import wait_until
 from tests.support import job_id, signed_in_now

@@ -22,8 +22,8 @@ from django.utils import timezone
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from operations.agents import agent_token_issue
-from operations.decisions.cards import load_card
+from operations.agents.identities import agent_token_issue
+from operations.cards.card import load_card
 from operations.decisions.services import escalation_decide
 from operations.models import Escalation, Operation, ProcessHeartbeat
 from tests.api.mcp_support import CreateTaskResult, TasksClient, tasks_get, wire

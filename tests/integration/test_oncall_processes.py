@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from demo.fakepagerduty import FakePagerDuty
 from demo.fakeslack import FakeSlack
+from operations.agents.registration import operation_register
 from operations.decisions.services import escalation_decide
 from operations.lifecycle import humans
 from operations.models import Escalation, NotificationDelivery, Operation, PolicyRun
-from operations.registration import operation_register
 from tests.integration.support import wait_until
 from tests.support import CANARY_PD_KEY, CANARY_SLACK_HOOK, job_id, signed_in_now
 

@@ -20,8 +20,8 @@ from django.db import connection
 from django.utils import timezone
 
 from bench.topology import Partition
+from operations.agents.registration import operation_register
 from operations.models import AuditEntry, Operation, StatusCheck
-from operations.registration import operation_register
 from operations.vocabulary import Status
 from tests.integration.support import FAST_ENV, Processes, wait_until
 from tests.integration.test_dispatch_processes import fast_profile, provider_log

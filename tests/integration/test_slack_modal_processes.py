@@ -21,8 +21,8 @@ from django.utils import timezone
 
 from demo.fakeslack import FakeSlack, interaction, signed, view_submission
 from escalations.oncall.channels.slack_blocks import ACK_ACTION_ID, REVIEW_ACTION_ID
+from operations.agents.registration import operation_register
 from operations.models import Decision, Escalation, NotificationDelivery, Operation, PolicyRun
-from operations.registration import operation_register
 from tests.integration.support import start_web, wait_until
 from tests.support import CANARY_SLACK_BOT, CANARY_SLACK_SECRET, job_id
 

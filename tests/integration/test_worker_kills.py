@@ -3,7 +3,7 @@
 The soak of issue 30 killed a worker whose poll had ended between its query and its kill: the
 worker was idle, waiting for its next task while holding the task queue's read lock (a POSIX
 semaphore, in stock django-q2). The sentinel replaced the dead worker, the lock stayed taken, and
-no worker took a task again while every process was alive. operations/cluster_locks.py makes the
+no worker took a task again while every process was alive. operations/infrastructure/cluster_locks.py makes the
 cluster's locks ones the kernel releases when their holder dies.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from operations.agents.registration import operation_register
 from operations.models import Operation, StatusCheck
-from operations.registration import operation_register
 from operations.vocabulary import Status
 from tests.integration.support import FAST_ENV, Proc, wait_until
 from tests.integration.test_dispatch_processes import SUCCEEDS_AT_ONCE, fast_profile, finished, provider_log, register

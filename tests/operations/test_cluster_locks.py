@@ -1,4 +1,4 @@
-"""The qcluster's locks (operations/cluster_locks.py): a process killed while it holds one frees it.
+"""The qcluster's locks (operations/infrastructure/cluster_locks.py): a process killed while it holds one frees it.
 
 Issue 30's soaks stalled on two of django-q2's locks, each a POSIX semaphore kept by a SIGKILLed
 worker: the task queue's read lock (held by the idle worker waiting for a task: no worker took a
@@ -18,8 +18,8 @@ from multiprocessing.synchronize import Event
 import pytest
 from django_q import cluster
 
-from operations import cluster_locks
-from operations.cluster_locks import ClusterQueue, KernelLock, Sentinel, timer
+from operations.infrastructure import cluster_locks
+from operations.infrastructure.cluster_locks import ClusterQueue, KernelLock, Sentinel, timer
 
 FORK = multiprocessing.get_context("fork")
 

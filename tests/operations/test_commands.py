@@ -6,8 +6,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from operations.controller import poll_once
 from operations.models import Operation
+from operations.polls.controller import poll_once
 from tests.support import job_id
 
 pytestmark = pytest.mark.django_db

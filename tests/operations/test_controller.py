@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from operations import http
-from operations.controller import PollResult, poll_once
 from operations.models import AuditEntry, Escalation, Operation, ProviderAccount, StatusCheck
+from operations.polls.controller import PollResult, poll_once
+from operations.providers import http
 from operations.vocabulary import DelaySource, Reason, Status
 from tests.support import T0, job_id
 
@@ -488,9 +488,9 @@ def test_an_outcome_whose_status_check_is_gone_is_written_whole_on_either_databa
     # The fenced UPDATE of the operation decides whether the outcome is written; what the
     # statement reports must be that UPDATE's rows, not the status check's, or the operation would
     # change without its audit entry.
-    from operations.controller import interpret, load_for_polls
     from operations.lifecycle.claims import charge
     from operations.lifecycle.polls import record_outcome
+    from operations.polls.controller import interpret, load_for_polls
 
     op = make_operation(job_id("slow_success"))
     fence = reload(op).fence

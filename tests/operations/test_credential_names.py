@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from operations import http
-from operations.controller import poll_once
 from operations.models import Escalation, Operation
+from operations.polls.controller import poll_once
 from operations.profiles import validate_profile
-from operations.provider_cancel import send_provider_cancel
+from operations.providers import http
+from operations.providers.cancel import send_provider_cancel
 from operations.vocabulary import Reason, Status
 from tests.operations.test_profiles import valid_raw
 from tests.support import job_id

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from operations import http
-from operations.credentials import credential_current, credential_publish, credentials_publish_all
+from operations.providers import http
+from operations.providers.credentials import credential_current, credential_publish, credentials_publish_all
 
 
 def test_a_credential_can_come_from_a_file_and_rotates_without_a_restart(tmp_path, monkeypatch):

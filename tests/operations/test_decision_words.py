@@ -1,4 +1,4 @@
-"""The one vocabulary of outcomes and option names (operations.decisions.words): plain unit tests."""
+"""The one vocabulary of outcomes and option names (operations.cards.words): plain unit tests."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operations.decisions.check import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
-from operations.decisions.options import Capabilities, Facts, Kind, Preset, bounded_options
-from operations.decisions.words import (
+from operations.cards.options import Capabilities, Facts, Kind, Preset, bounded_options
+from operations.cards.words import (
     MAY_STILL_RUN,
     Tone,
     activity_words,
@@ -22,6 +21,7 @@ from operations.decisions.words import (
     option_title,
     outcome_words,
 )
+from operations.decisions.check import COMMENT_REQUIRED, NOT_OFFERED, SAME_RESPONDER, STALE
 from operations.vocabulary import CancelState, Reason
 
 

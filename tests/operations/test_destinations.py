@@ -30,14 +30,15 @@ from django.forms.models import model_to_dict
 from django.urls import reverse
 from django.utils import timezone
 
-from operations import dispatch, http
-from operations.batch import poll_claims
-from operations.controller import PollResult, poll_once
+from operations.cards.words import Refusal, cancel_words, destination_words
 from operations.decisions.services import escalation_decide
-from operations.decisions.words import Refusal, cancel_words, destination_words
 from operations.models import AuditEntry, Escalation, Operation, ProviderProfile, StatusCheck
+from operations.polls import dispatch
+from operations.polls.batch import poll_claims
+from operations.polls.controller import PollResult, poll_once
 from operations.profiles import validate_profile
-from operations.provider_targets import Destination, DestinationRefused, check_destination
+from operations.providers import http
+from operations.providers.targets import Destination, DestinationRefused, check_destination
 from operations.vocabulary import Reason, Status
 from tests.operations.test_admin import form_data
 from tests.operations.test_credential_names import Listener
@@ -364,9 +365,9 @@ def test_a_cancel_from_the_card_is_not_sent_where_the_credential_is_not_bound(
 
 @pytest.mark.django_db
 def test_an_agents_cancel_is_not_forwarded_where_the_credential_is_not_bound(make_profile, thief, fake_provider):
-    from operations.agents import agent_token_issue
-    from operations.registration import AgentRegistration, operation_register_for_agent
-    from operations.services import operation_cancel_by_agent
+    from operations.agents.identities import agent_token_issue
+    from operations.agents.registration import AgentRegistration, operation_register_for_agent
+    from operations.agents.services import operation_cancel_by_agent
     from operations.tasks import forward_provider_cancel
 
     agent = agent_token_issue(name="report-bot").agent

@@ -19,9 +19,11 @@ from django.db import connection, connections
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from operations import dispatch, http, pacing
-from operations.controller import PollResult
+from operations.limits import pacing
 from operations.models import AuditEntry, Escalation, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
+from operations.polls import dispatch
+from operations.polls.controller import PollResult
+from operations.providers import http
 from operations.vocabulary import Reason, Status
 from tests.support import T0, job_id
 
@@ -418,10 +420,10 @@ def test_a_group_task_polls_together_and_a_claim_taken_over_mid_flight_writes_no
 ):
     import json
 
-    from operations import batch
     from operations.audit import integrate
     from operations.audit.verify import merkle
     from operations.lifecycle.claims import ExpiredLease, take_expired_lease
+    from operations.polls import batch
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 4
     ops = [make_operation(job_id("slow_success", polls=1), max_status_requests=3) for _ in range(4)]
@@ -522,7 +524,7 @@ def test_hostile_answers_in_a_group_cost_only_their_own_operations(
 def test_an_answer_that_cannot_be_interpreted_costs_only_its_own_operation(
     make_operation, settings, monkeypatch, fake_provider
 ):
-    from operations import controller
+    from operations.polls import controller
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 4
     ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(4)]
@@ -556,7 +558,7 @@ def test_an_outcome_the_database_refuses_does_not_lose_the_groups_other_outcomes
 ):
     import dataclasses
 
-    from operations import batch
+    from operations.polls import batch
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 4
     ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(4)]
@@ -589,7 +591,7 @@ def test_an_outcome_the_database_refuses_does_not_lose_the_groups_other_outcomes
 def test_a_group_charges_together_only_where_the_account_has_ample_room(
     make_profile, make_operation, settings, monkeypatch, fake_provider
 ):
-    from operations import batch
+    from operations.polls import batch
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
     low = make_profile(rate_limit_per_s=40)  # 40 per window: a group of 4 would be a tenth of it
@@ -862,7 +864,7 @@ def test_under_load_polls_are_grouped_into_a_few_tasks_each_polled_once(make_ope
 
 @pytest.mark.django_db
 def test_a_batch_releases_the_polls_that_no_longer_fit_its_time_limit(make_operation, settings, fake_provider):
-    from operations.batch import poll_claims
+    from operations.polls.batch import poll_claims
 
     ops = [make_operation(job_id("slow_success", polls=0)) for _ in range(3)]
     claims = claim(now=T0)
@@ -932,7 +934,7 @@ def test_a_group_takes_the_same_statements_whatever_its_size(make_operation, set
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from operations.controller import load_for_polls
+    from operations.polls.controller import load_for_polls
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
     ops = [make_operation(job_id("slow_success", polls=3)) for _ in range(size)]

@@ -1,4 +1,4 @@
-"""Plain SQL on the hot path (operations/fastsql.py): the same rows and errors as the ORM's."""
+"""Plain SQL on the hot path (operations/infrastructure/fastsql.py): the same rows and errors as the ORM's."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from django.db import DataError, connection, transaction
 from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
-from operations import fastsql
-from operations.controller import load_for_polls
+from operations.infrastructure import fastsql
 from operations.models import Operation
+from operations.polls.controller import load_for_polls
 
 pytestmark = pytest.mark.django_db
 

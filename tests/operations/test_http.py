@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from operations import http
+from operations.providers import http
 
 # 64 MiB of zeros compress to about 64 KiB: each network chunk of it inflates a thousandfold.
 BOMB = gzip.compress(bytes(64 * 1024 * 1024), compresslevel=9)

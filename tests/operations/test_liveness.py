@@ -21,8 +21,9 @@ from django.urls import reverse
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from operations import dispatch, liveness, metrics
 from operations.models import Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
+from operations.observability import liveness, metrics
+from operations.polls import dispatch
 from tests.operations.test_metrics import a_viewer
 from tests.support import T0, job_id
 
@@ -136,7 +137,7 @@ def test_a_poll_in_flight_is_taken_up_but_a_dispatchers_claim_still_waits(make_o
 
 
 def test_the_dispatcher_logs_the_stall_and_its_heartbeat_is_not_healthy(stalled_fleet, caplog):
-    with caplog.at_level(logging.WARNING, logger="operations.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="operations.polls.dispatch"):
         problems = dispatch.check_progress(name="dispatcher@vm:7", was_stalled=False)
     dispatch.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"passes": 9, "stalled": problems})
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
@@ -146,7 +147,7 @@ def test_the_dispatcher_logs_the_stall_and_its_heartbeat_is_not_healthy(stalled_
 
 
 def test_a_fleet_working_again_is_logged_and_the_heartbeat_healthy(idle_fleet, caplog):
-    with caplog.at_level(logging.WARNING, logger="operations.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="operations.polls.dispatch"):
         problems = dispatch.check_progress(name="dispatcher@vm:7", was_stalled=True)
     dispatch.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": problems})
     assert problems == []

@@ -12,9 +12,10 @@ import pytest
 from django.urls import reverse
 from django_q.models import OrmQ
 
-from operations import dispatch, metrics
 from operations.lifecycle.cards import escalate
 from operations.models import Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
+from operations.observability import metrics
+from operations.polls import dispatch
 from operations.vocabulary import Reason
 from tests.support import T0, job_id
 

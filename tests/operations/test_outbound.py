@@ -1,4 +1,4 @@
-"""Every request pollerdash sends goes through operations.outbound, against real local servers: whatever
+"""Every request pollerdash sends goes through operations.infrastructure.outbound, against real local servers: whatever
 its purpose, a redirect is an answer (never followed), `identity` is asked and a compressed answer
 never inflated, the answer is read up to the purpose's cap, and no proxy is taken from the
 environment except for the identity provider (whose proxy was honoured before, and still is)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from operations import outbound
-from operations.outbound import Purpose
+from operations.infrastructure import outbound
+from operations.infrastructure.outbound import Purpose
 from tests.operations.test_http import Provider, provider  # the fixture, shared
 
 __all__ = ["provider"]

@@ -286,7 +286,7 @@ def test_patterns_re2_cannot_match_in_linear_time_are_refused_and_slow_shapes_st
     assert_problem(valid_raw(job_id_pattern="^(?=a)a+$"), key="job_id_pattern", fragment="RE2 syntax")
     import time
 
-    from operations import job_ids
+    from operations.agents import job_ids
 
     # A backtracking matcher would need about 2**200 steps for this id (the test would never end);
     # RE2 answers in microseconds, so the bound below is about complexity, not speed.

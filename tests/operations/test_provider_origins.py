@@ -1,10 +1,10 @@
-"""Origins, the operator's credential bindings and the watch key (operations/provider_origins.py, pure)."""
+"""Origins, the operator's credential bindings and the watch key (operations/providers/origins.py, pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from operations.provider_origins import (
+from operations.providers.origins import (
     Origin,
     OriginError,
     origin_of,

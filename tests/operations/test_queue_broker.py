@@ -1,4 +1,4 @@
-"""The task queue's broker (operations/queue_broker.py): one statement per step, same rules."""
+"""The task queue's broker (operations/infrastructure/queue_broker.py): one statement per step, same rules."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from operations.queue_broker import Broker
+from operations.infrastructure.queue_broker import Broker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from operations import ratelimit
+from operations.limits import ratelimit
 from operations.models import RateWindow
 
 NOW = datetime(2026, 12, 3, 16, 5, 53, tzinfo=UTC)

@@ -8,7 +8,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from operations.redaction import REDACTED, redact, redact_bytes, register_secret, scrub
+from operations.infrastructure.redaction import REDACTED, redact, redact_bytes, register_secret, scrub
 
 # "/", "+" and "=" make the URL-encoded, JSON-escaped and base64 forms differ from the value.
 SECRET = "tok/en+Secret=42-9f8e7d"

@@ -1,10 +1,10 @@
-"""The sign-in record a decision keeps (operations/decisions/signin.py): pure, clock injected."""
+"""The sign-in record a decision keeps (operations/cards/signin.py): pure, clock injected."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from operations.decisions.signin import OIDC, PASSWORD, SignIn, is_fresh
+from operations.cards.signin import OIDC, PASSWORD, SignIn, is_fresh
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 

@@ -15,10 +15,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from operations import batch
-from operations.agents import agent_token_issue
-from operations.batch import poll_claims
-from operations.controller import poll_once
+from operations.agents.identities import agent_token_issue
 from operations.decisions.services import escalation_decide
 from operations.lifecycle import agents, claims, humans, polls
 from operations.lifecycle.cards import escalate
@@ -32,6 +29,9 @@ from operations.lifecycle.transitions import (
 )
 from operations.models import Escalation, Operation, StatusCheck
 from operations.polling.model import Action, Decision
+from operations.polls import batch
+from operations.polls.batch import poll_claims
+from operations.polls.controller import poll_once
 from operations.vocabulary import TERMINAL_STATUSES, DelaySource, Reason, Status
 from tests.support import job_id, signed_in_now
 

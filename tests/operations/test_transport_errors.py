@@ -14,9 +14,10 @@ import ssl
 import httpx
 import pytest
 
-from operations import http, outbound
-from operations.provider_targets import check_destination
-from operations.redaction import register_secret
+from operations.infrastructure import outbound
+from operations.infrastructure.redaction import register_secret
+from operations.providers import http
+from operations.providers.targets import check_destination
 from tests.support import CANARY, has_canary, job_id
 
 
@@ -89,7 +90,7 @@ def test_an_exception_quoting_a_secret_leaves_no_trace_in_the_result_or_the_log(
         outbound._clients, outbound.Purpose.PROVIDER, httpx.Client(transport=httpx.MockTransport(refuse))
     )
     monkeypatch.setattr(outbound, "_clients_pid", os.getpid())
-    with caplog.at_level(logging.INFO, logger="operations.outbound"):
+    with caplog.at_level(logging.INFO, logger="operations.infrastructure.outbound"):
         raw = http.send(method="GET", url="http://provider.test/v1/jobs/x")
 
     assert (raw.transport_error, raw.transport_detail) == (
@@ -97,7 +98,7 @@ def test_an_exception_quoting_a_secret_leaves_no_trace_in_the_result_or_the_log(
         detail_of("invalid_request", "LocalProtocolError"),
     )
     # The operator's log keeps the exception's text, scrubbed.
-    [record] = [r for r in caplog.records if r.name == "operations.outbound"]
+    [record] = [r for r in caplog.records if r.name == "operations.infrastructure.outbound"]
     assert "Illegal header value" in record.getMessage() and "[redacted]" in record.getMessage()
     assert not has_canary(record.getMessage())
 

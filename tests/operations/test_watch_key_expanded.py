@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from operations.agents import agent_token_issue
-from operations.profiles.checks import key_checks
-from operations.provider_origins import watch_key
-from operations.registration import (
+from operations.agents.identities import agent_token_issue
+from operations.agents.registration import (
     AgentRegistration,
     OperationConflict,
     RegistrationError,
     operation_register_for_agent,
 )
+from operations.profiles.checks import key_checks
+from operations.providers.origins import watch_key
 
 pytestmark = pytest.mark.django_db
 

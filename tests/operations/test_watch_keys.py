@@ -15,16 +15,16 @@ from django.db.migrations.executor import MigrationExecutor
 from django.forms.models import model_to_dict
 from django.urls import reverse
 
-from operations.agents import agent_token_issue
-from operations.models import Operation, ProviderProfile
-from operations.provider_cancel import send_provider_cancel
-from operations.provider_origins import watch_key
-from operations.registration import (
+from operations.agents.identities import agent_token_issue
+from operations.agents.registration import (
     AgentRegistration,
     OperationConflict,
     operation_register,
     operation_register_for_agent,
 )
+from operations.models import Operation, ProviderProfile
+from operations.providers.cancel import send_provider_cancel
+from operations.providers.origins import watch_key
 from tests.operations.test_admin import form_data
 from tests.support import T0, job_id
 

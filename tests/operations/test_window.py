@@ -20,7 +20,7 @@ TOLERANCE = timedelta(microseconds=1)
 
 
 def extension_window(*, not_before_s: float | None, old_deadline_s: float, minutes: int, checks: int):
-    """The window the card's extension option opens (operations/decisions/options.py, _bounds_after)."""
+    """The window the card's extension option opens (operations/cards/options.py, _bounds_after)."""
     asked = None if not_before_s is None else NOW + timedelta(seconds=not_before_s)
     first = max(NOW, asked) if asked is not None else NOW
     ends_at = max(NOW + timedelta(seconds=old_deadline_s), first) + timedelta(minutes=minutes)

@@ -1,7 +1,7 @@
 """The channels on-call is reached through, one module each, registered in `registry`.
 
 A channel (`base.Channel`) renders a message for an event from the facts (`base.Message`: a card's
-facts, or a message's about no card), sends it through operations.outbound (or the mail backend),
+facts, or a message's about no card), sends it through operations.infrastructure.outbound (or the mail backend),
 and says what the receiver's answer means: sent, retry or failed. It may declare follow-ups (events
 sent after a level on the same stream) and update its own messages in place (`Outcome.provider_ref`
 is handed back to its follow-ups as `Message.updates`).

@@ -33,12 +33,12 @@ from urllib.parse import parse_qs, urlsplit
 from django.conf import settings
 
 from escalations.oncall.facts import CardFacts, CardStatus, Notice
-from operations import outbound
+from operations.infrastructure import outbound
+from operations.infrastructure.redaction import register_secret
 from operations.notify.kinds import Kind
 from operations.notify.policy import ENV_PREFIX
 from operations.notify.rules import Event
 from operations.notify.store import LEGACY_WEBHOOK_ENV
-from operations.redaction import register_secret
 
 ERROR_EXCERPT_MAX = 300
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

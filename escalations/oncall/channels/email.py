@@ -25,7 +25,7 @@ from django.core.mail import EmailMultiAlternatives
 from escalations.agent_text import quoted
 from escalations.oncall.channels.base import Channel, Message, Outcome, Unsendable, Verdict
 from escalations.oncall.facts import CardFacts, Notice
-from operations.decisions.options import human_duration
+from operations.cards.options import human_duration
 from operations.notify.kinds import Kind
 
 SUBJECT_MAX = 150

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 
 from escalations.agent_text import quoted, slack_escaped
 from escalations.oncall.facts import CardFacts, CardStatus, Notice
-from operations.decisions.options import human_duration
+from operations.cards.options import human_duration
 from operations.notify.rules import snooze_choices
 
 ACK_ACTION_ID = "pollerdash_ack"

@@ -18,10 +18,10 @@ from escalations.oncall.channels.base import Channel, Message, Outcome, Unsendab
 from escalations.oncall.channels.slack_blocks import card_message
 from escalations.oncall.facts import CardStatus
 from escalations.oncall.slack import SlackUser, parse_users_info
-from operations import outbound
+from operations.infrastructure import outbound
+from operations.infrastructure.redaction import register_secret
 from operations.notify.kinds import Kind
 from operations.notify.rules import Event
-from operations.redaction import register_secret
 
 RETRIED_ERRORS = frozenset({"ratelimited", "internal_error", "service_unavailable"})
 

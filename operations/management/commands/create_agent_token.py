@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.agents import agent_token_issue
+from operations.agents.identities import agent_token_issue
 
 
 class Command(BaseCommand):

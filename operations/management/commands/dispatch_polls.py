@@ -1,4 +1,4 @@
-"""`manage.py dispatch_polls [--once]`: the dispatcher loop (steps in operations/dispatch.py).
+"""`manage.py dispatch_polls [--once]`: the dispatcher loop (steps in operations/polls/dispatch.py).
 
 Runs on every host next to `qcluster`; any number may run at once. Every pass claims due
 operations (enqueueing their poll tasks in the same transaction); every DISPATCH_SWEEP_EVERY_S a
@@ -10,7 +10,8 @@ DISPATCH_IDLE_SLEEP_S, less when the next due time is nearer, never below DISPAT
 the shortest after a pass that claimed polls),
 warns of near business deadlines every `dispatch.WARNINGS_EVERY_S`, checks with every heartbeat
 that the fleet makes progress (an ERROR and an unhealthy heartbeat when operations are overdue and
-nothing was polled, or tasks wait and no worker takes them: operations/liveness.py), stops cleanly on SIGTERM or SIGINT
+nothing was polled, or tasks wait and no worker takes them: operations/observability/liveness.py),
+stops cleanly on SIGTERM or SIGINT
 (the current step finishes, exit status 0), and survives database outages by reconnecting with a
 short backoff.
 """
@@ -30,9 +31,9 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 from django_q.brokers import get_broker
 
-from operations import dispatch
+from operations.polls import dispatch
 
-logger = logging.getLogger("operations.dispatch")
+logger = logging.getLogger("operations.polls.dispatch")
 
 MAX_BACKOFF_S = 5.0
 

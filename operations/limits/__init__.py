@@ -1,0 +1,1 @@
+"""Limits the lifecycle charges: per-account pacing, per-agent quotas, the rate-limit counters behind them."""

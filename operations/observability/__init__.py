@@ -1,0 +1,1 @@
+"""What pollerdash says about itself: metrics, response-time figures, liveness."""
