@@ -18,7 +18,8 @@ pytestmark = pytest.mark.django_db
 
 # Everything outside the dashboard has its own access rules: the admin, the sign-in pages (password
 # and single sign-on), the agent API (bearer tokens) and static files.
-NOT_DASHBOARD = ("admin/", "accounts/", "oidc/", "api/", "static/", "metrics", "slack/")
+# Signed webhooks (Slack, PagerDuty) and the API answer machines, not a signed-in person.
+NOT_DASHBOARD = ("admin/", "accounts/", "oidc/", "api/", "static/", "metrics", "slack/", "pagerduty/")
 
 
 @dataclass(frozen=True)
