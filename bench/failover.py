@@ -1,7 +1,7 @@
 """Primary failover under load (issue 29 item 2): a primary and its synchronous streaming replica,
 the primary's postmaster SIGKILLed, the replica promoted, every process carrying on.
 
-    .venv/bin/python bench/failover.py            # make failover: 1,000 operations, about 2 minutes
+    .venv/bin/python bench/failover.py            # make failover: 1,000 operations, about 2.5 minutes
     .venv/bin/python bench/failover.py --short    # make failover-short (CI): 400 operations
     .venv/bin/python bench/failover.py --async    # the same with an asynchronous replica (what it can lose)
 
