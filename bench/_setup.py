@@ -16,18 +16,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def django_on_scratch_postgres(name: str, *, reuse: bool = False) -> str:
+def django_on_scratch_postgres(name: str, *, reuse: bool = False, query: str = "") -> str:
     """Point Django at a fresh database NAME on the local PostgreSQL, migrated. Returns the URL.
-    With `reuse`, an existing NAME (kept by an earlier run) is used as it is."""
+    With `reuse`, an existing NAME (kept by an earlier run) is used as it is. `query` is the URL's
+    query string (a multi-host server's `target_session_attrs=read-write`)."""
     import psycopg
 
     base = os.environ.get("BENCH_PG", "postgres://root@127.0.0.1:5432")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+    tail = f"?{query}" if query else ""
+    with psycopg.connect(f"{base}/postgres{tail}", autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if not (reuse and exists):
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"{base}/{name}"
+    url = f"{base}/{name}{tail}"
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("SECRET_KEY", "bench-only")
     os.environ.setdefault("LOG_LEVEL", "WARNING")

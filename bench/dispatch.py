@@ -1,6 +1,7 @@
 """Dispatch benchmarks: real `dispatch_polls` + `qcluster` processes, PostgreSQL, the fake provider.
 
     .venv/bin/python bench/dispatch.py [--quick] [--workers 4] [--clusters 1] [--rates 300,450,600,750] [--skip-burst]
+    .venv/bin/python bench/dispatch.py --operations 100000   # issue 29: (a), then (s)
 
 (a) steady state: 10,000 watched operations, each polled every 100 s (about 100 polls/s due):
     dispatch lag p50/p95/p99 (StatusCheck.started_at - due time) and sustained polls/s.
@@ -9,6 +10,10 @@
 (c) fleet burst: 1,000 operations registered in the same second on a provider account limited to
     20 requests/s: the most requests the provider sees in any one second, next to a naive poller
     that polls every job every 5 s from the moment it is registered.
+
+(s) scale (`--operations N`, instead of (b) and (c)): 100 polls/s due over 6,000 of (a)'s operations as
+    a same-run reference, then again after N in all (the rest finished), 1,000 open cards and
+    10,000,000 audit entries are built in set-based SQL (bench/scale.py) and VACUUM ANALYZE ran.
 
 Prints figures and ratios; asserts nothing. The machine's load average is printed with them.
 """
@@ -30,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._setup import ROOT, django_on_scratch_postgres, percentile, start_fake_provider
 
-DB_NAME = "pollerdash_bench_dispatch"
+DB_NAME = os.environ.get("BENCH_DISPATCH_DB", "pollerdash_bench_dispatch")
 FOREVER = 10**9  # the `bench` scenario never finishes within a run
 
 
@@ -385,38 +390,70 @@ def steady_state(provider_url: str, sizes: Sizes, fleet: Fleet) -> list[str]:
 
 def ceiling(provider_url: str, sizes: Sizes, ids: list[str], fleet: Fleet) -> tuple[float, float]:
     """(highest rate held with lag p95 <= 1 s, highest throughput seen in any step)."""
-    from django.utils import timezone
-
-    from operations.models import Operation
 
     print(f"(b) ceiling: due rate stepped up, {sizes.step_s:.0f} s per step, until lag p95 > 1 s")
     best = peak = 0.0
     for rate in sizes.rates:
-        count = int(rate * sizes.step_s)
-        if count > len(ids):
+        if int(rate * sizes.step_s) > len(ids):
             break
-        start = timezone.now() + timedelta(seconds=1)
-        chosen = ids[:count]
-        # One due time every 1/rate seconds; each comes back only after the period (out of the step).
-        for offset in range(0, count, 1000):
-            batch = chosen[offset : offset + 1000]
-            whens = {pk: start + timedelta(seconds=(offset + i) / rate) for i, pk in enumerate(batch)}
-            rows = list(Operation.objects.filter(pk__in=batch))
-            for row in rows:
-                row.next_poll_at = whens[row.pk]
-            Operation.objects.bulk_update(rows, ["next_poll_at"], batch_size=1000)
-        end = start + timedelta(seconds=sizes.step_s)
-        with CpuPerPoll(fleet) as cpu:
-            window = polls_due_between(start, end, expected=count, grace_s=5.0)
-        achieved, p95 = report_lags(f"    {rate:4d} polls/s due", window, sizes.step_s, expected=count)
-        cpu.report()
+        achieved, p95 = step(rate, sizes.step_s, ids, fleet, label=f"    {rate:4d} polls/s due")
         peak = max(peak, achieved)
-        quiesce(ids)
         if p95 > 1.0:
             break
         best = max(best, achieved)
     print(f"    {load()}")
     return best, peak
+
+
+def step(rate: int, seconds: float, ids: list[str], fleet: Fleet, *, label: str) -> tuple[float, float]:
+    """The first rate x seconds of `ids` made due one every 1/rate seconds (each comes back only
+    after its period, out of the step): (polls/s achieved, lag p95)."""
+    from django.utils import timezone
+
+    from operations.models import Operation
+
+    count = int(rate * seconds)
+    start = timezone.now() + timedelta(seconds=1)
+    chosen = ids[:count]
+    for offset in range(0, count, 1000):
+        batch = chosen[offset : offset + 1000]
+        whens = {pk: start + timedelta(seconds=(offset + i) / rate) for i, pk in enumerate(batch)}
+        rows = list(Operation.objects.filter(pk__in=batch))
+        for row in rows:
+            row.next_poll_at = whens[row.pk]
+        Operation.objects.bulk_update(rows, ["next_poll_at"], batch_size=1000)
+    end = start + timedelta(seconds=seconds)
+    with CpuPerPoll(fleet) as cpu:
+        window = polls_due_between(start, end, expected=count, grace_s=5.0)
+    result = report_lags(label, window, seconds, expected=count)
+    cpu.report()
+    quiesce(ids)
+    return result
+
+
+def at_scale(provider_url: str, sizes: Sizes, ids: list[str], fleet: Fleet, args: argparse.Namespace) -> None:
+    """Issue 29 item 5: the same step at 100 polls/s due on this database, then again after the
+    finished operations, the open cards and the audit log (bench/scale.py) are added and analysed."""
+    from bench import scale
+
+    rate = round(sizes.steady_ops / sizes.steady_period_s)
+    print(f"(s) scale: {rate} polls/s due for {sizes.steady_s:.0f} s, reference first, then at {args.operations:,}")
+    step(rate, sizes.steady_s, ids, fleet, label=f"    reference ({len(ids):,} operations)")
+    print(f"    {load()}")
+    started = time.perf_counter()
+    finished = args.operations - len(ids) - args.open_cards
+    profile = make_profile(provider_url, slug="finished", period_s=30.0, rate_limit=100_000)
+    scale.finished_operations(profile=profile, count=finished)
+    scale.open_cards(profile=profile, count=args.open_cards)
+    # The integrator runs: the entries go to a log of their own in the same table.
+    scale.audit_entries(count=args.audit, operations=finished, log="bench/scale")
+    scale.analyze()
+    print(
+        f"    built {finished:,} finished operations, {args.open_cards:,} open cards, {args.audit:,} audit entries"
+        f" and analysed in {time.perf_counter() - started:.0f} s"
+    )
+    step(rate, sizes.steady_s, ids, fleet, label=f"    at {args.operations:,} operations")
+    print(f"    {load()}")
 
 
 def bare_httpx(provider_url: str, seconds: float) -> float:
@@ -497,6 +534,14 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=1, help="qcluster processes")
     parser.add_argument("--rates", help="step (b)'s due rates, comma-separated (polls/s), e.g. 300,450,600,750")
     parser.add_argument("--skip-burst", action="store_true", help="leave out step (c)")
+    parser.add_argument(
+        "--operations",
+        type=int,
+        help="scale mode (issue 29): after (a), 100 polls/s due again beside this many operations in all"
+        " (the rest finished), --open-cards open cards and --audit entries; (b) and (c) left out",
+    )
+    parser.add_argument("--open-cards", type=int, default=1_000)
+    parser.add_argument("--audit", type=int, default=10_000_000)
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.rates:
@@ -508,6 +553,9 @@ def main() -> None:
     fleet = Fleet(clusters=args.clusters, workers=args.workers)
     try:
         ids = steady_state(provider_url, sizes, fleet)
+        if args.operations:
+            at_scale(provider_url, sizes, ids, fleet, args)
+            return
         best, peak = ceiling(provider_url, sizes, ids, fleet)
         bare = bare_httpx(provider_url, 5.0)
         print(f"    bare httpx GET loop (keep-alive, same provider): {bare:7.0f} requests/s")

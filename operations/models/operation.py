@@ -149,6 +149,9 @@ class Operation(models.Model):
                 name="operation_business_idx",
             ),
             models.Index(fields=["agent", "status", "created_at"], name="operation_agent_idx"),
+            # The operations list's "All" tab (newest first), 50 rows of 100,000 without a sort
+            # (docs/benchmarks.md, issue 29); its search has trigram indexes (migration 0041).
+            models.Index(fields=["-created_at", "-id"], name="operation_created_idx"),
             models.Index(fields=["status", "created_at"], name="operation_status_idx"),
             models.Index(fields=["provider_job_id"], name="operation_job_idx"),
             # Live watches are found by key too: another template may reach one URL with another job id.

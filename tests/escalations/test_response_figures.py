@@ -89,6 +89,22 @@ def test_the_system_panel_shows_percentiles_waiting_cards_and_decisions_per_resp
     assert "1 waiting" not in page and "1, oldest 30 min" in page
 
 
+def test_decisions_per_responder_count_each_window_and_only_applied_decisions(stopped, clock, alice, bob) -> None:
+    """Counted by the database per responder: a decision days old is in the week only, one older
+    than a week in neither, and a responder whose only decision is days old has no 24 h figure."""
+    for days_until_next, user in ((8, alice), (3, alice), (3, bob), (0, alice)):
+        esc = stopped()
+        esc.refresh_from_db()
+        clock.move_to(esc.opened_at + timedelta(minutes=1), tick=False)
+        escalation_decide(
+            sign_in=signed_in_now(), escalation_id=esc.pk, user=user, option_id="close", card_version=esc.version
+        )
+        clock.shift(days_until_next * 86400)
+    # Decided 14 (alice), 6 (alice), 3 (bob) and 0 (alice) days before now.
+    result = figures.response_figures()
+    assert result.per_responder == [("alice", {"decisions_24h": 1, "decisions_7d": 2}), ("bob", {"decisions_7d": 1})]
+
+
 def test_buckets() -> None:
     assert [figures.bucket_of(s) for s in (0, 30, 31, 86400, 86401)] == ["30", "30", "60", "86400", "+Inf"]
 
