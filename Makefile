@@ -33,12 +33,14 @@ venv: $(DEV_STAMP)
 
 # var/demo.env is rewritten at every run (ports, the URLs made from them; secrets kept); the demo's
 # own process (`manage.py demo --serve` in the Procfile) seeds once the web answers and prints the
-# URL and the logins. demo/launch.py runs the Procfile so Ctrl-C stops everything cleanly.
+# URL and the logins. demo/launch.py runs the Procfile so Ctrl-C stops everything cleanly. The profiles are
+# re-pointed at this run's provider port before any process starts (and runs the start-up checks).
 demo: $(STAMP)
 	@$(BIN)/python -m demo.envfile var/demo.env $(DEMO_GIVEN)
 	@set -a && . ./var/demo.env && set +a && \
-	  $(BIN)/python manage.py migrate --no-input -v 0 && \
-	  $(BIN)/python manage.py collectstatic --no-input -v 0 && \
+	  $(BIN)/python manage.py migrate --no-input -v 0 --skip-checks && \
+	  $(BIN)/python manage.py collectstatic --no-input -v 0 --skip-checks && \
+	  $(BIN)/python manage.py demo --profiles-only --provider-url "http://127.0.0.1:$$PROVIDER_PORT" --skip-checks && \
 	  { [ -f "$$AUDIT_SIGNING_KEY_FILE" ] || { $(BIN)/python manage.py audit_keys --generate "$$AUDIT_SIGNING_KEY_FILE" \
 	    > /dev/null && echo "created the demo's audit signing key, $$AUDIT_SIGNING_KEY_FILE"; }; } && \
 	  echo "starting pollerdash on $$SITE_URL: the logins follow once it answers (Ctrl-C stops everything)" && \

@@ -43,6 +43,12 @@ class Command(BaseCommand):
         parser.add_argument("--provider-url", default=demo.FAKE_DEFAULT_URL, help="where the fake provider listens")
         parser.add_argument("--no-scenarios", action="store_true", help="only logins, profiles and the policy")
         parser.add_argument(
+            "--profiles-only",
+            action="store_true",
+            help="only re-point the demo profiles at --provider-url (`make demo` runs it before any process "
+            "starts, so a run on other ports never starts with profiles its credential may not reach)",
+        )
+        parser.add_argument(
             "--serve",
             action="store_true",
             help="wait for the web and the provider first, print the logins again once the inbox is full, "
@@ -50,6 +56,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, provider_url: str, no_scenarios: bool, serve: bool, **options: Any) -> None:
+        if options.get("profiles_only"):
+            demo.load_demo_profiles(provider_url=provider_url)
+            return
         stop = threading.Event()
         if serve:
             for sig in (signal.SIGTERM, signal.SIGINT):
