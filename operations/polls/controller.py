@@ -7,7 +7,8 @@
     if now < next_poll_at:            not due - never "catch up" missed polls; stop
     if the destination is not allowed: escalate destination_not_allowed; stop (no request, none charged)
     claim: compare-and-set fence (only one worker wins); reload the operation
-    the deadline checks again at the charge's moment (after any lock or send-slot wait)
+    the deadline checks again at the charge's moment (after any lock or send-slot wait); within
+    SEND_MARGIN (1 s) of a deadline nothing is charged: the poll waits for the deadline
     increment status_requests_used, persist                 <- before sending
     send ONE status GET
     in one short transaction, fenced: record StatusCheck, decision, audit entry, next_poll_at
@@ -25,7 +26,7 @@ import os
 import random
 import socket
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cache
 from typing import Any
@@ -43,7 +44,7 @@ from operations.lifecycle.claims import charge, defer, release
 from operations.limits import pacing
 from operations.models import Operation, ProviderProfile, StatusCheck
 from operations.polling.decide import decide, unreadable
-from operations.polling.gate import Gate, before_send
+from operations.polling.gate import Gate, before_send, business_deadline_binds
 from operations.polling.model import Bounds, Decision, Observation, Policy
 from operations.polling.states import StateTable
 from operations.providers import http
@@ -57,6 +58,9 @@ _rng = random.SystemRandom()
 # Waiting for a send slot holds a worker; beyond this the poll is deferred instead.
 MAX_SLOT_WAIT_S = 2.0
 SLOT_ATTEMPTS = 3
+# A charged request leaves after the charge commits and reaches the provider later still (a busy
+# host, a pooler): one charged this close to a deadline could arrive after it, so it is not sent.
+SEND_MARGIN = timedelta(seconds=1)
 
 
 class PollResult(StrEnum):
@@ -323,18 +327,34 @@ def _charge_admitted(
 def gate_at_charge(*, op: Operation, fence: int, now: datetime) -> PollResult | None:
     """The gate again at the moment of the charge: a lock wait or a wait for the account's send
     slot can carry a poll past a deadline the gate at its start did not see, and no request may
-    leave after it (the poll stops or escalates as it would have)."""
-    if now <= _earliest_stop(op):
+    leave after it (the poll stops or escalates as it would have). Within SEND_MARGIN of a
+    deadline nothing is charged either: the poll waits for the deadline, which then stops it."""
+    stop = _earliest_stop(op)
+    if now + SEND_MARGIN < stop:
         return None
-    return gate_or_stop(op=op, fence=fence, now=now)
+    if now >= stop:
+        return gate_or_stop(op=op, fence=fence, now=now)
+    _defer(
+        op=op,
+        fence=fence,
+        until=stop,
+        why=f"within {SEND_MARGIN.total_seconds():g} s of a deadline: a request now could reach the provider after it",
+        source=DelaySource.LOCAL_BACKOFF,
+    )
+    return PollResult.DEFERRED
 
 
 def _earliest_stop(op: Operation) -> datetime:
-    """The first moment a time-based gate could stop this poll (its deadlines)."""
-    moments = [op.deadline_at]
-    if op.business_deadline_at is not None:
-        moments.append(op.business_deadline_at)
-    return min(moments)
+    """The first moment a time-based gate stops this poll: its deadline, or its business deadline
+    where that binds (operations.polling.gate.business_deadline_binds)."""
+    if business_deadline_binds(
+        business_deadline_at=op.business_deadline_at,
+        deadline_at=op.deadline_at,
+        waived=op.business_deadline_waived_at is not None,
+    ):
+        assert op.business_deadline_at is not None
+        return op.business_deadline_at
+    return op.deadline_at
 
 
 def _defer_for_rate_limit(*, op: Operation, fence: int, until: datetime) -> None:

@@ -914,6 +914,33 @@ def test_a_poll_held_at_its_charge_past_the_business_deadline_sends_nothing_and_
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("which", ["business", "technical"])
+def test_a_poll_due_just_before_a_deadline_sends_nothing_and_the_deadline_opens_the_card(
+    make_operation, fake_provider, clock, which
+):
+    """A request charged half a second before a deadline leaves after the charge commits and could
+    reach the provider after it: nothing is charged or sent, and the deadline opens the card."""
+    stop = T0 + timedelta(seconds=20)
+    if which == "business":
+        op = make_operation(job_id("never_finishes"), business_deadline_at=stop, deadline_at=T0 + timedelta(minutes=10))
+    else:
+        op = make_operation(job_id("never_finishes"), deadline_at=stop)
+    just_before = stop - timedelta(milliseconds=500)
+    clock.move_to(just_before, tick=False)
+    claim(now=just_before)
+    assert work() == {op.pk: PollResult.DEFERRED}
+    held = reload(op)
+    assert held.next_poll_at == stop and held.status_requests_used == 0 and held.lease_owner == ""
+    clock.move_to(stop, tick=False)
+    claim(now=stop)
+    work()
+    assert status_requests(fake_provider, op) == []
+    card = Escalation.objects.get(operation_id=op.pk)
+    expected = Reason.BUSINESS_DEADLINE_PASSED if which == "business" else Reason.DEADLINE_EXCEEDED
+    assert card.reason == expected and reload(op).status_requests_used == 0
+
+
+@pytest.mark.django_db
 def test_a_redelivered_group_task_is_a_no_op(make_operation, settings, fake_provider):
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
     ops = [make_operation(job_id("slow_success", polls=1)) for _ in range(3)]
