@@ -3,24 +3,31 @@
     .venv/bin/python bench/chaos.py            # make chaos: 6,000 operations, faults 60 s apart, a 90 s partition
     .venv/bin/python bench/chaos.py --short    # make chaos-short (CI): 2,000 operations, 10 s partition, < 5 min
 
-Everything runs on 127.0.0.1 and stops by itself: a PRIVATE PostgreSQL cluster (bench/soak.py's,
-never the shared server), PgBouncer in transaction pooling in front of it (bench/topology.py), the
+Everything runs on 127.0.0.1 and stops by itself: two PRIVATE PostgreSQL clusters, a primary and its
+synchronous replica (bench/failover.py's pair; never the shared server), PgBouncer in transaction
+pooling in front of it (bench/topology.py), the
 fake provider, two "hosts" each with a qcluster and a dispatcher - host A through a TCP proxy that
 can be cut, host B straight to PgBouncer -, two web processes (uvicorn) and the audit signer, all
 with DATABASE_POOL_MODE=transaction. Operations of the soak's kind (each job finishes at the
 provider after a log-normal duration) arrive over the first half of the fault phase, and the run
 injects, in sequence: SIGKILL of host B's qcluster (restarted at once, as a supervisor would),
 SIGKILL of host A's dispatcher (restarted), host A cut off from the database for --partition-s,
-a PostgreSQL primary failover (skipped here and said so: `make failover`, bench/failover.py, runs it
-with the processes on a multi-host URL, which PgBouncer cannot follow), and a PgBouncer restart.
-Then it drains until every operation is finished.
+a PostgreSQL primary failover, and a PgBouncer restart. Then it drains until every operation is
+finished. The database is a primary with a synchronous streaming replica (bench/failover.py's
+pair); the failover SIGKILLs the primary's postmaster, promotes the replica and repoints PgBouncer
+at it with a reload (what a failover manager does: the processes keep their PgBouncer URL and
+reconnect by themselves). This process's own queries use the pair's multi-host URL, and a recorder
+thread appends audit entries throughout: every one whose COMMIT returned must be on the promoted
+server.
 
 It prints, per fault, the recovery time (from the fault to the first 5 s whose dispatch lag p95 is
-at most 1 s) and, in total, the invariants, each of which must be 0: the soak's (requests over
+at most 1 s) and the invariants that have a moment (the offending request's), counted in the span
+from that fault to the next; then, in total, the invariants, each of which must be 0: the soak's (requests over
 budget, never charged, closer than the schedule allows, operations lost or stuck; bench/soak.py
 `report`) and the topology's: requests after the deadline, two requests for one fence, false
 outcomes, audit decisions missing or doubled for an answered request, a signed tree smaller than
-one signed before, a web process not answering at the end. Exit status 1 on any.
+one signed before, a web process not answering at the end, an acknowledged audit commit missing
+after the promotion. Exit status 1 on any.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import soak
+from bench import chaos_decisions, soak
 from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile, start_fake_provider
+from bench.failover import AckedAppends, ReplicatedPair, with_retry
 from bench.topology import Partition, PgBouncer, wait_for_port
 
 RUNS_DIR = ROOT / "var" / "chaos"
@@ -132,7 +140,15 @@ class Topology:
                 pass
 
 
-def inject(name: str, *, topology: Topology, bouncer: PgBouncer, partition: Partition, args: argparse.Namespace) -> str:
+def inject(
+    name: str,
+    *,
+    topology: Topology,
+    bouncer: PgBouncer,
+    partition: Partition,
+    pair: ReplicatedPair,
+    args: argparse.Namespace,
+) -> str:
     """The fault, as it happens; returns what was done."""
     if name == "kill qcluster":
         topology.kill("qcluster-b")
@@ -146,9 +162,10 @@ def inject(name: str, *, topology: Topology, bouncer: PgBouncer, partition: Part
         partition.heal()
         return f"host A cut off from the database for {args.partition_s:g} s, then healed"
     if name == "primary failover":
-        # PgBouncer takes no target_session_attrs: the failover runs on its own, with the processes on
-        # a multi-host URL (bench/failover.py, `make failover`).
-        return "SKIPPED here: run `make failover` (bench/failover.py; docs/deployment.md, 'Topology')"
+        postmaster = pair.kill_primary()
+        pair.promote()
+        bouncer.repoint(upstream_port=pair.ports[1])
+        return f"the primary's postmaster {postmaster} SIGKILLed, the replica promoted, PgBouncer repointed at it"
     bouncer.restart()
     return "PgBouncer killed and started again (every client connection dropped)"
 
@@ -173,15 +190,21 @@ def recovery_s(fault_at: float, *, window: float = 5.0, until: float) -> float |
     return None
 
 
-def topology_invariants(result: dict) -> dict[str, int]:
-    """The invariants the soak does not count."""
-    from django.db.models import Count, F
+def topology_invariants(result: dict, *, moments: list[tuple[str, float]] | None = None) -> dict[str, int]:
+    """The invariants the soak does not count; `moments` as in bench/soak.py's `report`."""
+    from django.db.models import Count, F, Max
+
+    moments = [] if moments is None else moments
 
     from operations.models import AuditCheckpoint, AuditEntry, Operation, StatusCheck
 
     checks = StatusCheck.objects.filter(account="soak")
-    after_deadline = checks.filter(sent_at__gt=F("operation__deadline_at")).count()
-    per_fence = checks.values("operation_id", "fence").annotate(n=Count("id")).filter(n__gt=1).count()
+    late = list(checks.filter(sent_at__gt=F("operation__deadline_at")).values_list("sent_at", flat=True))
+    after_deadline = len(late)
+    moments += [("requests after the deadline", sent.timestamp()) for sent in late]
+    doubled_fences = checks.values("operation_id", "fence").annotate(n=Count("id"), last=Max("sent_at")).filter(n__gt=1)
+    per_fence = len(doubled_fences)
+    moments += [("two requests for one fence", row["last"].timestamp()) for row in doubled_fences]
     done_at = {soak.job_name(index, done): done for index, _, done in result["jobs"]}
     false = 0
     for job, status, completed in Operation.objects.filter(account="soak").values_list(
@@ -201,8 +224,10 @@ def topology_invariants(result: dict) -> dict[str, int]:
     )
     missing = sum(max(0, n - decided.get(op, 0)) for op, n in answered.items())
     doubled = sum(max(0, decided.get(op, 0) - n) for op, n in answered.items())
-    sizes = list(AuditCheckpoint.objects.order_by("signed_at", "pk").values_list("size", flat=True))
-    smaller = sum(1 for before, after in zip(sizes, sizes[1:], strict=False) if after < before)
+    signed = list(AuditCheckpoint.objects.order_by("signed_at", "pk").values_list("size", "signed_at"))
+    shrunk = [at for (before, _), (after, at) in zip(signed, signed[1:], strict=False) if after < before]
+    smaller = len(shrunk)
+    moments += [("signed trees smaller than an earlier one", at.timestamp()) for at in shrunk]
     return {
         "requests after the deadline": after_deadline,
         "two requests for one fence": per_fence,
@@ -214,13 +239,13 @@ def topology_invariants(result: dict) -> dict[str, int]:
     }
 
 
-def run(args: argparse.Namespace, *, out: Path, cluster: soak.PrivateCluster, provider_url: str) -> dict:
+def run(args: argparse.Namespace, *, out: Path, pair: ReplicatedPair, provider_url: str) -> dict:
     from operations.audit import checkpoints
 
     key = out / "audit-signing-key.pem"
     checkpoints.generate_key_file(key)
     profile = soak.make_profile(provider_url)
-    bouncer = PgBouncer(upstream_port=cluster.port)
+    bouncer = PgBouncer(upstream_port=pair.ports[0])
     partition = Partition(port=bouncer.port)
     try:
         topology = Topology(out=out, bouncer=bouncer, partition=partition, database="chaos", key=key)
@@ -228,30 +253,51 @@ def run(args: argparse.Namespace, *, out: Path, cluster: soak.PrivateCluster, pr
         partition.stop()
         bouncer.stop()
         raise
+    recorder = AckedAppends()
+    cards = chaos_decisions.make_profile(provider_url)
+    decider = chaos_decisions.Decider()
     jobs = soak.plan_jobs(args, start=time.time())
-    start, pending, faults = time.time(), list(jobs), []
+    start, pending, faults, opened = time.time(), list(jobs), [], 0
     next_fault = start + args.fault_every
     try:
         while time.time() < start + args.seconds:
             due = [job for job in pending if job[1] <= time.time()]
             if due:
-                soak.register(profile, due)
+                with_retry(lambda due=due: soak.register(profile, due), "registering")
                 pending = pending[len(due) :]
+                # A card to decide for every 50 jobs, opening throughout the faults.
+                count = (len(jobs) - len(pending)) // 50 - opened
+                if count > 0:
+                    with_retry(lambda count=count: chaos_decisions.register(cards, count), "registering")
+                    opened += count
             if len(faults) < len(FAULTS) and time.time() >= next_fault:
                 name = FAULTS[len(faults)]
                 at = time.time()
-                what = inject(name, topology=topology, bouncer=bouncer, partition=partition, args=args)
-                faults.append({"name": name, "at": at, "what": what, "skipped": what.startswith("SKIPPED")})
+                what = inject(name, topology=topology, bouncer=bouncer, partition=partition, pair=pair, args=args)
+                faults.append({"name": name, "at": at, "what": what})
                 soak.say(f"    {at - start:5.0f} s  {name}: {what}; {soak.load()}")
                 next_fault = time.time() + args.fault_every
             time.sleep(0.2)
-        drained = soak.drain(args, start)
+        drained = with_retry(lambda: soak.drain(args, start), "draining", seconds=300)
+        with_retry(lambda: chaos_decisions.wait_for_cards(seconds=120), "waiting for the cards", seconds=300)
+        recorder.stop()
+        decider.stop()
         web = topology.web_answering()
     finally:
+        recorder.stop()
+        decider.stop()
         topology.stop()
         partition.stop()
         bouncer.stop()
-    return {"jobs": jobs, "start": start, "faults": faults, "drained": drained, "web_answering": web}
+    return {
+        "jobs": jobs,
+        "start": start,
+        "faults": faults,
+        "drained": drained,
+        "web_answering": web,
+        "recorder": recorder,
+        "decider": decider,
+    }
 
 
 def main() -> None:
@@ -269,24 +315,35 @@ def main() -> None:
         parser.set_defaults(**SHORT)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from django.db import connections
+
     out = RUNS_DIR / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     soak.OUT = out
     soak.say(f"pollerdash chaos: {soak.load()}; evidence in {out.relative_to(ROOT)}/")
     failures: dict[str, int] = {"the run did not finish": 1}
-    cluster = soak.PrivateCluster(log=out / "postgres.log")
+    pair = ReplicatedPair(synchronous=True)
+    # The decider closes cards faster than a person's decision rate limit allows one person.
+    os.environ["DECISIONS_PER_MINUTE"] = "100000"
     try:
-        os.environ["BENCH_PG"] = cluster.url
-        django_on_scratch_postgres("chaos")
+        os.environ["BENCH_PG"] = pair.server
+        # This process's own queries follow the failover through the multi-host URL.
+        django_on_scratch_postgres("chaos", query="target_session_attrs=read-write")
         provider, provider_url = start_fake_provider(log=out / "provider.log")
         try:
-            result = run(args, out=out, cluster=cluster, provider_url=provider_url)
-            failures = report(result, provider_url)
+            result = run(args, out=out, pair=pair, provider_url=provider_url)
+            connections.close_all()  # this process's connection may predate the failover
+            failures = with_retry(lambda: report(result, provider_url), "reporting")
         finally:
             provider.terminate()
             provider.wait(timeout=10)
     finally:
-        cluster.remove()
+        connections.close_all()
+        for name in pair.names:
+            log = Path(f"/var/log/postgresql/postgresql-15-{name}.log")
+            if log.exists():
+                shutil.copy(log, out / f"postgres-{name[-1]}.log")
+        pair.drop()
     if failures:
         soak.say(f"CHAOS FAILED: {', '.join(f'{name} {count}' for name, count in failures.items())}")
         soak.say(f"logs kept in {out}")
@@ -299,21 +356,44 @@ def main() -> None:
 def report(result: dict, provider_url: str) -> dict[str, int]:
     soak.say(f"drained at {result['drained']:.0f} s; {soak.load()}")
     end = result["start"] + result["drained"]
-    soak.say("recovery per fault (fault -> the first 5 s whose dispatch lag p95 is <= 1 s):")
+    moments: list[tuple[str, float]] = []
+    invariants = soak.report(result, provider_url, moments=moments)
+    invariants |= topology_invariants(result, moments=moments)
+    invariants["acknowledged audit commits missing after the failover"] = acked_missing(result["recorder"])
+    invariants |= chaos_decisions.decisions_lost(result["decider"], say=soak.say)
+    soak.say("per fault (recovery: fault -> the first 5 s whose dispatch lag p95 is <= 1 s; invariants with a")
+    soak.say("moment, counted from this fault to the next):")
     unrecovered = 0
-    for fault in result["faults"]:
-        if fault["skipped"]:
-            soak.say(f"  {fault['name']}: skipped")
-            continue
+    spans = [*result["faults"], {"name": "end", "at": end}]
+    soak.say(f"  before the first fault: {_counted(moments, result['start'] - 3600, spans[0]['at'])}")
+    for fault, following in zip(spans, spans[1:], strict=False):
         seconds = recovery_s(fault["at"], until=end)
         unrecovered += seconds is None
-        soak.say(f"  {fault['name']}: {'never' if seconds is None else f'{seconds:.0f} s'}")
-    invariants = soak.report(result, provider_url)
-    invariants |= topology_invariants(result)
+        recovery = "never" if seconds is None else f"{seconds:.0f} s"
+        # The drain is part of the last fault's span: late effects of any fault show there.
+        until = following["at"] if following["name"] != "end" else float("inf")
+        soak.say(f"  {fault['name']}: recovered in {recovery}; {_counted(moments, fault['at'], until)}")
     invariants["faults never recovered from"] = unrecovered
-    soak.say("invariants (each must be 0): " + ", ".join(f"{name} {count}" for name, count in invariants.items()))
-    soak.say("decisions lost: not exercised (no person decides in this run)")
+    soak.say("in total (each must be 0): " + ", ".join(f"{name} {count}" for name, count in invariants.items()))
     return {name: count for name, count in invariants.items() if count}
+
+
+def _counted(moments: list[tuple[str, float]], start: float, until: float) -> str:
+    inside: dict[str, int] = {}
+    for name, at in moments:
+        if start <= at < until:
+            inside[name] = inside.get(name, 0) + 1
+    return ", ".join(f"{name} {count}" for name, count in sorted(inside.items())) or "every invariant 0"
+
+
+def acked_missing(recorder: AckedAppends) -> int:
+    """Audit entries whose COMMIT returned to the recorder, absent or different after the failover."""
+    from operations.models import AuditEntry
+
+    acked = dict(recorder.acked)
+    present = dict(AuditEntry.objects.filter(pk__in=list(acked)).values_list("pk", "entry_hash"))
+    soak.say(f"recorder: {len(acked):,} audit commits acknowledged, {recorder.failures} refused during the faults")
+    return sum(1 for pk, leaf in acked.items() if present.get(pk) != leaf)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,9 @@ class ReplicatedPair:
     def drop(self) -> None:
         for name in reversed(self.created):
             _run("pg_dropcluster", "--stop", "15", name, check=False)
+            # What pg_dropcluster leaves: the config directory (our conf.d file in it) and the log.
+            shutil.rmtree(f"/etc/postgresql/15/{name}", ignore_errors=True)
+            Path(f"/var/log/postgresql/postgresql-15-{name}.log").unlink(missing_ok=True)
 
 
 class AckedAppends:

@@ -373,8 +373,10 @@ def drain(args: argparse.Namespace, start: float) -> float:
     return time.time() - start
 
 
-def report(result: dict, provider_url: str) -> dict[str, int]:
-    """Print the figures; return the invariants (each must be 0)."""
+def report(result: dict, provider_url: str, *, moments: list[tuple[str, float]] | None = None) -> dict[str, int]:
+    """Print the figures; return the invariants (each must be 0). `moments` collects (invariant,
+    when the offending request reached the provider) for the invariants that have one."""
+    moments = [] if moments is None else moments
     import httpx
 
     from operations.models import Operation, StatusCheck
@@ -443,13 +445,19 @@ def report(result: dict, provider_url: str) -> dict[str, int]:
                 stuck += 1
         else:
             escalated += 1
-        beyond += int(len(seen) > op["max_status_requests"])
-        uncharged += max(0, len(seen) - op["status_requests_used"])
+        if len(seen) > op["max_status_requests"]:
+            beyond += 1
+            moments.append(("requests beyond budget", seen[op["max_status_requests"]]))
+        if len(seen) > op["status_requests_used"]:
+            uncharged += len(seen) - op["status_requests_used"]
+            moments += [("requests never charged", seen[-1])] * (len(seen) - op["status_requests_used"])
         lost_before = unanswered.get(op["pk"], [])
         for i in range(1, len(seen)):
             step = max(0, i - 1 - sum(1 for sent in lost_before if sent <= seen[i - 1] + 0.5))
             floor_s = JITTER_FLOOR * raw_delay(step)
-            too_close += int(seen[i] - seen[i - 1] < floor_s - 0.001)
+            if seen[i] - seen[i - 1] < floor_s - 0.001:
+                too_close += 1
+                moments.append(("two requests closer than the schedule allows", seen[i]))
     done_jobs = len(delays)
     say(f"operations: {len(jobs):,} created, {done_jobs:,} succeeded, {escalated} with a person or ended otherwise")
     if done_jobs:

@@ -88,6 +88,15 @@ class PgBouncer:
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}; its log ends:\n{self.log()[-2000:]}") from None
 
+    def repoint(self, *, upstream_port: int) -> None:
+        """Send every new server connection to another PostgreSQL (a promoted replica), as a failover
+        manager does: the config is rewritten and pgbouncer reloaded (SIGHUP); clients stay connected."""
+        text = self.config.read_text().replace(f"port={self.upstream[1]} ", f"port={upstream_port} ")
+        self.config.write_text(text)
+        self.upstream = (self.upstream[0], upstream_port)
+        pid = int((self.dir / "pgbouncer.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGHUP)
+
     def url(self, database: str, *, user: str = "root") -> str:
         return f"postgres://{user}@127.0.0.1:{self.port}/{database}"
 
