@@ -14,7 +14,7 @@ DEMO_GIVEN := $(foreach p,$(DEMO_PORTS),$(if $(filter command line environment,$
 DEMO_STARTED_AT := $(shell date +%s)
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-reset test screenshots lint bench soak soak-short chaos chaos-short failover failover-short clean venv
+.PHONY: demo demo-reset test screenshots lint bench soak soak-short chaos chaos-short chaos-direct chaos-direct-short failover failover-short clean venv
 
 $(STAMP): pyproject.toml
 	@echo "Installing pollerdash into $(VENV) (log: var/install.log)"
@@ -91,13 +91,21 @@ soak-short: $(DEV_STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/soak.py --short
 
 # The fault run of the production topology (bench/chaos.py): two hosts, two web processes and the
-# signer through PgBouncer on a private PostgreSQL cluster; SIGKILLs, a partition, a PgBouncer
-# restart. Exits 1 when an invariant is not 0; chaos-short is CI's form (under 5 minutes).
+# signer through PgBouncer on a private primary and synchronous replica; SIGKILLs, a partition, a
+# primary failover, a PgBouncer restart, people deciding throughout. Exits 1 when an invariant is
+# not 0; chaos-short is CI's form (about 5 minutes).
 chaos: $(DEV_STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/chaos.py
 
 chaos-short: $(DEV_STAMP)
 	SECRET_KEY=bench $(BIN)/python bench/chaos.py --short
+
+# The same fault run with every process straight to PostgreSQL on a multi-host URL (no PgBouncer).
+chaos-direct: $(DEV_STAMP)
+	SECRET_KEY=bench $(BIN)/python bench/chaos.py --direct
+
+chaos-direct-short: $(DEV_STAMP)
+	SECRET_KEY=bench $(BIN)/python bench/chaos.py --direct --short
 
 # A primary failover under load (bench/failover.py): two PostgreSQL 15 clusters made for the run
 # (pg_createcluster, a synchronous replica by pg_basebackup -R; run as root), the primary SIGKILLed

@@ -1,33 +1,36 @@
-"""The fault run: the production topology through PgBouncer, one fault after another, one command.
+"""The fault run: the production topology, one fault after another, one command.
 
     .venv/bin/python bench/chaos.py            # make chaos: 6,000 operations, faults 60 s apart, a 90 s partition
     .venv/bin/python bench/chaos.py --short    # make chaos-short (CI): 2,000 operations, 10 s partition, < 5 min
+    .venv/bin/python bench/chaos.py --direct   # the same straight to PostgreSQL (make chaos-direct[-short])
 
-Everything runs on 127.0.0.1 and stops by itself: two PRIVATE PostgreSQL clusters, a primary and its
-synchronous replica (bench/failover.py's pair; never the shared server), PgBouncer in transaction
-pooling in front of it (bench/topology.py), the
-fake provider, two "hosts" each with a qcluster and a dispatcher - host A through a TCP proxy that
-can be cut, host B straight to PgBouncer -, two web processes (uvicorn) and the audit signer, all
-with DATABASE_POOL_MODE=transaction. Operations of the soak's kind (each job finishes at the
-provider after a log-normal duration) arrive over the first half of the fault phase, and the run
-injects, in sequence: SIGKILL of host B's qcluster (restarted at once, as a supervisor would),
-SIGKILL of host A's dispatcher (restarted), host A cut off from the database for --partition-s,
-a PostgreSQL primary failover, and a PgBouncer restart. Then it drains until every operation is
-finished. The database is a primary with a synchronous streaming replica (bench/failover.py's
-pair); the failover SIGKILLs the primary's postmaster, promotes the replica and repoints PgBouncer
-at it with a reload (what a failover manager does: the processes keep their PgBouncer URL and
-reconnect by themselves). This process's own queries use the pair's multi-host URL, and a recorder
-thread appends audit entries throughout: every one whose COMMIT returned must be on the promoted
-server.
+Everything runs on 127.0.0.1 and stops by itself: two PRIVATE PostgreSQL clusters, a primary and
+its synchronous replica (bench/failover.py's pair; never the shared server), the fake provider, two
+"hosts" each with a qcluster and a dispatcher, two web processes (uvicorn) and the audit signer.
+Through PgBouncer (the default): PgBouncer in transaction pooling in front of the primary
+(bench/topology.py), every process with DATABASE_POOL_MODE=transaction, host A through a TCP proxy
+that can be cut; `--direct`: every process on the pair's multi-host URL, host A through a cuttable
+proxy to each server. Operations of the soak's kind (each job finishes at the provider after a
+log-normal duration) arrive over the first half of the fault phase, and the run injects, in
+sequence: SIGKILL of host B's qcluster (restarted at once, as a supervisor would), SIGKILL of host
+A's dispatcher (restarted), host A cut off from the database for --partition-s, a primary failover
+(the primary's postmaster SIGKILLed, the replica promoted; through PgBouncer, PgBouncer is then
+repointed at it with a reload, as a failover manager does, and the processes keep their URL), and
+last a PgBouncer restart (direct: a restart of the promoted server). Then it drains until every
+operation is finished. This process's own queries use the pair's multi-host URL. A recorder thread
+appends audit entries throughout (each whose COMMIT returned must be on the promoted server), and a
+decider closes, through the decision service, the cards that jobs of their own account open
+throughout (bench/chaos_decisions.py).
 
 It prints, per fault, the recovery time (from the fault to the first 5 s whose dispatch lag p95 is
-at most 1 s) and the invariants that have a moment (the offending request's), counted in the span
-from that fault to the next; then, in total, the invariants, each of which must be 0: the soak's (requests over
-budget, never charged, closer than the schedule allows, operations lost or stuck; bench/soak.py
-`report`) and the topology's: requests after the deadline, two requests for one fence, false
-outcomes, audit decisions missing or doubled for an answered request, a signed tree smaller than
-one signed before, a web process not answering at the end, an acknowledged audit commit missing
-after the promotion. Exit status 1 on any.
+at most 1 s) and the invariants that have a moment (the offending request's), counted from that
+fault to the next; then, in total, the invariants, each of which must be 0: the soak's (requests
+over budget, never charged, closer than the schedule allows, operations lost or stuck;
+bench/soak.py `report`), the topology's (requests after the deadline, two requests for one fence,
+false outcomes, audit decisions missing or doubled for an answered request, a signed tree smaller
+than one signed before, a web process not answering at the end, an acknowledged audit commit
+missing after the failover) and the decider's (decisions returned applied and then lost, cards
+decided twice, cards left undecided). Exit status 1 on any.
 """
 
 from __future__ import annotations
@@ -50,28 +53,102 @@ from bench.topology import Partition, PgBouncer, wait_for_port
 
 RUNS_DIR = ROOT / "var" / "chaos"
 SHORT = {"ops": 2000, "seconds": 150.0, "fault_every": 22.0, "partition_s": 10.0, "median": 15.0}
-FAULTS = ("kill qcluster", "kill dispatcher", "partition", "primary failover", "pgbouncer restart")
+FAULTS = ("kill qcluster", "kill dispatcher", "partition", "primary failover")
+
+
+class ThroughPgBouncer:
+    """Every process through PgBouncer in transaction pooling; host A through a cuttable proxy to it.
+    The failover repoints PgBouncer at the promoted replica; the last fault restarts PgBouncer."""
+
+    last_fault = "pgbouncer restart"
+    pool_mode = "transaction"
+
+    def __init__(self, *, pair: ReplicatedPair, database: str) -> None:
+        self.pair = pair
+        self.bouncer = PgBouncer(upstream_port=pair.ports[0])
+        self.partition = Partition(port=self.bouncer.port)
+        url = self.bouncer.url(database)
+        self.urls = {"a": url.replace(f":{self.bouncer.port}/", f":{self.partition.port}/"), "b": url}
+
+    def cut(self) -> None:
+        self.partition.cut()
+
+    def heal(self) -> None:
+        self.partition.heal()
+
+    def failover(self) -> str:
+        postmaster = self.pair.kill_primary()
+        self.pair.promote()
+        self.bouncer.repoint(upstream_port=self.pair.ports[1])
+        return f"the primary's postmaster {postmaster} SIGKILLed, the replica promoted, PgBouncer repointed at it"
+
+    def last(self) -> str:
+        self.bouncer.restart()
+        return "PgBouncer killed and started again (every client connection dropped)"
+
+    def stop(self) -> None:
+        self.partition.stop()
+        self.bouncer.stop()
+
+
+class Direct:
+    """Every process straight to PostgreSQL on the pair's multi-host URL; host A through a cuttable
+    proxy to each server. The failover is the promotion alone (libpq finds the new primary); the
+    last fault restarts the promoted server."""
+
+    last_fault = "postgres restart"
+    pool_mode = "session"
+
+    def __init__(self, *, pair: ReplicatedPair, database: str) -> None:
+        self.pair = pair
+        self.partitions = [Partition(port=port) for port in pair.ports]
+        tail = f"/{database}?target_session_attrs=read-write"
+        hosts_a = ",".join(f"127.0.0.1:{partition.port}" for partition in self.partitions)
+        self.urls = {"a": f"postgres://root@{hosts_a}{tail}", "b": f"{pair.server}{tail}"}
+
+    def cut(self) -> None:
+        for partition in self.partitions:
+            partition.cut()
+
+    def heal(self) -> None:
+        for partition in self.partitions:
+            partition.heal()
+
+    def failover(self) -> str:
+        postmaster = self.pair.kill_primary()
+        self.pair.promote()
+        return (
+            f"the primary's postmaster {postmaster} SIGKILLed, the replica promoted (processes on the multi-host URL)"
+        )
+
+    def last(self) -> str:
+        started = time.monotonic()
+        subprocess.run(
+            ["pg_ctlcluster", "15", self.pair.names[1], "restart", "-m", "fast"], check=True, capture_output=True
+        )
+        return f"the promoted primary restarted (fast shutdown) in {time.monotonic() - started:.1f} s"
+
+    def stop(self) -> None:
+        for partition in self.partitions:
+            partition.stop()
 
 
 class Topology:
     """The processes: two hosts (qcluster + dispatcher), two web processes, the signer."""
 
-    def __init__(self, *, out: Path, bouncer: PgBouncer, partition: Partition, database: str, key: Path) -> None:
+    def __init__(self, *, out: Path, route: ThroughPgBouncer | Direct, key: Path) -> None:
         self.out = out
         base = dict(os.environ)
         base.update(
-            DATABASE_POOL_MODE="transaction",
             LOG_LEVEL="WARNING",
             PYTHONUNBUFFERED="1",
             Q_WORKERS="2",
             AUDIT_SIGNING_KEY_FILE=str(key),
             METRICS_ALLOW_LOOPBACK="1",
         )
-        direct = bouncer.url(database)
-        self.env = {
-            "a": {**base, "DATABASE_URL": direct.replace(f":{bouncer.port}/", f":{partition.port}/")},
-            "b": {**base, "DATABASE_URL": direct},
-        }
+        if route.pool_mode == "transaction":
+            base["DATABASE_POOL_MODE"] = "transaction"
+        self.env = {host: {**base, "DATABASE_URL": url} for host, url in route.urls.items()}
         self.procs: dict[str, subprocess.Popen] = {}
         self.web_ports = [free_port(), free_port()]
         try:
@@ -140,15 +217,7 @@ class Topology:
                 pass
 
 
-def inject(
-    name: str,
-    *,
-    topology: Topology,
-    bouncer: PgBouncer,
-    partition: Partition,
-    pair: ReplicatedPair,
-    args: argparse.Namespace,
-) -> str:
+def inject(name: str, *, topology: Topology, route: ThroughPgBouncer | Direct, args: argparse.Namespace) -> str:
     """The fault, as it happens; returns what was done."""
     if name == "kill qcluster":
         topology.kill("qcluster-b")
@@ -157,17 +226,13 @@ def inject(
         topology.kill("dispatcher-a")
         return "host A's dispatcher SIGKILLed, started again"
     if name == "partition":
-        partition.cut()
+        route.cut()
         time.sleep(args.partition_s)  # the length of the outage itself
-        partition.heal()
+        route.heal()
         return f"host A cut off from the database for {args.partition_s:g} s, then healed"
     if name == "primary failover":
-        postmaster = pair.kill_primary()
-        pair.promote()
-        bouncer.repoint(upstream_port=pair.ports[1])
-        return f"the primary's postmaster {postmaster} SIGKILLed, the replica promoted, PgBouncer repointed at it"
-    bouncer.restart()
-    return "PgBouncer killed and started again (every client connection dropped)"
+        return route.failover()
+    return route.last()
 
 
 def recovery_s(fault_at: float, *, window: float = 5.0, until: float) -> float | None:
@@ -245,13 +310,12 @@ def run(args: argparse.Namespace, *, out: Path, pair: ReplicatedPair, provider_u
     key = out / "audit-signing-key.pem"
     checkpoints.generate_key_file(key)
     profile = soak.make_profile(provider_url)
-    bouncer = PgBouncer(upstream_port=pair.ports[0])
-    partition = Partition(port=bouncer.port)
+    route = Direct(pair=pair, database="chaos") if args.direct else ThroughPgBouncer(pair=pair, database="chaos")
+    faults_planned = (*FAULTS, route.last_fault)
     try:
-        topology = Topology(out=out, bouncer=bouncer, partition=partition, database="chaos", key=key)
+        topology = Topology(out=out, route=route, key=key)
     except BaseException:
-        partition.stop()
-        bouncer.stop()
+        route.stop()
         raise
     recorder = AckedAppends()
     cards = chaos_decisions.make_profile(provider_url)
@@ -270,10 +334,10 @@ def run(args: argparse.Namespace, *, out: Path, pair: ReplicatedPair, provider_u
                 if count > 0:
                     with_retry(lambda count=count: chaos_decisions.register(cards, count), "registering")
                     opened += count
-            if len(faults) < len(FAULTS) and time.time() >= next_fault:
-                name = FAULTS[len(faults)]
+            if len(faults) < len(faults_planned) and time.time() >= next_fault:
+                name = faults_planned[len(faults)]
                 at = time.time()
-                what = inject(name, topology=topology, bouncer=bouncer, partition=partition, pair=pair, args=args)
+                what = inject(name, topology=topology, route=route, args=args)
                 faults.append({"name": name, "at": at, "what": what})
                 soak.say(f"    {at - start:5.0f} s  {name}: {what}; {soak.load()}")
                 next_fault = time.time() + args.fault_every
@@ -287,8 +351,7 @@ def run(args: argparse.Namespace, *, out: Path, pair: ReplicatedPair, provider_u
         recorder.stop()
         decider.stop()
         topology.stop()
-        partition.stop()
-        bouncer.stop()
+        route.stop()
     return {
         "jobs": jobs,
         "start": start,
@@ -310,6 +373,7 @@ def main() -> None:
     parser.add_argument("--median", type=float, default=40.0, help="median job duration, seconds")
     parser.add_argument("--sigma", type=float, default=0.8)
     parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--direct", action="store_true", help="every process straight to PostgreSQL, no PgBouncer")
     parser.add_argument("--keep-logs", action="store_true")
     if parser.parse_known_args()[0].short:
         parser.set_defaults(**SHORT)
@@ -320,7 +384,8 @@ def main() -> None:
     out = RUNS_DIR / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     soak.OUT = out
-    soak.say(f"pollerdash chaos: {soak.load()}; evidence in {out.relative_to(ROOT)}/")
+    mode = "straight to PostgreSQL" if args.direct else "through PgBouncer"
+    soak.say(f"pollerdash chaos, {mode}: {soak.load()}; evidence in {out.relative_to(ROOT)}/")
     failures: dict[str, int] = {"the run did not finish": 1}
     pair = ReplicatedPair(synchronous=True)
     # The decider closes cards faster than a person's decision rate limit allows one person.
@@ -372,10 +437,27 @@ def report(result: dict, provider_url: str) -> dict[str, int]:
         recovery = "never" if seconds is None else f"{seconds:.0f} s"
         # The drain is part of the last fault's span: late effects of any fault show there.
         until = following["at"] if following["name"] != "end" else float("inf")
-        soak.say(f"  {fault['name']}: recovered in {recovery}; {_counted(moments, fault['at'], until)}")
+        lag = _lag_p95(fault["at"], min(until, end))
+        soak.say(f"  {fault['name']}: recovered in {recovery}, lag p95 {lag}; {_counted(moments, fault['at'], until)}")
     invariants["faults never recovered from"] = unrecovered
     soak.say("in total (each must be 0): " + ", ".join(f"{name} {count}" for name, count in invariants.items()))
     return {name: count for name, count in invariants.items() if count}
+
+
+def _lag_p95(start: float, until: float) -> str:
+    """The dispatch lag p95 of the polls started in [start, until): where a slow span is."""
+    from datetime import UTC, datetime
+
+    from operations.models import StatusCheck
+
+    rows = StatusCheck.objects.filter(
+        account="soak",
+        started_at__gte=datetime.fromtimestamp(start, UTC),
+        started_at__lt=datetime.fromtimestamp(until, UTC),
+        due_at__isnull=False,
+    ).values_list("started_at", "due_at")
+    lags = [(started - due).total_seconds() for started, due in rows]
+    return f"{percentile(lags, 95):.2f} s over {len(lags):,} polls" if lags else "no polls"
 
 
 def _counted(moments: list[tuple[str, float]], start: float, until: float) -> str:
