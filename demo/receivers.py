@@ -268,11 +268,11 @@ def slack_page(
         "read now (updated in place after every act on the card, wherever it was taken). Acknowledge and Review "
         "and decide send a signed click to pollerdash as Slack does; pollerdash matches the person by email, and "
         "Review and decide opens pollerdash's modal, drawn below as Slack shows it. "
-        f"Refreshes every {PAGE_REFRESH_S} s while no modal is open.</p>"
+        f"Refreshes every {PAGE_REFRESH_S} s while no modal waits for a choice.</p>"
     )
-    shown = modals_section(modals or [], click_token=click_token)
+    shown, choosing = modals_section(modals or [], click_token=click_token)
     body = intro + shown + ("".join(parts) or "<p>No messages yet.</p>")
-    return _page("Slack #oncall (demo receiver)", body, refresh=not shown)
+    return _page("Slack #oncall (demo receiver)", body, refresh=not choosing)
 
 
 class _SlackHandler(fakeslack._Handler):

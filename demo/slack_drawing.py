@@ -25,7 +25,14 @@ _DATE_TOKEN = re.compile(r"<!date\^\d+\^[^|>]*\|([^>]*)>")
 _LINK = re.compile(r"<(https?://[^|>]+)\|([^>]*)>")
 
 
-EMOJI = {":white_check_mark:": "✅", ":ballot_box_with_check:": "☑️", ":information_source:": "ℹ️"}
+EMOJI = {
+    ":white_check_mark:": "✅",
+    ":ballot_box_with_check:": "☑️",
+    ":information_source:": "ℹ️",
+    ":arrows_counterclockwise:": "🔄",
+    ":zzz:": "💤",
+    ":warning:": "⚠️",
+}
 
 
 def mrkdwn(text: str) -> str:
@@ -80,15 +87,17 @@ class DemoModal:
             self.errors = {str(k): str(v) for k, v in reply["errors"].items()}
 
 
-def modals_section(modals: list[DemoModal], *, click_token: str) -> str:
-    """The newest modals, drawn above the channel ("" for none)."""
+def modals_section(modals: list[DemoModal], *, click_token: str) -> tuple[str, bool]:
+    """The newest modals, drawn above the channel ("" for none), and whether one still waits for a
+    choice (the page then does not refresh, which would wipe it)."""
+    shown = modals[:MODALS_SHOWN]
     drawn = [
-        modal_html(m.view_id, m.view, opened_by=m.opened_by, errors=m.errors, click_token=click_token)
-        for m in modals[:MODALS_SHOWN]
+        modal_html(m.view_id, m.view, opened_by=m.opened_by, errors=m.errors, click_token=click_token) for m in shown
     ]
     if not drawn:
-        return ""
-    return "<h2>Modals opened in Slack (views.open)</h2>" + "".join(drawn) + "<h2>#oncall</h2>"
+        return "", False
+    section = "<h2>Modals opened in Slack (views.open)</h2>" + "".join(drawn) + "<h2>#oncall</h2>"
+    return section, any(m.view.get("submit") for m in shown)
 
 
 def modal_html(
@@ -104,8 +113,8 @@ def modal_html(
     body = "".join(_block(block, errors=errors) for block in view.get("blocks") or [])
     submit = " ".join(texts(view.get("submit"))) if view.get("submit") else ""
     close = " ".join(texts(view.get("close"))) or "Close"
-    foot = f"<span class=muted>{html.escape(close)} · </span>" + (
-        f"<button>{html.escape(submit)}</button>" if submit else ""
+    foot = f"<span class=muted>{html.escape(close)}</span>" + (
+        f" <button>{html.escape(submit)}</button>" if submit else ""
     )
     form_open, form_close = "", ""
     if submit:
@@ -138,6 +147,10 @@ def _block(block: Any, *, errors: dict[str, str]) -> str:
         if isinstance(accessory, dict) and str(accessory.get("url", "")).startswith("http"):
             label = " ".join(texts(accessory.get("text")))
             link = f' <a class=btn href="{html.escape(str(accessory["url"]))}">{html.escape(label)}</a>'
+        elif isinstance(block.get("text"), dict) and (found := _LINK.search(str(block["text"].get("text", "")))):
+            # A mrkdwn link ("Open the card") stays a link, as Slack draws it.
+            link = f' <a class=btn href="{html.escape(found.group(1))}">{html.escape(found.group(2))}</a>'
+            text = text.replace(found.group(2), "", 1).strip(" ·")
         return f"<div style='white-space:pre-wrap;margin:.4rem 0'>{html.escape(text)}{link}</div>"
     if kind == "input":
         return _input(block, error=errors.get(str(block.get("block_id", "")), ""))

@@ -356,6 +356,6 @@ def test_the_demo_slack_page_draws_the_modal_pollerdash_opened_and_submits_it(
         assert (decision.username, decision.channel, decision.comment) == ("responder", "slack", "from the demo")
         # The modal now shows pollerdash's answer, with no choice left to submit.
         page = httpx.get(demo.base_url).text
-        assert "Open the card" in page and "name=option" not in page
+        assert "Open the card</a>" in page and "name=option" not in page and 'http-equiv="refresh"' in page
     finally:
         demo.stop()
