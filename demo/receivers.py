@@ -9,11 +9,14 @@ newcomer sees the pager hand-off and Slack's Acknowledge without accounts anywhe
   acknowledgement timeout does) and **Resolve**, each sent to pollerdash as PagerDuty sends it: a
   v3 webhook event signed with the subscription's secret, posted to ``SITE_URL/pagerduty/webhooks``;
   pollerdash matches the person by the email PAGERDUTY_USER_EMAILS gives their PagerDuty id.
-- Slack, ``GET /``: the channel as it reads now (messages updated in place), each open card's
-  message with its **Acknowledge** button. A click is sent to pollerdash as Slack sends one:
-  a block_actions payload, signed with the app's signing secret, posted to
-  ``SITE_URL/slack/interactions``, with a response_url back here; pollerdash then asks this
-  Slack's ``users.info`` who clicked and matches the confirmed email to a demo account.
+- Slack, ``GET /``: the channel as it reads now (messages updated in place after every act), each
+  open card's message with its **Review and decide** and **Acknowledge** buttons. A click is sent
+  to pollerdash as Slack sends one: a block_actions payload, signed with the app's signing secret,
+  posted to ``SITE_URL/slack/interactions``, with a response_url back here; pollerdash then asks
+  this Slack's ``users.info`` who clicked and matches the confirmed email to a demo account.
+  "Review and decide" carries a trigger_id, with which pollerdash opens its modal here
+  (``views.open``): the page draws each modal received (demo/slack_drawing.py) as Slack would,
+  and submits it to pollerdash as Slack does (a signed view_submission).
 
 Both listen on 127.0.0.1 only. A click form carries a token made at start-up, so another web page
 open in the same browser cannot post clicks here.
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import hmac
 import html
-import re
 import secrets
 import time
 import urllib.error
@@ -35,10 +37,10 @@ from urllib.parse import parse_qs
 
 from demo import fakepagerduty, fakeslack
 from demo.envfile import EMAIL_DOMAIN, PAGERDUTY_PEOPLE
+from demo.slack_drawing import MODAL_STYLE, DemoModal, modals_section, mrkdwn, texts
 
 ACK_ACTION_ID = "pollerdash_ack"  # escalations.oncall.channels.slack_blocks.ACK_ACTION_ID (demo imports no layer above)
 REVIEW_ACTION_ID = "pollerdash_review"  # slack_blocks.REVIEW_ACTION_ID: in Slack it opens a modal
-_CARD_LINK = re.compile(r"<(https?://[^|>\s]+)\|Open the decision card>")
 CHANNEL = "C0DEMO0001"
 # The Slack people who may click, and the demo account each one's confirmed email belongs to.
 SLACK_PEOPLE = {"UDEMORESP1": "responder", "UDEMORESP2": "responder2", "UDEMOVIEW1": "viewer"}
@@ -49,8 +51,10 @@ STYLE = (
     ".muted{color:#616061;font-size:.85rem}table{border-collapse:collapse;width:100%}"
     "td,th{border-bottom:1px solid #ddd;padding:.35rem .5rem;text-align:left;vertical-align:top}"
     "button{font:inherit;padding:.2rem .7rem;margin-right:.4rem}.btn{display:inline-block;padding:.2rem .7rem;"
-    "border:1px solid #007a5a;border-radius:4px;color:#007a5a;text-decoration:none;margin-right:.4rem}"
+    "border:1px solid #007a5a;border-radius:4px;color:#007a5a;text-decoration:none;margin-right:.4rem}" + MODAL_STYLE
 )
+# Modals drawn on the page, newest first.
+MODALS_SHOWN = 3
 
 
 def email_of(username: str) -> str:
@@ -73,10 +77,12 @@ def slack_users(team_id: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def _page(title: str, body: str) -> bytes:
+def _page(title: str, body: str, *, refresh: bool = True) -> bytes:
+    # No refresh while a modal is drawn: it would wipe the choice being made.
+    meta = f'<meta http-equiv="refresh" content="{PAGE_REFRESH_S}">' if refresh else ""
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f'<meta http-equiv="refresh" content="{PAGE_REFRESH_S}"><link rel="icon" href="data:,">'
+        f'{meta}<link rel="icon" href="data:,">'
         f"<title>{html.escape(title)}</title>"
         f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
     ).encode()
@@ -210,38 +216,22 @@ class DemoPagerDuty(fakepagerduty.FakePagerDuty):
 
 # --- Slack -------------------------------------------------------------------------------------------
 
-_DATE_TOKEN = re.compile(r"<!date\^\d+\^[^|>]*\|([^>]*)>")
-_LINK = re.compile(r"<(https?://[^|>]+)\|([^>]*)>")
+
+def _click_form(*, action: str, key: str, card: str, label: str, click_token: str, people: str) -> str:
+    return (
+        '<form method=post action="/demo/click" style="display:inline">'
+        f'<input type=hidden name=token value="{click_token}">'
+        f'<input type=hidden name=message value="{html.escape(key)}">'
+        f'<input type=hidden name=card value="{html.escape(card)}">'
+        f'<input type=hidden name=action value="{action}">'
+        f"<label>as <select name=user>{people}</select></label> "
+        f"<button>{label}</button></form> "
+    )
 
 
-EMOJI = {":white_check_mark:": "✅", ":ballot_box_with_check:": "☑️", ":information_source:": "ℹ️"}
-
-
-def _mrkdwn(text: str) -> str:
-    """Slack's markup as plain words: date tokens read as their fallback, links as their label, a
-    field's "*Label*\nvalue" on one line."""
-    text = _DATE_TOKEN.sub(r"\1", text)
-    text = _LINK.sub(r"\2", text)
-    text = re.sub(r"^\*([^*\n]+)\*\n", r"\1: ", text)
-    for code, emoji in EMOJI.items():
-        text = text.replace(code, emoji)
-    return html.unescape(text.replace("*", ""))
-
-
-def _texts(element: Any) -> list[str]:
-    if isinstance(element, dict):
-        if isinstance(element.get("text"), str):
-            return [_mrkdwn(element["text"])]
-        found: list[str] = []
-        for key in ("text", "fields", "elements"):
-            found += _texts(element.get(key))
-        return found
-    if isinstance(element, list):
-        return [t for item in element for t in _texts(item)]
-    return []
-
-
-def slack_page(messages: Mapping[str, dict[str, Any]], *, click_token: str) -> bytes:
+def slack_page(
+    messages: Mapping[str, dict[str, Any]], *, click_token: str, modals: list[DemoModal] | None = None
+) -> bytes:
     people = "".join(
         f'<option value="{user_id}">{html.escape(name)} ({html.escape(email_of(name))})</option>'
         for user_id, name in SLACK_PEOPLE.items()
@@ -254,38 +244,35 @@ def slack_page(messages: Mapping[str, dict[str, Any]], *, click_token: str) -> b
                 continue
             if block.get("type") == "actions":
                 for button in block.get("elements") or []:
-                    label = html.escape(" ".join(_texts(button.get("text"))))
+                    label = html.escape(" ".join(texts(button.get("text"))))
                     if button.get("url"):
                         buttons.append(f'<a class=btn href="{html.escape(str(button["url"]))}">{label}</a>')
-                    elif button.get("action_id") == REVIEW_ACTION_ID and (link := _CARD_LINK.search(str(message))):
-                        # The demo does not draw Slack's modal: the card decides the same options.
+                    elif button.get("action_id") in (ACK_ACTION_ID, REVIEW_ACTION_ID):
+                        # Review and decide opens pollerdash's modal, drawn above the channel.
+                        action = "review" if button.get("action_id") == REVIEW_ACTION_ID else "ack"
+                        card = str(button.get("value", ""))
                         buttons.append(
-                            f'<a class=btn href="{html.escape(link.group(1))}">{label}</a>'
-                            " <span class=muted>(a modal in Slack)</span> "
-                        )
-                    elif button.get("action_id") == ACK_ACTION_ID:
-                        buttons.append(
-                            '<form method=post action="/demo/click" style="display:inline">'
-                            f'<input type=hidden name=token value="{click_token}">'
-                            f'<input type=hidden name=message value="{html.escape(key)}">'
-                            f'<input type=hidden name=card value="{html.escape(str(button.get("value", "")))}">'
-                            f"<label>as <select name=user>{people}</select></label> "
-                            f"<button>{label}</button></form>"
+                            _click_form(
+                                action=action, key=key, card=card, label=label, click_token=click_token, people=people
+                            )
                         )
             else:
-                text = "\n".join(_texts(block))
+                text = "\n".join(texts(block))
                 if text:
                     lines.append(f"<div style='white-space:pre-wrap'>{html.escape(text)}</div>")
         if not lines:
-            lines.append(f"<div>{html.escape(_mrkdwn(str(message.get('text', ''))))}</div>")
+            lines.append(f"<div>{html.escape(mrkdwn(str(message.get('text', ''))))}</div>")
         parts.append(f"<div class=msg>{''.join(lines)}<p>{''.join(buttons)}</p></div>")
     intro = (
         f"<p class=muted>The demo's stand-in for a Slack channel ({CHANNEL}): pollerdash's messages as they "
-        "read now (updated in place when a card is acknowledged or decided). Acknowledge sends a signed click "
-        f"to pollerdash as Slack does; pollerdash matches the person by email. Refreshes every {PAGE_REFRESH_S} s."
-        "</p>"
+        "read now (updated in place after every act on the card, wherever it was taken). Acknowledge and Review "
+        "and decide send a signed click to pollerdash as Slack does; pollerdash matches the person by email, and "
+        "Review and decide opens pollerdash's modal, drawn below as Slack shows it. "
+        f"Refreshes every {PAGE_REFRESH_S} s while no modal waits for a choice.</p>"
     )
-    return _page("Slack #oncall (demo receiver)", intro + ("".join(parts) or "<p>No messages yet.</p>"))
+    shown, choosing = modals_section(modals or [], click_token=click_token)
+    body = intro + shown + ("".join(parts) or "<p>No messages yet.</p>")
+    return _page("Slack #oncall (demo receiver)", body, refresh=not choosing)
 
 
 class _SlackHandler(fakeslack._Handler):
@@ -294,14 +281,12 @@ class _SlackHandler(fakeslack._Handler):
             return self._text(404, "not_found")
         # Typing: FakeReceiver.start sets receiver on the server (demo/fakehttp.py).
         receiver: DemoSlack = self.server.receiver  # type: ignore[attr-defined]
-        self.reply(
-            200,
-            slack_page(receiver.messages(), click_token=receiver.click_token),
-            content_type="text/html; charset=utf-8",
-        )
+        page = slack_page(receiver.messages(), click_token=receiver.click_token, modals=receiver.modals())
+        self.reply(200, page, content_type="text/html; charset=utf-8")
 
     def do_POST(self) -> None:
-        if self.path.partition("?")[0] != "/demo/click":
+        path = self.path.partition("?")[0]
+        if path not in ("/demo/click", "/demo/submit"):
             return super().do_POST()
         # Typing: FakeReceiver.start sets receiver on the server (demo/fakehttp.py).
         receiver: DemoSlack = self.server.receiver  # type: ignore[attr-defined]
@@ -309,13 +294,21 @@ class _SlackHandler(fakeslack._Handler):
         form = {k: v[0] for k, v in parse_qs((raw or b"").decode("utf-8", "replace")).items()}
         if not hmac.compare_digest(form.get("token", ""), receiver.click_token):
             return self._text(403, "this form is not from the demo's Slack page")
-        if form.get("user") not in SLACK_PEOPLE or not form.get("card", "").isdigit():
+        if path == "/demo/submit":
+            problem = receiver.submit(
+                view_id=form.get("view", ""), option=form.get("option", ""), comment=form.get("comment", "")
+            )
+        elif form.get("user") not in SLACK_PEOPLE or not form.get("card", "").isdigit():
             return self._text(400, "choose a person and a card")
-        problem = receiver.click(message_key=form.get("message", ""), card=form["card"], user_id=form["user"])
+        else:
+            action = REVIEW_ACTION_ID if form.get("action") == "review" else ACK_ACTION_ID
+            problem = receiver.click(
+                message_key=form.get("message", ""), card=form["card"], user_id=form["user"], action_id=action
+            )
         if problem:
             return self.reply(
                 200,
-                _page("Slack (demo receiver)", f"<p>{html.escape(problem)}</p>"),
+                _page("Slack (demo receiver)", f"<p>{html.escape(problem)}</p><p><a href='/'>Back</a></p>"),
                 content_type="text/html; charset=utf-8",
             )
         self.reply(303, b"", content_type="text/plain", headers={"Location": "/"})
@@ -333,24 +326,63 @@ class DemoSlack(fakeslack.FakeSlack):
         self.team_id = team_id
         self.app_id = app_id
         self.click_token = secrets.token_urlsafe(16)
+        # Modals by view id, with who opened each (views.open does not say; the click before it does).
+        self._modals: dict[str, DemoModal] = {}
 
-    def click(self, *, message_key: str, card: str, user_id: str) -> str:
-        """Send pollerdash the click Slack would send; "" when pollerdash took it, else why not."""
+    def modals(self) -> list[DemoModal]:
+        """The modals opened here, newest first, as they read after their last submission."""
+        for view_id, view in self.views().items():
+            self._modals.setdefault(view_id, DemoModal(view_id, view, opened_by=""))
+        return list(reversed(self._modals.values()))
+
+    def click(self, *, message_key: str, card: str, user_id: str, action_id: str = ACK_ACTION_ID) -> str:
+        """Send pollerdash the click Slack would send; "" when pollerdash took it, else why not. Review
+        and decide carries a trigger_id, with which pollerdash opens its modal here at once."""
+        before = set(self.views())
         body = fakeslack.interaction(
             user_id=user_id,
             team_id=self.team_id,
             app_id=self.app_id,
-            action_id=ACK_ACTION_ID,
+            action_id=action_id,
             value=card,
             response_url=self.new_response_url(replaces=message_key),
+            trigger_id=self.new_trigger() if action_id == REVIEW_ACTION_ID else "1.2.3",
         )
+        problem, _ = self._send(body, what="the click")
+        for view_id, view in self.views().items():
+            if view_id not in before:
+                self._modals[view_id] = DemoModal(view_id, view, opened_by=SLACK_PEOPLE.get(user_id, user_id))
+        if not problem and action_id == REVIEW_ACTION_ID and set(self.views()) == before:
+            return "pollerdash opened no modal; its answer is on the message, for the person who clicked."
+        return problem
+
+    def submit(self, *, view_id: str, option: str, comment: str) -> str:
+        """Submit a modal as Slack would (a view_submission, signed); its answer replaces the modal
+        (response_action update) or shows next to the field (errors)."""
+        modal = self._modals.get(view_id)
+        user_id = next((u for u, name in SLACK_PEOPLE.items() if modal and name == modal.opened_by), "")
+        if modal is None or not user_id:
+            return "no such modal on this page."
+        body = fakeslack.view_submission(
+            view=modal.view,
+            view_id=view_id,
+            user_id=user_id,
+            team_id=self.team_id,
+            app_id=self.app_id,
+            option=option,
+            comment=comment,
+        )
+        problem, answer = self._send(body, what="the decision")
+        modal.answered(answer)
+        return problem
+
+    def _send(self, body: bytes, *, what: str) -> tuple[str, bytes]:
         headers = fakeslack.signed(body=body, secret=self.signing_secret, timestamp=int(time.time()))
         request = urllib.request.Request(self.interactions_url, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:  # a fixed local URL
-                answer.read()
+                return "", answer.read()
         except urllib.error.HTTPError as exc:
-            return f"pollerdash answered {exc.code} to the click."
+            return f"pollerdash answered {exc.code} to {what}.", b""
         except OSError as exc:
-            return f"pollerdash did not answer the click ({exc.__class__.__name__}); is the web process running?"
-        return ""
+            return f"pollerdash did not answer {what} ({exc.__class__.__name__}); is the web process running?", b""

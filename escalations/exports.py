@@ -239,6 +239,8 @@ ACTIVITY_HEADER = [
     # As for decisions; a notice (kind "notice": what a channel reported that changed nothing) has no user.
     "channel",
     "channel_identity",
+    # A snooze (kind "snoozed"): when its reminders resume; empty for every other kind.
+    "snoozed_until",
 ]
 
 
@@ -261,4 +263,5 @@ def activity_rows(activities: QuerySet[CardActivity]) -> Iterator[list[object]]:
             activity.pk,
             activity.channel,
             activity.channel_identity,
+            activity.until if activity.kind == CardActivity.Kind.SNOOZED else None,
         ]

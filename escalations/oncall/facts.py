@@ -21,7 +21,9 @@ from django.urls import reverse
 
 from escalations.agent_text import inert, quoted
 from operations.cards.card import load_card, reason_label
-from operations.models import Decision, Escalation
+from operations.cards.options import human_duration
+from operations.models import CardActivity, Decision, Escalation
+from operations.vocabulary import Channel
 
 # Why a card stopped may quote a provider's state of any length: a notification shows this much.
 PROVIDER_TEXT_MAX = 300
@@ -62,6 +64,16 @@ class CardStatus:
     by: str = ""
     at: datetime | None = None
     outcome: str = ""
+    # An acknowledgement: the channel it came through when not the dashboard ("PagerDuty", "Slack",
+    # "the API"), and whose card it took over.
+    via: str = ""
+    taken_from: str = ""
+    # An open card's last change of hands, in pollerdash's words ("Given back by bob"), and when.
+    change: str = ""
+    change_at: datetime | None = None
+    # A snooze still running.
+    snoozed_by: str = ""
+    snoozed_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -122,8 +134,19 @@ def _group_facts(escalation: Escalation) -> dict[str, Any]:
     return {"group_size": size, "group_url": f"{settings.SITE_URL}{reverse('card_group', args=[escalation.group_id])}"}
 
 
-def card_status(*, escalation: Escalation) -> CardStatus:
-    """Decided or superseded (with who and what), acknowledged (by whom), or open."""
+# How an act's channel is named after "via" (the dashboard is the default and is not named).
+VIA = {Channel.SLACK: "Slack", Channel.PAGERDUTY: "PagerDuty", Channel.API: "the API"}
+HANDS = (
+    CardActivity.Kind.ACKNOWLEDGED,
+    CardActivity.Kind.UNACKNOWLEDGED,
+    CardActivity.Kind.REASSIGNED,
+    CardActivity.Kind.ACK_EXPIRED,
+)
+
+
+def card_status(*, escalation: Escalation, now: datetime) -> CardStatus:
+    """Decided or superseded (with who and what), acknowledged (by whom, through which channel), or
+    open (with its last change of hands); and a snooze still running at `now`."""
     if escalation.state == Escalation.State.DECIDED:
         decision = (
             Decision.objects.filter(escalation=escalation, outcome=Decision.Outcome.APPLIED)
@@ -140,6 +163,33 @@ def card_status(*, escalation: Escalation) -> CardStatus:
         return CardStatus(
             "superseded", at=escalation.closed_at, outcome=inert(escalation.closed_reason, limit=OUTCOME_MAX)
         )
+    snooze: dict[str, Any] = {}
+    if escalation.snoozed_until is not None and escalation.snoozed_until > now and escalation.snoozed_by is not None:
+        snooze = {"snoozed_by": escalation.snoozed_by.get_username(), "snoozed_until": escalation.snoozed_until}
+    last = CardActivity.objects.filter(escalation=escalation, kind__in=HANDS).order_by("-at", "-pk").first()
     if escalation.acknowledged_by is not None:
-        return CardStatus("acknowledged", by=escalation.acknowledged_by.get_username(), at=escalation.acknowledged_at)
-    return CardStatus("open")
+        acked = last if last is not None and last.kind == CardActivity.Kind.ACKNOWLEDGED else None
+        return CardStatus(
+            "acknowledged",
+            by=escalation.acknowledged_by.get_username(),
+            at=escalation.acknowledged_at,
+            via=VIA.get(Channel(acked.channel), "") if acked else "",
+            taken_from=acked.previous_username if acked else "",
+            **snooze,
+        )
+    change = _change(last) if last is not None else ""
+    return CardStatus("open", change=change, change_at=last.at if change and last else None, **snooze)
+
+
+def _change(activity: CardActivity) -> str:
+    """An open, unacknowledged card's last change of hands in words ("" for none worth showing)."""
+    who = activity.username
+    via = VIA.get(Channel(activity.channel), "")
+    via = f" via {via}" if via else ""
+    if activity.kind == CardActivity.Kind.UNACKNOWLEDGED:
+        return f"Given back by {who}{via}"
+    if activity.kind == CardActivity.Kind.REASSIGNED:
+        return f"Handed to {activity.to_username} by {who}{via}"
+    if activity.kind == CardActivity.Kind.ACK_EXPIRED and activity.until is not None:
+        return f"Still undecided {human_duration(activity.at - activity.until)} after {who} acknowledged"
+    return ""

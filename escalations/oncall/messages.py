@@ -27,7 +27,9 @@ from operations.notify.rules import TO_PEOPLE, Event, State
 # Messages outside the levels whose note is their head, then their first sentence.
 TOLD = frozenset({Event.REASSIGNED, Event.TAKEN_OVER, Event.AWAITING_SECOND})
 # Where the card stands is read for the messages that show it.
-SHOWS_STATUS = frozenset({Event.ACKNOWLEDGED, Event.ENDED, Event.SLACK_REPLY})
+SHOWS_STATUS = frozenset({Event.ACKNOWLEDGED, Event.ENDED, Event.UPDATED, Event.SLACK_REPLY})
+# Follow-ups that update a message in place.
+IN_PLACE = frozenset({Event.ACKNOWLEDGED, Event.ENDED, Event.UPDATED})
 
 
 def message_of(row: NotificationDelivery, *, now: datetime) -> Message:
@@ -65,8 +67,8 @@ def message_of(row: NotificationDelivery, *, now: datetime) -> Message:
         last=event is Event.LEVEL and _last(row),
         now=now,
         card=facts,
-        status=card_status(escalation=escalation) if event in SHOWS_STATUS else CardStatus("open"),
-        updates=_updates(row, escalation_id=escalation.pk) if event in (Event.ACKNOWLEDGED, Event.ENDED) else "",
+        status=card_status(escalation=escalation, now=now) if event in SHOWS_STATUS else CardStatus("open"),
+        updates=_updates(row, escalation_id=escalation.pk) if event in IN_PLACE else "",
         response_url=row.response_url,
         note=row.note,
     )

@@ -75,10 +75,11 @@ def on_card_reassigned(
     """The responder a card was handed to is told; the policy goes on until they acknowledge. Nobody
     is told of a card they took themselves (one someone else held is taken over, which tells them).
     A card handed on by someone who took it over from its holder tells that holder, as a take-over."""
-    from escalations.oncall import runs
+    from escalations.oncall import runs, updates
 
     giver = by.get_username()
     now = timezone.now()
+    updates.update_in_place(escalation_id=escalation.pk, now=now)
     if taken_from is not None:
         runs.tell(
             escalation=escalation,

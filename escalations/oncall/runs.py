@@ -7,6 +7,8 @@
   writes the next level's rows; a process killed anywhere in it commits nothing, and two
   dispatchers never send a level twice (the unique slot of NotificationDelivery backs this up).
 - `snooze` (the act's transaction): no step before the snooze's end.
+- Every act that changes what a Slack-app post shows also updates it in place (escalations.oncall.
+  updates): a give-back, a snooze and its end, a take-over, an acknowledgement that timed out.
 - `expire_acknowledgements` (the dispatcher, every pass): a run acknowledged longer than its policy's
   ack_timeout_s with the card undecided starts again from level 1, its messages headed "Still
   undecided 30 min after bob acknowledged"; the card's acknowledgement is withdrawn in the same
@@ -37,9 +39,10 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from escalations.oncall import caps
+from escalations.oncall import caps, updates
 from escalations.oncall.channels.registry import FOLLOWED_UP
 from escalations.oncall.outbox import rule_row
+from escalations.oncall.updates import follow_up_row
 from escalations.roles import can_decide
 from operations.cards.options import human_duration
 from operations.lifecycle import ownership
@@ -163,6 +166,7 @@ def expire_acknowledgements(*, now: datetime | None = None, limit: int = STEPS_P
                 raise RuntimeError(f"policy run of card {escalation_id} changed under its lock")
             after = f" after {holder} acknowledged" if holder else " after it was acknowledged"
             head = f"Still undecided {human_duration(timedelta(seconds=timeout_s))}{after}"
+            updates.update_in_place(escalation_id=escalation_id, now=now)
             _advance(run, state=new, policy=policy, now=now, head=head)
             restarted += 1
     return restarted
@@ -273,7 +277,7 @@ def acknowledge(*, escalation: Escalation, now: datetime) -> None:
 
 
 def snooze(*, escalation: Escalation, until: datetime, now: datetime) -> None:
-    """No step before `until` (a snooze changes no message already written)."""
+    """No step before `until`; the Slack-app posts show the snooze now, and its end at `until`."""
     run = _locked_run(escalation)
     if run is None:
         return
@@ -281,6 +285,8 @@ def snooze(*, escalation: Escalation, until: datetime, now: datetime) -> None:
     new = policy_snooze(state=old, until=until)
     if new != old and not _write(run, old=old, new=new, now=now):
         raise RuntimeError(f"policy run of card {escalation.pk} changed under its lock")
+    updates.update_in_place(escalation_id=escalation.pk, now=now)
+    updates.update_in_place(escalation_id=escalation.pk, now=now, at=until)
 
 
 def unacknowledge(*, escalation: Escalation, now: datetime, by: User | None = None) -> None:
@@ -299,6 +305,8 @@ def unacknowledge(*, escalation: Escalation, now: datetime, by: User | None = No
     restarted = new.round != old.round
     if not restarted:
         caps.count_resumed(now=now)
+    # The posts show who gave it back before a restart's new post goes out.
+    updates.update_in_place(escalation_id=escalation.pk, now=now)
     # A resumed round's step that fell due while the card was held is the schedule's, not the act's.
     _advance(run, state=new, policy=Policy.from_json(run.snapshot), now=now, caused_by=by if restarted else None)
 
@@ -334,21 +342,16 @@ def _close(
             state=State.SKIPPED, detail=skip.reason, next_attempt_at=None, finished_at=now
         )
     NotificationDelivery.objects.bulk_create(
-        NotificationDelivery(
-            escalation_id=escalation.pk,
-            round=run.round,
-            level=OUTSIDE_LEVELS,
-            repetition=0,
-            channel=str(follow.channel),
-            address=follow.address,
-            display=by_id[follow.after_row_id].display,
-            event=str(follow.event),
-            next_attempt_at=now,
-            after_id=follow.after_row_id,
-            created_at=now,
+        follow_up_row(
+            escalation.pk, follow, display=by_id[follow.after_row_id].display, now=now, due=now, round_=run.round
         )
         for follow in plan.add
     )
+    if changes is rules.on_acknowledge:
+        # Acknowledged again (a take-over, after a give-back): no new acknowledge follows a stream
+        # already acknowledged, yet its post must show who holds the card now.
+        announced = {(follow.channel, follow.address) for follow in plan.add}
+        updates.update_in_place(escalation_id=escalation.pk, now=now, announced=announced)
 
 
 # --- messages outside the levels ------------------------------------------------------------------------

@@ -10,6 +10,8 @@ and `State` are the one vocabulary of those rows: the model's choices are made f
 - `retry_delay_s`: when to try a failed attempt again (or give up);
 - `on_acknowledge` / `on_end`: rows to skip and follow-ups to add, in the transaction of the
   acknowledgement or decision, so "acknowledged" and "level 2 will not be sent" commit together;
+- `on_change`: the in-place updates any other act on the card writes (a Slack-app post shows the
+  card as it is now after every act, wherever it was taken);
 - `follow_up_ready`: a follow-up (PagerDuty acknowledge/resolve, Slack message update) waits for
   the row it follows, so trigger -> acknowledge -> resolve arrive in order with one dedup_key;
 - `never_held_by_hourly_caps`: the messages the hourly caps may count but never hold back;
@@ -41,6 +43,10 @@ class Event(StrEnum):
     LEVEL = "level"  # email, Slack post or PagerDuty trigger of a level send
     ACKNOWLEDGED = "acknowledged"  # PagerDuty acknowledge; Slack message updated in place
     ENDED = "ended"  # PagerDuty resolve; Slack message updated in place
+    # A Slack-app post updated in place to show the card as it is now after an act that neither
+    # acknowledged nor closed it (given back, snoozed, a snooze's end, handed on, taken over, an
+    # acknowledgement that timed out); never a predecessor of other follow-ups.
+    UPDATED = "updated"
     REASSIGNED = "reassigned"  # the responder a card was handed to is told
     TAKEN_OVER = "taken_over"  # the responder a card was taken over from is told
     AWAITING_SECOND = "awaiting_second"  # an acceptance needs a second responder
@@ -134,8 +140,29 @@ def on_acknowledge(*, rows: Sequence[Row], followed_up: Set[Kind]) -> Changes:
 
 
 def on_end(*, rows: Sequence[Row], followed_up: Set[Kind]) -> Changes:
-    return _close_streams(
-        rows=rows, followed_up=followed_up, event=Event.ENDED, why="the card was closed before it was sent"
+    """The streams' end; in-place updates not sent yet (a snooze's end) are skipped: the end's own
+    update shows the card closed."""
+    why = "the card was closed before it was sent"
+    closed = _close_streams(rows=rows, followed_up=followed_up, event=Event.ENDED, why=why)
+    pending = tuple(Skip(row.id, why) for row in rows if row.event is Event.UPDATED and row.unsent)
+    return Changes(skip=closed.skip + pending, add=closed.add)
+
+
+def on_change(
+    *, rows: Sequence[Row], updated_in_place: Set[Kind], announced: Set[tuple[Kind, str]] = frozenset()
+) -> tuple[FollowUp, ...]:
+    """One in-place update for each stream of a channel in `updated_in_place` (a Slack-app post)
+    whose post went out, or may have, unless the act's own follow-up already updates it
+    (`announced`: its (channel, address)). The update follows the stream's last post (it waits for
+    that post, nothing else) and shows the card as it is when it is sent."""
+    streams: dict[tuple[Kind, str], list[Row]] = {}
+    for row in sorted(rows, key=lambda r: r.id):
+        if row.channel in updated_in_place and row.event is Event.LEVEL and row.state in (State.SENT, State.PENDING):
+            streams.setdefault((row.channel, row.address), []).append(row)
+    return tuple(
+        FollowUp(channel=channel, address=address, event=Event.UPDATED, after_row_id=posts[-1].id)
+        for (channel, address), posts in streams.items()
+        if (channel, address) not in announced
     )
 
 
@@ -152,7 +179,8 @@ def _close_streams(*, rows: Sequence[Row], followed_up: Set[Kind], event: Event,
     skipped = {s.row_id for s in skip}
     streams: dict[tuple[Kind, str], list[Row]] = {}
     for row in sorted(rows, key=lambda r: r.id):
-        if row.channel in followed_up:
+        # An in-place update is never waited for: it may be scheduled for a snooze's end.
+        if row.channel in followed_up and row.event is not Event.UPDATED:
             streams.setdefault((row.channel, row.address), []).append(row)
     add: list[FollowUp] = []
     for (channel, address), stream in streams.items():

@@ -5,7 +5,7 @@ each channel says of itself."""
 from __future__ import annotations
 
 from escalations.oncall.channels.base import Channel
-from escalations.oncall.channels.registry import CHANNELS, FOLLOWED_UP
+from escalations.oncall.channels.registry import CHANNELS, FOLLOWED_UP, UPDATED_IN_PLACE
 from operations.notify.kinds import CHANNELS as CHANNEL_KINDS
 from operations.notify.kinds import LABELS, TARGETS, Kind
 from operations.notify.rules import Event
@@ -22,5 +22,7 @@ def test_every_channel_kind_has_its_one_registered_channel_and_words():
 def test_follow_ups_are_each_channels_own_word():
     assert FOLLOWED_UP == {Kind.PAGERDUTY, Kind.SLACK_CHANNEL}
     for channel in CHANNELS.values():
-        assert set(channel.follow_ups) <= {Event.ACKNOWLEDGED, Event.ENDED}
+        assert set(channel.follow_ups) <= {Event.ACKNOWLEDGED, Event.ENDED, Event.UPDATED}
+    # Only a post that can be edited shows the card as it is after every act (PagerDuty has no such event).
+    assert UPDATED_IN_PLACE == {Kind.SLACK_CHANNEL}
     assert [kind for kind, channel in CHANNELS.items() if channel.one_alert_per_card] == [Kind.PAGERDUTY]

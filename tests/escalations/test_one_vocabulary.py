@@ -236,7 +236,7 @@ def test_every_option_and_outcome_reads_in_words_on_every_surface(
     now = timezone.now()
     for esc in Escalation.objects.all():
         facts = card_facts(escalation=esc, now=now)
-        status = card_status(escalation=esc)
+        status = card_status(escalation=esc, now=now)
         level = Message(event=Event.LEVEL, address="x@example.test", head="", intro="", first=True, last=False, now=now)
         message = email.card_email(level, facts=facts)
         problems += words_problems(f"email {esc.pk}", f"{message.subject}\n{message.text}\n{visible(message.html)}")

@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.db.models import F
 from django.utils import timezone
 
@@ -297,3 +298,64 @@ def test_the_message_offers_snoozes_only_before_the_deadline(settings) -> None:
     message = card_message(facts=facts, status=CardStatus("open"), interactive=True, modal=True, now=now)
     [menu] = [e for e in message["blocks"][-1]["elements"] if e["type"] == "static_select"]
     assert [o["value"] for o in menu["options"]] == ["7:15", "7:60"]
+
+
+# --- the demo's Slack: a newcomer sees the modal the on-call person would see, and decides in it ----------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_slack_page_draws_the_modal_pollerdash_opened_and_submits_it(
+    live_server, settings, make_policy, make_user, stopped, pump, clock
+) -> None:
+    import re
+
+    import httpx
+
+    from demo.envfile import EMAIL_DOMAIN
+    from demo.receivers import DemoSlack
+
+    responder = make_user("responder")
+    responder.email = f"responder@{EMAIL_DOMAIN}"
+    responder.save()
+    settings.SLACK_BOT_TOKEN = CANARY_SLACK_BOT
+    make_policy("chat", (3600, [{"slack_channel": "C0DEMO0001"}]), default=True)
+    demo = DemoSlack(
+        bot_token=CANARY_SLACK_BOT,
+        signing_secret=SECRET,
+        interactions_url=f"{live_server.url}/slack/interactions",
+        team_id=TEAM,
+        app_id=APP,
+    ).start()
+    try:
+        settings.SLACK_SIGNING_SECRET, settings.SLACK_BOT_TOKEN = SECRET, CANARY_SLACK_BOT
+        settings.SLACK_TEAM_ID, settings.SLACK_APP_ID = TEAM, APP
+        settings.SLACK_API_URL = f"{demo.base_url}/api"
+        settings.NOTIFY_ALLOWED_HOSTS = [*settings.NOTIFY_ALLOWED_HOSTS, demo.base_url.removeprefix("http://")]
+        esc = stopped(max_status_requests=2, deadline_at=timezone.now() + timedelta(hours=3))
+        # Slack's signatures and trigger_ids are checked against the real time.
+        clock.move_to(time_machine.escape_hatch.time.time(), tick=True)
+        assert pump() == ["sent"]
+        page = httpx.get(demo.base_url).text
+        assert "Review and decide</button>" in page and "Modals opened" not in page
+        [key] = demo.messages()
+        form = {"token": demo.click_token, "message": key, "card": str(esc.pk), "user": "UDEMORESP1"}
+        assert httpx.post(f"{demo.base_url}/demo/click", data={**form, "action": "review"}).status_code == 303
+        page = httpx.get(demo.base_url).text
+        # The modal as Slack shows it: its title, the card's version, each option with its effect.
+        assert f"Decide: card {esc.pk}" in page and f"Card version {esc.version}" in page
+        assert "opened for responder" in page and "On the card only" in page and "Comment" in page
+        values = re.findall(r'type=radio name=option value="([^"]+)"', page)
+        assert values and all(v.startswith("extend:") for v in values)
+        assert 'http-equiv="refresh"' not in page  # a refresh would wipe the choice being made
+        [view_id] = demo.views()
+        submitted = {"token": demo.click_token, "view": view_id, "option": values[0], "comment": "from the demo"}
+        assert httpx.post(f"{demo.base_url}/demo/submit", data={**submitted, "token": "guess"}).status_code == 403
+        assert Escalation.objects.get(pk=esc.pk).state == "open"
+        assert httpx.post(f"{demo.base_url}/demo/submit", data=submitted).status_code == 303
+        decision = Decision.objects.get(escalation=esc, outcome="applied")
+        assert (decision.username, decision.channel, decision.comment) == ("responder", "slack", "from the demo")
+        # The modal now shows pollerdash's answer, with no choice left to submit.
+        page = httpx.get(demo.base_url).text
+        assert "Open the card</a>" in page and "name=option" not in page and 'http-equiv="refresh"' in page
+    finally:
+        demo.stop()

@@ -4,6 +4,8 @@ sends an acknowledged, undecided card back to its policy. Time moves with time-m
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import timedelta
 
 import pytest
@@ -92,6 +94,31 @@ def test_a_snooze_is_an_audited_act_shown_in_the_cards_activity(two_levels, long
     assert PolicyRun.objects.get(pk=esc.pk).snoozed_until == activity.until
     story = client.get(f"/operations/{esc.operation_id}/").content.decode()
     assert "snoozed the card" in story
+
+
+def test_the_card_activity_exports_say_until_when_a_snooze_silences_reminders(
+    two_levels, long_card, client, alice, pump, clock
+) -> None:
+    esc = long_card()
+    client.force_login(alice)
+    client.post(f"/cards/{esc.pk}/acknowledge/")
+    client.post(f"/cards/{esc.pk}/snooze/", {"minutes": "60"})
+    until = (timezone.now() + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    clock.shift(3600 + 1800)
+    pump()  # the acknowledgement ran out: its activity has a time of its own, which is no snooze's end
+    assert CardActivity.objects.filter(escalation=esc, kind="ack_expired").exists()
+    client.force_login(alice)  # signed in anew after the hour and a half
+    for url in (f"/operations/{esc.operation_id}/card-activity.csv", "/history/card-activity.csv"):
+        answer = client.get(url)
+        text = b"".join(answer).decode()
+        assert answer.status_code == 200, (url, answer.status_code, text[:300])
+        rows = list(csv.DictReader(io.StringIO(text)))
+        assert list(rows[0])[-1] == "snoozed_until", url
+        assert [(r["kind"], r["snoozed_until"]) for r in rows] == [
+            ("acknowledged", ""),
+            ("snoozed", until),
+            ("ack_expired", ""),
+        ], url
 
 
 @pytest.mark.parametrize("minutes", ["240", "30", "0", "-15", "60 ", "1e3", ""])

@@ -17,6 +17,7 @@ from operations.notify.rules import (
     State,
     follow_up_ready,
     on_acknowledge,
+    on_change,
     on_end,
     retry_delay_s,
 )
@@ -135,6 +136,35 @@ def test_a_level_sent_after_a_give_back_is_acknowledged_anew():
     )
     acknowledged = [*rows, row(8, Kind.PAGERDUTY, Event.ACKNOWLEDGED, State.PENDING, 0, "ONCALL_PD_A")]
     assert on_acknowledge(rows=acknowledged, followed_up=FOLLOWED_UP).add == ()
+
+
+def test_any_other_act_updates_each_slack_post_in_place_after_its_last_post_unless_its_own_follow_up_does():
+    rows = [
+        row(1, Kind.SLACK_CHANNEL, Event.LEVEL, State.SENT, 1, "C1"),
+        row(2, Kind.SLACK_CHANNEL, Event.ACKNOWLEDGED, State.SENT, 1, "C1"),
+        row(3, Kind.SLACK_CHANNEL, Event.LEVEL, State.PENDING, 0, "C1"),  # a restart's post, not sent yet
+        row(4, Kind.SLACK_CHANNEL, Event.LEVEL, State.FAILED, 1, "C2"),  # never reached the channel
+        row(5, Kind.PAGERDUTY, Event.LEVEL, State.SENT, 1, "ONCALL_PD_A"),
+        row(6, Kind.SLACK_WEBHOOK, Event.LEVEL, State.SENT, 1, "ONCALL_HOOK"),
+    ]
+    updated = frozenset({Kind.SLACK_CHANNEL})
+    assert on_change(rows=rows, updated_in_place=updated) == (FollowUp(Kind.SLACK_CHANNEL, "C1", Event.UPDATED, 3),)
+    assert on_change(rows=rows, updated_in_place=updated, announced={(Kind.SLACK_CHANNEL, "C1")}) == ()
+
+
+def test_an_update_in_place_is_never_waited_for_and_a_pending_one_is_skipped_when_the_card_ends():
+    """A snooze's end is an update due later: an acknowledgement or the end follows the post, not it."""
+    rows = [
+        row(1, Kind.SLACK_CHANNEL, Event.LEVEL, State.SENT, 1, "C1"),
+        row(2, Kind.SLACK_CHANNEL, Event.UPDATED, State.SENT, 1, "C1"),
+        row(3, Kind.SLACK_CHANNEL, Event.UPDATED, State.PENDING, 0, "C1"),  # the snooze's end
+    ]
+    assert on_acknowledge(rows=rows, followed_up=FOLLOWED_UP).add == (
+        FollowUp(Kind.SLACK_CHANNEL, "C1", Event.ACKNOWLEDGED, 1),
+    )
+    ended = on_end(rows=rows, followed_up=FOLLOWED_UP)
+    assert ended.add == (FollowUp(Kind.SLACK_CHANNEL, "C1", Event.ENDED, 1),)
+    assert ended.skip == (Skip(3, "the card was closed before it was sent"),)
 
 
 def test_a_follow_up_waits_for_its_predecessor_and_is_dropped_if_the_trigger_never_landed():

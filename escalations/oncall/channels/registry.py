@@ -18,6 +18,7 @@ from escalations.oncall.channels.slack_reply import SlackReply
 from escalations.oncall.channels.slack_webhook import SlackWebhook
 from escalations.oncall.channels.teams_webhook import TeamsWebhook
 from operations.notify.kinds import Kind
+from operations.notify.rules import Event
 
 CHANNELS: Mapping[Kind, Channel] = {
     channel.kind: channel
@@ -25,6 +26,8 @@ CHANNELS: Mapping[Kind, Channel] = {
 }
 # The channels whose messages have follow-ups (operations.notify.rules.on_acknowledge, on_end).
 FOLLOWED_UP = frozenset(kind for kind, channel in CHANNELS.items() if channel.follow_ups)
+# The channels whose messages show the card as it is after every act (operations.notify.rules.on_change).
+UPDATED_IN_PLACE = frozenset(kind for kind, channel in CHANNELS.items() if Event.UPDATED in channel.follow_ups)
 
 
 def channel(kind: Kind) -> Channel:

@@ -99,8 +99,9 @@ def card_message(
             ],
         },
     ]
-    if status.state != "open":
-        blocks.append({"type": "context", "elements": [_md(_status_line(status))]})
+    lines = _status_lines(status)
+    if lines:
+        blocks.append({"type": "context", "elements": [_md(line) for line in lines]})
     buttons = _buttons(facts, status, interactive, modal=modal, now=now)
     blocks.append({"type": "actions", "block_id": f"card-{facts.escalation_id}", "elements": buttons})
     fallback = f"{head}: {facts.reason_label} - {facts.provider_slug} ({facts.operation_id}) {facts.card_url}"
@@ -188,15 +189,28 @@ def _snooze_menu(escalation_id: int, choices: list[int]) -> dict:
     }
 
 
-def _status_line(status: CardStatus) -> str:
+def _status_lines(status: CardStatus) -> list[str]:
+    """Where the card stands, one line each: its state (or an open card's last change of hands) and
+    a snooze still running."""
     who = f" by {slack_escaped(status.by)}" if status.by else ""
     when = f" · {_when(status.at)}" if status.at else ""
     outcome = f": {slack_escaped(_cut(status.outcome, 300))}" if status.outcome else ""
+    lines = []
     if status.state == "acknowledged":
-        return f":white_check_mark: Acknowledged{who}{when}"
-    if status.state == "decided":
-        return f":ballot_box_with_check: Decided{who}{when}{outcome}"
-    return f":information_source: Closed without a decision{when}{outcome}"
+        via = f" via {status.via}" if status.via else ""
+        taken = f" (taken over from {slack_escaped(status.taken_from)})" if status.taken_from else ""
+        lines.append(f":white_check_mark: Acknowledged{who}{via}{taken}{when}")
+    elif status.state == "decided":
+        lines.append(f":ballot_box_with_check: Decided{who}{when}{outcome}")
+    elif status.state == "superseded":
+        lines.append(f":information_source: Closed without a decision{when}{outcome}")
+    elif status.change:
+        at = f" · {_when(status.change_at)}" if status.change_at else ""
+        lines.append(f":arrows_counterclockwise: {slack_escaped(status.change)}{at}")
+    if status.snoozed_until is not None and status.state in ("open", "acknowledged"):
+        by = f" by {slack_escaped(status.snoozed_by)}" if status.snoozed_by else ""
+        lines.append(f":zzz: Reminders snoozed{by} until {_when(status.snoozed_until)}")
+    return lines
 
 
 def _when(value: datetime | None) -> str:

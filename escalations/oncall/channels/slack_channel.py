@@ -1,5 +1,6 @@
 """The Slack app channel: a card's message posted to a channel id with the bot token (chat.postMessage)
-and updated in place (chat.update) when the card is acknowledged or closed; and the Web API's
+and updated in place (chat.update) after every act on the card (acknowledged, given back, taken
+over, handed on, snoozed and the snooze's end, an acknowledgement that timed out, closed); and the Web API's
 users.info, which the interactivity endpoint asks who clicked (escalations.views.slack).
 
 Slack's Web API answers HTTP 200 with `{"ok": false, "error": ...}` when it refuses: ratelimited,
@@ -28,7 +29,11 @@ RETRIED_ERRORS = frozenset({"ratelimited", "internal_error", "service_unavailabl
 
 class SlackChannel(Channel):
     kind = Kind.SLACK_CHANNEL
-    follow_ups = {Event.ACKNOWLEDGED: "message updated (acknowledged)", Event.ENDED: "message updated (closed)"}
+    follow_ups = {
+        Event.ACKNOWLEDGED: "message updated (acknowledged)",
+        Event.ENDED: "message updated (closed)",
+        Event.UPDATED: "message updated",
+    }
 
     def deliver(self, message: Message) -> Outcome:
         token = _token()
