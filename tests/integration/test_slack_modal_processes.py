@@ -42,6 +42,12 @@ targets = [{{ slack_channel = "{CHANNEL}" }}, {{ user = "alice" }}]
 
 @pytest.fixture
 def slack_world(processes, make_profile, settings, tmp_path: Path):
+    yield from start_slack_world(processes, make_profile, settings, tmp_path, policy=POLICY)
+
+
+def start_slack_world(processes, make_profile, settings, tmp_path: Path, *, policy: str):
+    """The fake Slack, alice (a responder matched to U123), `policy` as "chat", a qcluster, a
+    dispatcher and two web processes; yields (profile, fake Slack, the two web URLs)."""
     chat = FakeSlack(bot_token=CANARY_SLACK_BOT).start()
     chat.state.users["U123"] = {
         "id": "U123",
@@ -53,7 +59,7 @@ def slack_world(processes, make_profile, settings, tmp_path: Path):
     get_user_model().objects.create_user("alice", "alice@example.test").groups.add(responders)
     settings.SLACK_BOT_TOKEN = CANARY_SLACK_BOT  # the policy's slack_channel needs the Slack app
     policy_file = tmp_path / "policies.toml"
-    policy_file.write_text(POLICY)
+    policy_file.write_text(policy)
     call_command("loadpolicies", str(policy_file))
     profile = make_profile(base_delay_s=0.05, max_delay_s=0.5, escalation_policy="chat")
     env = {
