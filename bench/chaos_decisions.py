@@ -20,26 +20,9 @@ BUDGET = 2
 
 
 def make_profile(provider_url: str):
-    from operations.models import ProviderAccount, ProviderProfile
+    from bench import soak
 
-    profile = ProviderProfile.objects.create(
-        slug=ACCOUNT,
-        name=ACCOUNT,
-        account=ACCOUNT,
-        status_url=f"{provider_url}/v1/jobs/{{job_id}}",
-        job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
-        state_field="state",
-        pending_states=["running"],
-        success_states=["succeeded"],
-        failure_states=["failed"],
-        base_delay_s=0.5,
-        max_delay_s=2.0,
-        rate_limit_per_s=10_000,
-        default_max_status_requests=BUDGET,
-        default_deadline_s=7200,
-    )
-    ProviderAccount.objects.get_or_create(name=ACCOUNT)
-    return profile
+    return soak.make_profile(provider_url, name=ACCOUNT, budget=BUDGET, base_delay_s=0.5, max_delay_s=2.0)
 
 
 def register(profile, count: int) -> None:

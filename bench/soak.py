@@ -211,13 +211,21 @@ def kill_a_leaseholder(recorder: Recorder) -> int | None:
     return None
 
 
-def make_profile(provider_url: str):
+def make_profile(
+    provider_url: str,
+    *,
+    name: str = "soak",
+    budget: int = BUDGET,
+    base_delay_s: float = BASE_DELAY_S,
+    max_delay_s: float = MAX_DELAY_S,
+):
+    """The run's provider profile, its account of the same name (the invariants count by account)."""
     from operations.models import ProviderAccount, ProviderProfile
 
     profile = ProviderProfile.objects.create(
-        slug="soak",
-        name="soak",
-        account="soak",
+        slug=name,
+        name=name,
+        account=name,
         status_url=f"{provider_url}/v1/jobs/{{job_id}}",
         job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
         state_field="state",
@@ -225,15 +233,15 @@ def make_profile(provider_url: str):
         success_states=["succeeded"],
         failure_states=["failed"],
         required_result_fields=["result.output_url"],
-        base_delay_s=BASE_DELAY_S,
-        max_delay_s=MAX_DELAY_S,
+        base_delay_s=base_delay_s,
+        max_delay_s=max_delay_s,
         backoff_multiplier=MULTIPLIER,
         jitter_floor=JITTER_FLOOR,
         rate_limit_per_s=10_000,
-        default_max_status_requests=BUDGET,
+        default_max_status_requests=budget,
         default_deadline_s=7200,
     )
-    ProviderAccount.objects.get_or_create(name="soak")
+    ProviderAccount.objects.get_or_create(name=name)
     return profile
 
 

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from demo.fakeslack import interaction
-from escalations.oncall.channels.slack_blocks import SNOOZE_ACTION_ID
 from operations.models import Escalation, NotificationDelivery, PolicyRun
+from tests.escalations.test_slack_modal import snooze_click
 from tests.integration.support import wait_until
-from tests.integration.test_slack_modal_processes import APP, CHANNEL, TEAM, open_card, post, start_slack_world
+from tests.integration.test_slack_modal_processes import CHANNEL, open_card, post, start_slack_world
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -54,15 +53,7 @@ def reminders(card: Escalation, *, after: object) -> list[tuple[int, int, str]]:
 def test_a_snooze_from_slack_silences_the_reminders_until_its_end_and_they_resume_after(reminding_world) -> None:
     profile, chat, (web, _) = reminding_world
     card, _ = open_card(profile, chat)
-    click = interaction(
-        user_id="U123",
-        team_id=TEAM,
-        app_id=APP,
-        action_id=SNOOZE_ACTION_ID,
-        value="",
-        response_url=chat.new_response_url(replaces="none"),
-        selected=f"{card.pk}:15",
-    )
+    click = snooze_click(chat, card, 15)
     assert post(web, click).status_code == 200
     snoozed = wait_until(
         lambda: PolicyRun.objects.filter(pk=card.pk, snoozed_until__isnull=False).first(), timeout=30, what="the snooze"
