@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from datetime import timedelta
 
 ACCOUNT = "chaos-cards"
 BUDGET = 2
@@ -27,30 +26,9 @@ def make_profile(provider_url: str):
 
 def register(profile, count: int) -> None:
     """`count` watched operations whose jobs never finish (first poll due now)."""
-    from django.utils import timezone
+    from bench import soak
 
-    from operations.lifecycle.registration import new_operation_id
-    from operations.models import Operation
-
-    now = timezone.now()
-    Operation.objects.bulk_create(
-        [
-            Operation(
-                id=new_operation_id(),
-                registered_by="operator:chaos",
-                provider=profile,
-                account=ACCOUNT,
-                provider_job_id=f"never_finishes__id={uuid.uuid4().hex[:12]}",
-                deadline_at=now + timedelta(hours=2),
-                max_status_requests=BUDGET,
-                max_transport_failures=5,
-                next_poll_at=now,
-                created_at=now,
-                updated_at=now,
-            )
-            for _ in range(count)
-        ]
-    )
+    soak.watch(profile, [f"never_finishes__id={uuid.uuid4().hex[:12]}" for _ in range(count)], budget=BUDGET)
 
 
 class Decider:

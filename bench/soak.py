@@ -247,6 +247,11 @@ def make_profile(
 
 def register(profile, jobs: list[tuple[int, float, float]]) -> None:
     """Create watched operations as registration leaves them (first poll due now), in bulk."""
+    watch(profile, [job_name(index, done_at) for index, _, done_at in jobs], budget=BUDGET)
+
+
+def watch(profile, job_ids: list[str], *, budget: int) -> None:
+    """Operations of `profile` watching `job_ids`, first poll due now, as registration leaves them."""
     from django.utils import timezone
 
     from operations.lifecycle.registration import new_operation_id
@@ -256,18 +261,18 @@ def register(profile, jobs: list[tuple[int, float, float]]) -> None:
     rows = [
         Operation(
             id=new_operation_id(),
-            registered_by="operator:soak",
+            registered_by=f"operator:{profile.account}",
             provider=profile,
             account=profile.account,
-            provider_job_id=job_name(index, done_at),
+            provider_job_id=job_id,
             deadline_at=now + timedelta(hours=2),
-            max_status_requests=BUDGET,
+            max_status_requests=budget,
             max_transport_failures=5,
             next_poll_at=now,
             created_at=now,
             updated_at=now,
         )
-        for index, _, done_at in jobs
+        for job_id in job_ids
     ]
     Operation.objects.bulk_create(rows, batch_size=1000)
 
