@@ -46,12 +46,12 @@ from operations.lifecycle import ownership
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules
 from operations.notify.kinds import Kind
-from operations.notify.policy import (
+from operations.notify.policy import Policy, Target
+from operations.notify.recipients import People, Person, Recipient, expand
+from operations.notify.steps import (
     Notify,
-    Policy,
     RunState,
     RunStatus,
-    Target,
     policy_ack_timeout,
     policy_acknowledge,
     policy_end,
@@ -59,7 +59,6 @@ from operations.notify.policy import (
     policy_step,
     policy_unacknowledge,
 )
-from operations.notify.recipients import People, Person, Recipient, expand
 from operations.notify.store import policy_for
 
 logger = logging.getLogger(__name__)
