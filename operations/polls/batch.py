@@ -46,10 +46,10 @@ from operations.polls.controller import (
     gate_at_charge,
     gate_or_stop,
     interpret,
-    load_for_polls,
     poll_once,
     worker_name,
 )
+from operations.polls.poll_inputs import load_for_polls
 from operations.providers import http
 from operations.providers.targets import Destination
 

@@ -961,7 +961,7 @@ def test_a_group_takes_the_same_statements_whatever_its_size(make_operation, set
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from operations.polls.controller import load_for_polls
+    from operations.polls.poll_inputs import load_for_polls
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
     ops = [make_operation(job_id("slow_success", polls=3)) for _ in range(size)]
