@@ -25,10 +25,10 @@ from operations.cards.options import Kind, Option
 from operations.cards.signin import SignIn
 from operations.lifecycle.cards import close_card, new_card_version
 from operations.lifecycle.decision_records import Act, act_on, decision_entry, decision_row, printable, record
+from operations.lifecycle.notes import add_note as add_note
 
 # Ownership and notes live in their own module; they are part of what responders do on a card.
 from operations.lifecycle.ownership import acknowledge as acknowledge
-from operations.lifecycle.ownership import add_note as add_note
 from operations.lifecycle.ownership import reassign as reassign
 from operations.lifecycle.ownership import unacknowledge as unacknowledge
 from operations.lifecycle.transitions import FINISH, RESUME
