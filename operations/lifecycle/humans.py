@@ -158,44 +158,23 @@ def grant(
     moved so no older claim can write. Taken at or after the business deadline, the decision also
     lets polling continue past it (`business_deadline_waived_at`).
     """
-    operation, escalation = card.operation, card.escalation
+    operation = card.operation
     assert option.new_deadline_at is not None and option.new_max_requests is not None
     act = act_on(
         card=card, user=user, sign_in=sign_in, comment=comment, channel=channel, channel_identity=channel_identity
     )
-    pending = list(operation.extra_pending_states or [])
-    added_state = None
-    if option.kind is Kind.TREAT_AS_PENDING:
-        added_state = card.facts.provider_state
-        if added_state and added_state not in pending:
-            pending.append(added_state)
-    previous = Authorization.objects.filter(operation=operation).order_by("-number").first()
-    authorization = Authorization.objects.create(
-        operation=operation,
-        number=(previous.number + 1) if previous else 1,
-        previous=previous,
-        kind=_AUTHORIZATION_KIND[option.kind],
-        granted_by=user,
-        granted_by_label=f"user:{user.get_username()}",
-        granted_at=now,
-        escalation=escalation,
+    pending, added_state = _pending_states(card=card, option=option)
+    authorization = _chain_authorization(
+        card=card,
+        option=option,
         deadline_at=option.new_deadline_at,
-        max_status_requests=option.new_max_requests,
-        max_transport_failures=option.new_max_transport_failures or operation.max_transport_failures,
-        extra_pending_states=pending,
-        check_spacing_s=option.check_spacing_s,
+        max_requests=option.new_max_requests,
+        user=user,
+        now=now,
         comment=comment,
+        pending=pending,
     )
-    bounds = {
-        "deadline_at": option.new_deadline_at,
-        "max_status_requests": option.new_max_requests,
-        "max_transport_failures": authorization.max_transport_failures,
-        "extra_pending_states": pending,
-        "check_spacing_s": option.check_spacing_s,
-        # An approval is for the check it was asked for: one left unused (the operation stopped for
-        # another reason first) must not let a later extension send a request nobody approved.
-        "approved_checks": 1 if option.kind is Kind.APPROVE_ONE_CHECK else 0,
-    }
+    bounds = _granted_bounds(option=option, authorization=authorization)
     _resume_polling(card=card, option=option, user=user, now=now, bounds=bounds, channel=act.channel)
     return record(
         act=act,
@@ -213,6 +192,63 @@ def grant(
         new_max_status_requests=option.new_max_requests,
         authorization=authorization,
     )
+
+
+def _pending_states(*, card: Card, option: Option) -> tuple[list[str], str | None]:
+    """The provider states that count as pending after the grant, and the one treat_as_pending added."""
+    pending = list(card.operation.extra_pending_states or [])
+    added_state = None
+    if option.kind is Kind.TREAT_AS_PENDING:
+        added_state = card.facts.provider_state
+        if added_state and added_state not in pending:
+            pending.append(added_state)
+    return pending, added_state
+
+
+def _chain_authorization(
+    *,
+    card: Card,
+    option: Option,
+    deadline_at: datetime,
+    max_requests: int,
+    user: User,
+    now: datetime,
+    comment: str,
+    pending: list[str],
+) -> Authorization:
+    """The grant's Authorization (the option's new bounds), chained to the operation's previous one."""
+    operation = card.operation
+    previous = Authorization.objects.filter(operation=operation).order_by("-number").first()
+    return Authorization.objects.create(
+        operation=operation,
+        number=(previous.number + 1) if previous else 1,
+        previous=previous,
+        kind=_AUTHORIZATION_KIND[option.kind],
+        granted_by=user,
+        granted_by_label=f"user:{user.get_username()}",
+        granted_at=now,
+        escalation=card.escalation,
+        deadline_at=deadline_at,
+        max_status_requests=max_requests,
+        max_transport_failures=option.new_max_transport_failures or operation.max_transport_failures,
+        extra_pending_states=pending,
+        check_spacing_s=option.check_spacing_s,
+        comment=comment,
+    )
+
+
+def _granted_bounds(*, option: Option, authorization: Authorization) -> dict[str, object]:
+    """The operation's bounds after the grant: the new authorization's."""
+    return {
+        "deadline_at": option.new_deadline_at,
+        "max_status_requests": option.new_max_requests,
+        "max_transport_failures": authorization.max_transport_failures,
+        "extra_pending_states": authorization.extra_pending_states,
+        "check_spacing_s": option.check_spacing_s,
+        # An approval is for the check it was asked for: one left unused (the operation stopped for
+        # another reason first) must not let a later extension send a request nobody approved.
+        "approved_checks": 1 if option.kind is Kind.APPROVE_ONE_CHECK else 0,
+    }
 
 
 def keep_waiting(
