@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from escalations.views import cards, groups, operations, system
+from escalations.views import cards, groups, history, operations, system
 
 urlpatterns = [
     path("", cards.inbox, name="inbox"),
@@ -20,11 +20,11 @@ urlpatterns = [
     path("groups/<int:group_id>/", groups.group, name="card_group"),
     path("groups/<int:group_id>/acknowledge/", groups.group_acknowledge, name="card_group_acknowledge"),
     path("groups/<int:group_id>/bulk/", groups.group_bulk, name="card_group_bulk"),
-    path("history/", cards.history, name="decision_history"),
-    path("history/decisions.csv", cards.history_csv, name="decision_history_csv"),
-    path("history/audit.jsonl", cards.history_jsonl, name="decision_history_jsonl"),
-    path("history/card-activity.csv", cards.history_activity_csv, name="decision_history_activity_csv"),
-    path("history/report/", cards.history_report, name="decision_history_report"),
+    path("history/", history.history, name="decision_history"),
+    path("history/decisions.csv", history.history_csv, name="decision_history_csv"),
+    path("history/audit.jsonl", history.history_jsonl, name="decision_history_jsonl"),
+    path("history/card-activity.csv", history.history_activity_csv, name="decision_history_activity_csv"),
+    path("history/report/", history.history_report, name="decision_history_report"),
     path("operations/", operations.operation_list, name="operation_list"),
     path("operations/<str:operation_id>/", operations.operation_detail, name="operation_detail"),
     path("operations/<str:operation_id>/audit.jsonl", operations.operation_audit_jsonl, name="operation_audit_jsonl"),

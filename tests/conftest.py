@@ -105,7 +105,7 @@ def _fresh_process_caches() -> None:
     # Rolled-back rows can come back with the same id and, under a frozen clock, the same
     # updated_at: per-process caches of rows must not outlive a test.
     from escalations.oncall import slack_refusals
-    from operations.polls.controller import clear_profile_cache
+    from operations.polls.poll_inputs import clear_profile_cache
     from operations.providers.credentials import forget_published
 
     clear_profile_cache()

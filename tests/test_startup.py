@@ -31,6 +31,7 @@ NOT_AT_START_UP = (
     "escalations.oncall.notices",
     "escalations.oncall.send",
     "escalations.oncall.runs",
+    "escalations.oncall.outbox_rows",
     "escalations.oncall.outbox",
 )
 

@@ -2,6 +2,7 @@
 
     receivers.py   the domain's events turned into rows, inside their transactions (no I/O)
     runs.py        each card's escalation policy run: started, stepped, stopped, ended
+    outbox_rows.py a card's outbox rows written; the messages outside the levels (tell, a Slack reply)
     notices.py     the messages about no card (a callback that gave up, a business deadline near)
     updates.py     Slack-app posts updated in place after every act on a card
     outbox.py      due rows handed to workers, one attempt at a time; caps.py the hourly caps

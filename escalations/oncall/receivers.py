@@ -5,7 +5,7 @@ only writes rows (the run, outbox rows): what it decides commits with the change
 workers send it afterwards (the dispatcher hands them due rows).
 
 Every process imports this module at start-up (escalations.apps), so it imports no sending code
-(the channels and the HTTP client), and the policy code (runs and outbox, with the policy rules,
+(the channels and the HTTP client), and the policy code (runs, outbox_rows and outbox, with the policy rules,
 the stored policies and the roles) and the messages about no card (notices) only when an event
 first comes in: a command that handles none, such as `manage.py audit_export`, starts without them.
 """
@@ -33,13 +33,13 @@ def on_card_opened(*, escalation: Escalation, **_: object) -> None:
 
 def on_card_acknowledged(*, escalation: Escalation, user: User, previous: User | None = None, **_: object) -> None:
     """The policy stops; a take-over tells the person who held the card."""
-    from escalations.oncall import runs
+    from escalations.oncall import outbox_rows, runs
 
     now = timezone.now()
     runs.acknowledge(escalation=escalation, now=now)
     if previous is not None:
         taker = user.get_username()
-        runs.tell(
+        outbox_rows.tell(
             escalation=escalation,
             users=[previous],
             event=NotificationDelivery.Event.TAKEN_OVER,
@@ -75,13 +75,13 @@ def on_card_reassigned(
     """The responder a card was handed to is told; the policy goes on until they acknowledge. Nobody
     is told of a card they took themselves (one someone else held is taken over, which tells them).
     A card handed on by someone who took it over from its holder tells that holder, as a take-over."""
-    from escalations.oncall import runs, updates
+    from escalations.oncall import outbox_rows, updates
 
     giver = by.get_username()
     now = timezone.now()
     updates.update_in_place(escalation_id=escalation.pk, now=now)
     if taken_from is not None:
-        runs.tell(
+        outbox_rows.tell(
             escalation=escalation,
             users=[taken_from],
             event=NotificationDelivery.Event.TAKEN_OVER,
@@ -92,7 +92,7 @@ def on_card_reassigned(
         )
     if by.pk == to.pk:
         return
-    runs.tell(
+    outbox_rows.tell(
         escalation=escalation,
         users=[to],
         event=NotificationDelivery.Event.REASSIGNED,
@@ -106,11 +106,11 @@ def on_card_reassigned(
 def on_card_awaiting_second(*, escalation: Escalation, first: Decision, **_: object) -> None:
     """An acceptance waits for a second, different responder: the other responders (and NOTIFY_EMAILS)
     are told by email."""
-    from escalations.oncall import runs
+    from escalations.oncall import outbox_rows
 
     others = list(responders().exclude(pk=first.user_id))
     mine = {first.user.email.lower()} - {""}
-    runs.tell(
+    outbox_rows.tell(
         escalation=escalation,
         users=others,
         addresses=[a for a in settings.NOTIFY_EMAILS if a.lower() not in mine],

@@ -19,8 +19,8 @@
   PagerDuty or Slack-app stream gets its ordered follow-up (operations.notify.rules). The rows a
   person's act writes (a restart's level, a hand-over, a take-over) record who caused them, so they
   count against that person's hourly budget (escalations.oncall.caps).
-- `tell` (reassigned, awaiting a second responder) and `reply_to_click` (a Slack click's answer):
-  messages outside the levels, recorded on the card like the rest.
+- The rows themselves, and the messages outside the levels (`tell`, `reply_to_click`), are written
+  by escalations.oncall.outbox_rows.
 
 Which channels have follow-ups is each channel's own word (escalations.oncall.channels.registry).
 Nothing here does I/O besides the database: workers send the rows (escalations.oncall.send).
@@ -29,32 +29,29 @@ Nothing here does I/O besides the database: workers send the rows (escalations.o
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from escalations.oncall import caps, updates
+from escalations.oncall import caps, outbox_rows, updates
 from escalations.oncall.channels.registry import FOLLOWED_UP
 from escalations.oncall.outbox import rule_row
 from escalations.oncall.updates import follow_up_row
-from escalations.roles import can_decide
 from operations.cards.options import human_duration
 from operations.lifecycle import ownership
 from operations.models import Escalation, NotificationDelivery, PolicyRun
 from operations.notify import rules
 from operations.notify.kinds import Kind
-from operations.notify.policy import (
-    Notify,
-    Policy,
+from operations.notify.policy import Policy
+from operations.notify.recipients import expand
+from operations.notify.steps import (
     RunState,
     RunStatus,
-    Target,
     policy_ack_timeout,
     policy_acknowledge,
     policy_end,
@@ -62,15 +59,11 @@ from operations.notify.policy import (
     policy_step,
     policy_unacknowledge,
 )
-from operations.notify.recipients import People, Person, Recipient, expand
 from operations.notify.store import policy_for
 
 logger = logging.getLogger(__name__)
 
-# Follow-ups and messages outside the levels are not tied to a level.
-OUTSIDE_LEVELS = -1
 STEPS_PER_PASS = 100
-Event = NotificationDelivery.Event
 State = NotificationDelivery.State
 
 
@@ -135,7 +128,9 @@ def _advance(
     plan = policy_step(state=state, policy=policy, now=now)
     if plan.state == state or not _write(run, old=state, new=plan.state, now=now):
         return False
-    _insert(run.pk, expand(plan.notify, people=_people(plan.notify)), now=now, caused_by=caused_by, note=head)
+    outbox_rows.insert_rows(
+        run.pk, expand(plan.notify, people=outbox_rows.people_of(plan.notify)), now=now, caused_by=caused_by, note=head
+    )
     return True
 
 
@@ -206,60 +201,6 @@ def _write(run: PolicyRun, *, old: RunState, new: RunState, now: datetime) -> bo
     for name, value in fields.items():
         setattr(run, name, value)
     return written == 1
-
-
-def _insert(
-    escalation_id: int,
-    recipients: Sequence[Recipient],
-    *,
-    now: datetime,
-    event: str = Event.LEVEL,
-    note: str = "",
-    caused_by: User | None = None,
-) -> list[NotificationDelivery]:
-    rows = [
-        NotificationDelivery(
-            escalation_id=escalation_id,
-            round=r.notify.round,
-            level=r.notify.level,
-            repetition=r.notify.repetition,
-            channel=str(r.channel),
-            address=r.address,
-            display=r.display[:150],
-            event=event,
-            state=State.SKIPPED if r.skip_reason else State.PENDING,
-            next_attempt_at=None if r.skip_reason else now,
-            created_at=now,
-            finished_at=now if r.skip_reason else None,
-            detail=r.skip_reason,
-            note=note[:500],
-            caused_by_id=getattr(caused_by, "pk", None),
-        )
-        for r in recipients
-    ]
-    # Not ignore_conflicts: a slot written twice is a bug that must surface, not be hidden.
-    return NotificationDelivery.objects.bulk_create(rows)
-
-
-def _people(notifications: Iterable[Notify]) -> People:
-    """The people a step may reach, read now: someone added to a group since the card opened is paged."""
-    notifications = list(notifications)
-    usernames = {n.target.ref for n in notifications if n.target.kind is Kind.USER}
-    group_names = {n.target.ref for n in notifications if n.target.kind is Kind.GROUP}
-    members: dict[str, list[str]] = {}
-    for group in Group.objects.filter(name__in=group_names).prefetch_related("user_set"):
-        members[group.name] = [u.get_username() for u in group.user_set.all()]
-        usernames |= set(members[group.name])
-    users = get_user_model().objects.filter(username__in=usernames).prefetch_related("groups")
-    return People(
-        by_username={
-            u.get_username(): Person(
-                username=u.get_username(), email=u.email, is_active=u.is_active, is_responder=can_decide(u)
-            )
-            for u in users
-        },
-        group_members=members,
-    )
 
 
 # --- human acts ------------------------------------------------------------------------------------------
@@ -352,62 +293,6 @@ def _close(
         # already acknowledged, yet its post must show who holds the card now.
         announced = {(follow.channel, follow.address) for follow in plan.add}
         updates.update_in_place(escalation_id=escalation.pk, now=now, announced=announced)
-
-
-# --- messages outside the levels ------------------------------------------------------------------------
-
-
-def tell(
-    *,
-    escalation: Escalation,
-    event: str,
-    note: str,
-    now: datetime,
-    users: Sequence[User] = (),
-    addresses: Sequence[str] = (),
-    by: User | None = None,
-) -> list[NotificationDelivery]:
-    """Email people about the card outside its levels (handed to them, taken over from them, an
-    acceptance to confirm): recorded like a level's messages, skipped with the reason when someone
-    cannot be reached. `note`: the message's head and first sentence, in pollerdash's words; `by`:
-    whose act it is (the messages count against their hourly budget)."""
-    people = People(
-        by_username={
-            u.get_username(): Person(
-                username=u.get_username(),
-                email=u.email,
-                is_active=u.is_active,
-                is_responder=can_decide(u),
-            )
-            for u in users
-        },
-        group_members={},
-    )
-    counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, event=event).count() + 1
-    targets = [Target(Kind.USER, name) for name in people.by_username]
-    targets += [Target(Kind.EMAIL, address) for address in addresses]
-    notes = [Notify(round=0, level=OUTSIDE_LEVELS, repetition=counter, target=target) for target in targets]
-    return _insert(escalation.pk, expand(notes, people=people), now=now, event=event, note=note, caused_by=by)
-
-
-def reply_to_click(*, escalation: Escalation, response_url: str, note: str, now: datetime) -> NotificationDelivery:
-    """The answer to a click in Slack, sent by a worker through the click's response_url: "replace"
-    shows the card's state in place of the message, any other text is an ephemeral reply."""
-    counter = NotificationDelivery.objects.filter(escalation_id=escalation.pk, channel=Kind.SLACK_REPLY).count() + 1
-    return NotificationDelivery.objects.create(
-        escalation_id=escalation.pk,
-        round=0,
-        level=OUTSIDE_LEVELS,
-        repetition=counter,
-        channel=str(Kind.SLACK_REPLY),
-        address="response_url",
-        display="Slack reply",
-        event=Event.SLACK_REPLY,
-        next_attempt_at=now,
-        created_at=now,
-        response_url=response_url,
-        note=note[:500],
-    )
 
 
 # --- cards open before policies existed -----------------------------------------------------------------

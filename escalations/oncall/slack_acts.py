@@ -26,7 +26,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from escalations.oncall import runs, slack, slack_modal
+from escalations.oncall import outbox_rows, slack, slack_modal
 from escalations.oncall.channels.slack_channel import users_info, web_api
 from escalations.oncall.facts import card_url
 from escalations.roles import can_decide
@@ -109,7 +109,9 @@ def match(click: slack.Click) -> Matched | slack.NotMatched:
 def _reply(escalation: Escalation, click: slack.Click, note: str) -> None:
     if click.response_url:
         with transaction.atomic():
-            runs.reply_to_click(escalation=escalation, response_url=click.response_url, note=note, now=timezone.now())
+            outbox_rows.reply_to_click(
+                escalation=escalation, response_url=click.response_url, note=note, now=timezone.now()
+            )
 
 
 def _acknowledge(*, escalation: Escalation, who: Matched) -> str:

@@ -14,12 +14,11 @@ from datetime import datetime
 
 from escalations.oncall.channels.registry import UPDATED_IN_PLACE
 from escalations.oncall.outbox import rule_row
+from escalations.oncall.outbox_rows import OUTSIDE_LEVELS
 from operations.models import NotificationDelivery
 from operations.notify import rules
 from operations.notify.kinds import Kind
 
-# Follow-ups are not tied to a level (as runs.OUTSIDE_LEVELS).
-OUTSIDE_LEVELS = -1
 Event = NotificationDelivery.Event
 
 Stream = tuple[Kind, str]

@@ -21,6 +21,7 @@ from django.db.models import (
     Case,
     Count,
     Exists,
+    Expression,
     F,
     Min,
     OuterRef,
@@ -222,41 +223,13 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
         if user_id is not None
         else Value(False, output_field=BooleanField())
     )
-    facets = InboxFacets(
-        groups=tuple(
-            (reason, provider, bool(mine), bool(awaiting), n)
-            for reason, provider, mine, awaiting, n in open_cards.annotate(mine=is_mine, awaiting=_awaiting_second())
-            .values_list("reason", "operation__provider__slug", "mine", "awaiting")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-    )
-    query: QuerySet[Escalation] = open_cards
-    if filters.mine:
-        query = query.filter(mine_q)
-    if filters.reason:
-        query = query.filter(reason=filters.reason)
-    if filters.provider:
-        query = query.filter(operation__provider__slug=filters.provider)
-    if filters.awaiting:
-        query = query.filter(_awaiting_second())
+    facets = _facets(open_cards, is_mine=is_mine)
+    query = _filtered(open_cards, filters=filters, mine_q=mine_q)
     known = facets.count(reason=filters.reason, provider=filters.provider, mine=filters.mine, awaiting=filters.awaiting)
     groups = _group_rows(query)
     grouped_ids = [g.group_id for g in groups]
     grouped_cards = sum(g.count for g in groups)
-    singles = query.exclude(group_id__in=grouped_ids) if grouped_ids else query
-    singles = (
-        singles.select_related("operation__provider", "assignee")
-        .only(*INBOX_FIELDS)
-        .annotate(
-            awaiting_by=Subquery(
-                Decision.objects.filter(escalation=OuterRef("pk"), outcome=Decision.Outcome.AWAITING_SECOND)
-                .order_by("decided_at", "pk")
-                .values("username")[:1]
-            )
-        )
-        .order_by(F("operation__business_deadline_at").asc(nulls_last=True), "opened_at", "pk")
-    )
+    singles = _singles(query.exclude(group_id__in=grouped_ids) if grouped_ids else query)
     paginator = with_count(Paginator(singles, PAGE_SIZE), known - grouped_cards)
     page_obj = paginator.get_page(page_number(page))
     rows = list(page_obj.object_list)
@@ -285,6 +258,48 @@ def inbox(*, user: object, filters: InboxFilters, page: object = 1) -> InboxView
         group_rows=shown_groups,
         grouped_cards=grouped_cards,
         entries=entries,
+    )
+
+
+def _facets(open_cards: QuerySet[Escalation], *, is_mine: Expression) -> InboxFacets:
+    """One grouped count of the open cards, from which every filter's count is read."""
+    return InboxFacets(
+        groups=tuple(
+            (reason, provider, bool(mine), bool(awaiting), n)
+            for reason, provider, mine, awaiting, n in open_cards.annotate(mine=is_mine, awaiting=_awaiting_second())
+            .values_list("reason", "operation__provider__slug", "mine", "awaiting")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+    )
+
+
+def _filtered(open_cards: QuerySet[Escalation], *, filters: InboxFilters, mine_q: Q) -> QuerySet[Escalation]:
+    query = open_cards
+    if filters.mine:
+        query = query.filter(mine_q)
+    if filters.reason:
+        query = query.filter(reason=filters.reason)
+    if filters.provider:
+        query = query.filter(operation__provider__slug=filters.provider)
+    if filters.awaiting:
+        query = query.filter(_awaiting_second())
+    return query
+
+
+def _singles(cards: QuerySet[Escalation]) -> QuerySet[Escalation]:
+    """The cards shown one by one, most urgent first, with who accepted a card awaiting a second."""
+    return (
+        cards.select_related("operation__provider", "assignee")
+        .only(*INBOX_FIELDS)
+        .annotate(
+            awaiting_by=Subquery(
+                Decision.objects.filter(escalation=OuterRef("pk"), outcome=Decision.Outcome.AWAITING_SECOND)
+                .order_by("decided_at", "pk")
+                .values("username")[:1]
+            )
+        )
+        .order_by(F("operation__business_deadline_at").asc(nulls_last=True), "opened_at", "pk")
     )
 
 

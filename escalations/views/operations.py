@@ -22,7 +22,8 @@ from escalations.selectors import cards as card_selectors
 from escalations.selectors import history as history_selectors
 from escalations.selectors import operations as operation_selectors
 from escalations.views import DashboardRequest
-from escalations.views.cards import audit_jsonl, refresh_s, sign_in_context
+from escalations.views.cards import refresh_s, sign_in_context
+from escalations.views.history import audit_jsonl
 from operations import selectors
 from operations.audit.story import operation_story, operation_story_latest
 from operations.decisions.check import STALE, posted_version

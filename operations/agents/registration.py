@@ -1,6 +1,7 @@
-"""Registering an operation: the request is checked whole (every problem named, nothing written), then the
-lifecycle writes it (`lifecycle.registration.register`). Agents' registrations add replay: the same
-Idempotency-Key, or the same live job, answers with the operation already registered.
+"""Registering an operation: the request is checked whole (every problem named, nothing written:
+operations/agents/registration_checks.py), then the lifecycle writes it (`lifecycle.registration.register`).
+Agents' registrations add replay: the same Idempotency-Key, or the same live job, answers with the
+operation already registered.
 
 The API, the MCP server and `manage.py watch` all register through `operation_register` /
 `operation_register_for_agent`, so each door applies the same rules.
@@ -10,176 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from operations.agents import job_ids
+from operations.agents.registration_checks import FieldProblem, RegistrationError, check_registration
 from operations.audit import entries as audit
 from operations.callbacks.targets import callback_url_problem
-from operations.lifecycle.registration import NewOperation, register
+from operations.lifecycle.registration import register
 from operations.limits import quotas
 from operations.models import Agent, IdempotencyKey, Operation, ProviderProfile
-from operations.providers import origins as provider_origins
 from operations.selectors import live_watches, profile_watch_key
-from operations.vocabulary import CONTROL_CHARACTERS, ONE_LINE_CONTROL_CHARACTERS
-
-PURPOSE_MAX = 280
-METADATA_MAX_KEYS = 16
-METADATA_KEY_MAX = 40
-METADATA_VALUE_MAX = 500
-JOB_ID_MAX = 200
-
-
-@dataclass(frozen=True)
-class FieldProblem:
-    field: str
-    code: str
-    message: str
-
-
-@dataclass
-class RegistrationError(Exception):
-    """Registration input was refused; nothing was written. Each problem names its field."""
-
-    problems: list[FieldProblem] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        return "; ".join(f"{p.field}: {p.message}" for p in self.problems)
-
-
-def _check_job_id(profile: ProviderProfile, job_id: object) -> FieldProblem | None:
-    if not isinstance(job_id, str) or not job_id.strip():
-        return FieldProblem("provider_job_id", "invalid_provider_job_id", "must be a non-empty string")
-    if len(job_id) > JOB_ID_MAX:
-        return FieldProblem("provider_job_id", "invalid_provider_job_id", f"longer than {JOB_ID_MAX} characters")
-    if ONE_LINE_CONTROL_CHARACTERS.search(job_id):
-        return FieldProblem("provider_job_id", "invalid_provider_job_id", "contains forbidden characters")
-    # It fills the profile's {job_id}, one path segment: "..", "a/b" or "%2F" would reach another path.
-    segment = provider_origins.job_id_problem(job_id)
-    if segment is not None:
-        return FieldProblem("provider_job_id", "invalid_provider_job_id", segment)
-    if not job_ids.matches(pattern=profile.job_id_pattern, job_id=job_id):
-        return FieldProblem(
-            "provider_job_id",
-            "invalid_provider_job_id",
-            f"does not match the {profile.slug} job id pattern {profile.job_id_pattern}",
-        )
-    return None
-
-
-def check_text(name: str, value: object, *, limit: int) -> FieldProblem | None:
-    if not isinstance(value, str):
-        return FieldProblem(name, "invalid_field", "must be a string")
-    if len(value) > limit:
-        return FieldProblem(name, "invalid_field", f"longer than {limit} characters")
-    if CONTROL_CHARACTERS.search(value):
-        return FieldProblem(name, "invalid_field", "contains control characters")
-    return None
-
-
-def _check_metadata(value: object) -> FieldProblem | None:
-    if not isinstance(value, dict):
-        return FieldProblem("metadata", "invalid_field", "must be an object of string values")
-    if len(value) > METADATA_MAX_KEYS:
-        return FieldProblem("metadata", "invalid_field", f"more than {METADATA_MAX_KEYS} keys")
-    for key, item in value.items():
-        if not isinstance(key, str) or not key or len(key) > METADATA_KEY_MAX:
-            return FieldProblem("metadata", "invalid_field", f"keys must be 1-{METADATA_KEY_MAX} characters")
-        if CONTROL_CHARACTERS.search(key) or (isinstance(item, str) and CONTROL_CHARACTERS.search(item)):
-            return FieldProblem("metadata", "invalid_field", f"{key[:40]!r} contains control characters")
-        if not isinstance(item, str) or len(item) > METADATA_VALUE_MAX:
-            return FieldProblem(
-                "metadata", "invalid_field", f"value of {key[:40]!r} must be a string of at most {METADATA_VALUE_MAX}"
-            )
-    return None
-
-
-def _check_deadline(value: datetime, *, now: datetime, name: str = "deadline") -> FieldProblem | None:
-    if value.tzinfo is None:
-        return FieldProblem(name, "invalid_field", "must carry a time zone offset")
-    if value < now + timedelta(seconds=settings.OPERATION_MIN_DEADLINE_S):
-        return FieldProblem(
-            name, "deadline_in_past", f"must be at least {settings.OPERATION_MIN_DEADLINE_S} s in the future"
-        )
-    if value > now + timedelta(seconds=settings.OPERATION_MAX_DEADLINE_S):
-        return FieldProblem(
-            name, "deadline_too_far", f"must be at most {settings.OPERATION_MAX_DEADLINE_S // 86400} days ahead"
-        )
-    return None
-
-
-def check_registration(
-    *,
-    provider_slug: str,
-    provider_job_id: str,
-    registered_by: str,
-    agent: Agent | None = None,
-    purpose: str = "",
-    deadline_at: datetime | None = None,
-    business_deadline_at: datetime | None = None,
-    max_status_requests: int | None = None,
-    request_fingerprint: str = "",
-    callback_url: str = "",
-    metadata: dict | None = None,
-) -> NewOperation:
-    """The registration as the lifecycle will write it, or RegistrationError listing every problem."""
-    now = timezone.now()
-    problems: list[FieldProblem] = []
-    profile = ProviderProfile.objects.filter(slug=provider_slug).first() if isinstance(provider_slug, str) else None
-    if profile is None:
-        raise RegistrationError(
-            [FieldProblem("provider", "unknown_provider", f"no provider {str(provider_slug)[:64]!r}")]
-        )
-    for problem in (
-        _check_job_id(profile, provider_job_id),
-        check_text("purpose", purpose, limit=PURPOSE_MAX),
-        check_text("request_fingerprint", request_fingerprint, limit=200),
-        _check_metadata(metadata if metadata is not None else {}),
-    ):
-        if problem is not None:
-            problems.append(problem)
-    deadline = deadline_at or now + timedelta(seconds=profile.default_deadline_s)
-    if (problem := _check_deadline(deadline, now=now)) is not None:
-        problems.append(problem)
-    if business_deadline_at is not None:
-        if business_deadline_at.tzinfo is None:
-            problems.append(FieldProblem("business_deadline", "invalid_field", "must carry a time zone offset"))
-        elif business_deadline_at <= now:
-            problems.append(FieldProblem("business_deadline", "invalid_field", "must be in the future"))
-    budget = profile.default_max_status_requests if max_status_requests is None else max_status_requests
-    if (
-        isinstance(budget, bool)
-        or not isinstance(budget, int)
-        or not 1 <= budget <= settings.OPERATION_MAX_STATUS_REQUESTS
-    ):
-        problems.append(
-            FieldProblem(
-                "max_status_requests",
-                "invalid_field",
-                f"must be an integer from 1 to {settings.OPERATION_MAX_STATUS_REQUESTS}",
-            )
-        )
-    if problems:
-        raise RegistrationError(problems)
-    return NewOperation(
-        profile=profile,
-        provider_job_id=provider_job_id,
-        registered_by=registered_by,
-        agent=agent,
-        purpose=purpose,
-        deadline_at=deadline,
-        business_deadline_at=business_deadline_at,
-        max_status_requests=budget,
-        request_fingerprint=request_fingerprint,
-        callback_url=callback_url,
-        metadata=metadata or {},
-        now=now,
-    )
-
 
 JOB_ALREADY_WATCHED = "job_already_watched"
 # The same words whoever watches the job and however: nothing to learn about the other watch.
@@ -387,12 +231,7 @@ def operation_register_for_agent(
       the agent's quotas too (operations.limits.quotas.QuotaExceeded); replays never count against them.
     Nothing is written when the request is refused.
     """
-    if request.callback_url is not None:
-        problem = callback_url_problem(request.callback_url)
-        if problem is not None:
-            raise RegistrationError(
-                [FieldProblem("callback.url", "callback_url_rejected", f"the callback URL {problem}")]
-            )
+    _check_callback_url(request)
     if idempotency_key is not None:
         answered = _claim_idempotency_key(agent=agent, key=idempotency_key, request_hash=request.fingerprint())
         if answered is not None:
@@ -402,34 +241,7 @@ def operation_register_for_agent(
         if live is not None:
             outcome = _replay_or_conflict(live, request)
         else:
-            try:
-                with transaction.atomic():
-                    op = operation_register(
-                        provider_slug=request.provider,
-                        provider_job_id=request.provider_job_id,
-                        registered_by=f"agent:{agent.name}",
-                        agent=agent,
-                        purpose=request.purpose,
-                        deadline_at=request.deadline_at,
-                        business_deadline_at=request.business_deadline_at,
-                        max_status_requests=request.max_status_requests,
-                        request_fingerprint=request.request_fingerprint,
-                        callback_url=request.callback_url or "",
-                        metadata=request.metadata,
-                        charge_quotas=True,
-                    )
-                    if idempotency_key is not None:
-                        IdempotencyKey.objects.filter(agent=agent, key=idempotency_key).update(operation=op)
-                outcome = RegisterOutcome(operation=op, replayed=False)
-            except IntegrityError:
-                # A concurrent registration of the same job won the partial unique constraint:
-                # this agent's own (replay or conflict) or another agent's (refused).
-                live = _live_operation(agent=agent, request=request)
-                if live is None:
-                    if _live_elsewhere(request):
-                        raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE) from None
-                    raise
-                outcome = _replay_or_conflict(live, request)
+            outcome = _register_new(agent=agent, request=request, idempotency_key=idempotency_key)
         if idempotency_key is not None and outcome.replayed:
             IdempotencyKey.objects.filter(agent=agent, key=idempotency_key, operation__isnull=True).update(
                 operation=outcome.operation
@@ -440,3 +252,44 @@ def operation_register_for_agent(
             # Release the claim so a corrected request may use the same key; nothing else was written.
             IdempotencyKey.objects.filter(agent=agent, key=idempotency_key, operation__isnull=True).delete()
         raise
+
+
+def _check_callback_url(request: AgentRegistration) -> None:
+    if request.callback_url is not None:
+        problem = callback_url_problem(request.callback_url)
+        if problem is not None:
+            raise RegistrationError(
+                [FieldProblem("callback.url", "callback_url_rejected", f"the callback URL {problem}")]
+            )
+
+
+def _register_new(*, agent: Agent, request: AgentRegistration, idempotency_key: str | None) -> RegisterOutcome:
+    """A registration with no live watch of the job by this agent: written, its key pointed at it."""
+    try:
+        with transaction.atomic():
+            op = operation_register(
+                provider_slug=request.provider,
+                provider_job_id=request.provider_job_id,
+                registered_by=f"agent:{agent.name}",
+                agent=agent,
+                purpose=request.purpose,
+                deadline_at=request.deadline_at,
+                business_deadline_at=request.business_deadline_at,
+                max_status_requests=request.max_status_requests,
+                request_fingerprint=request.request_fingerprint,
+                callback_url=request.callback_url or "",
+                metadata=request.metadata,
+                charge_quotas=True,
+            )
+            if idempotency_key is not None:
+                IdempotencyKey.objects.filter(agent=agent, key=idempotency_key).update(operation=op)
+        return RegisterOutcome(operation=op, replayed=False)
+    except IntegrityError:
+        # A concurrent registration of the same job won the partial unique constraint:
+        # this agent's own (replay or conflict) or another agent's (refused).
+        live = _live_operation(agent=agent, request=request)
+        if live is None:
+            if _live_elsewhere(request):
+                raise OperationConflict(JOB_ALREADY_WATCHED, JOB_ALREADY_WATCHED_MESSAGE) from None
+            raise
+        return _replay_or_conflict(live, request)

@@ -8,13 +8,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from operations.agents.registration import (
-    PURPOSE_MAX,
-    OperationConflict,
-    OperationNotFound,
-    RegistrationError,
-    check_text,
-)
+from operations.agents.registration import OperationConflict, OperationNotFound
+from operations.agents.registration_checks import PURPOSE_MAX, RegistrationError, check_text
 from operations.lifecycle import agents
 from operations.models import Agent, Operation
 from operations.providers.cancel import send_provider_cancel

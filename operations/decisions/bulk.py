@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db import transaction
@@ -220,15 +221,14 @@ def decide_bulk(
     group = CardGroup.objects.get(pk=group_id)
     posted = option_id if isinstance(option_id, str) else ""
     text = clean_comment(comment)
-    problems = [{"escalation_id": None, "why": why} for why in unreadable or []]
-    problems += _whole_problems(group=group, members=members, option_id=posted, user=user)
-    if str(confirmed_count) != str(len(members)):
-        problems.append(
-            {
-                "escalation_id": None,
-                "why": f"the confirmation was for {str(confirmed_count)[:10]} cards, {len(members)} were named",
-            }
-        )
+    problems = _request_problems(
+        group=group,
+        members=members,
+        option_id=posted,
+        user=user,
+        confirmed_count=confirmed_count,
+        unreadable=unreadable or [],
+    )
     now = timezone.now()
     stale_sign_in = fresh_sign_in_refusal(sign_in=sign_in, now=now)
     if stale_sign_in is not None:
@@ -246,10 +246,49 @@ def decide_bulk(
             now=now,
         )
         return BulkResult(bulk=refusal, results=[])
+    return _decide_members(
+        group=group, user=user, sign_in=sign_in, option_id=posted, comment=text, members=members, now=now
+    )
+
+
+def _request_problems(
+    *,
+    group: CardGroup,
+    members: list[Member],
+    option_id: str,
+    user: User,
+    confirmed_count: object,
+    unreadable: list[str],
+) -> list[dict]:
+    """What refuses the whole request before any card is looked at: unreadable members, the group's
+    and the option's problems, a confirmation for another number of cards."""
+    problems: list[dict] = [{"escalation_id": None, "why": why} for why in unreadable]
+    problems += _whole_problems(group=group, members=members, option_id=option_id, user=user)
+    if str(confirmed_count) != str(len(members)):
+        problems.append(
+            {
+                "escalation_id": None,
+                "why": f"the confirmation was for {str(confirmed_count)[:10]} cards, {len(members)} were named",
+            }
+        )
+    return problems
+
+
+def _decide_members(
+    *,
+    group: CardGroup,
+    user: User,
+    sign_in: SignIn | None,
+    option_id: str,
+    comment: str,
+    members: list[Member],
+    now: datetime,
+) -> BulkResult:
+    """The bulk decision opened, each member checked and applied under its own locks, then closed."""
     with transaction.atomic():
         locked = _lock_members(members)
         bulk = lifecycle_bulk.open_bulk(
-            group=group, user=user, option=posted, comment=text, requested=len(members), now=now
+            group=group, user=user, option=option_id, comment=comment, requested=len(members), now=now
         )
         labels: list[str] = []
         results = [
@@ -259,8 +298,8 @@ def decide_bulk(
                 locked=locked.get(member.escalation_id),
                 user=user,
                 sign_in=sign_in,
-                option_id=posted,
-                comment=text,
+                option_id=option_id,
+                comment=comment,
                 labels=labels,
             )
             for member in members
@@ -271,9 +310,9 @@ def decide_bulk(
         closed = lifecycle_bulk.close_bulk(
             group=group,
             user=user,
-            option=posted,
+            option=option_id,
             option_label=labels[0] if labels else "",
-            comment=text,
+            comment=comment,
             requested=len(members),
             applied=applied,
             refused=refused,

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from operations.decisions.services import TooManyDecisions
-from operations.lifecycle import ownership
+from operations.lifecycle import notes, ownership
 from operations.lifecycle.ownership import CardNotOpen, InvalidNote, NotAResponder, NotHolder, OwnershipRefused
 from operations.limits import ratelimit
 from operations.models import CardActivity, Escalation
@@ -190,9 +190,9 @@ def card_note(
 ) -> CardActivity:
     """A note in the card's thread (InvalidNote names what is wrong with the text)."""
     known, identity = checked_channel(channel=channel, identity=channel_identity)
-    note = ownership.clean_note(text=text)
+    note = notes.clean_note(text=text)
     _take_slot(user)
-    return ownership.add_note(
+    return notes.add_note(
         escalation_id=escalation_id,
         user=user,
         text=note,
@@ -266,9 +266,9 @@ def acknowledge_group(
 
 def card_notice(*, escalation_id: int, channel: str, channel_identity: str, event: str, text: str) -> CardActivity:
     """What a channel reported on an open card that changed nothing, shown on the card and audited
-    (operations.lifecycle.ownership.add_notice); CardNotOpen on a card no longer open. Not counted
+    (operations.lifecycle.notes.add_notice); CardNotOpen on a card no longer open. Not counted
     against anyone's DECISIONS_PER_MINUTE: no account acted, and only a signed request gets here."""
-    return ownership.add_notice(
+    return notes.add_notice(
         escalation_id=escalation_id,
         channel=channel,
         channel_identity=channel_identity,

@@ -29,7 +29,7 @@ from operations.decisions.check import (
     lock_card,
     posted_version,
 )
-from operations.lifecycle import cancels, humans
+from operations.lifecycle import cancels, grants, humans
 from operations.limits import ratelimit
 from operations.models import Decision, Escalation
 from operations.providers.cancel import send_provider_cancel
@@ -216,11 +216,11 @@ def apply_offered(
             message = "Output accepted by two responders: the operation succeeded."
         return DecideResult(decision=decision, message=message)
     if option.kind is Kind.KEEP_WAITING:
-        decision = humans.keep_waiting(
+        decision = grants.keep_waiting(
             card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now, **via
         )
         return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
-    decision = humans.grant(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now, **via)
+    decision = grants.grant(card=card, option=option, user=user, sign_in=sign_in, comment=comment, now=now, **via)
     return DecideResult(decision=decision, message=f"{option.label}: {option.effect}.")
 
 

@@ -14,11 +14,12 @@ in that transaction.
 - `registration`: a validated registration becomes an operation and its first Authorization;
 - `claims`: the dispatcher's claims, expired leases, releases, the charge before a request, deferrals;
 - `polls`: a poll's outcome (fenced), a late answer after a terminal status, account pauses;
+  `poll_groups`: a group's outcomes written together;
 - `cards`: opening, superseding and closing decision cards, escalating without a request;
-- `humans`: what responders do on a card (grants, keep waiting, closes, acceptances, cancels,
-  refusals, inspections);
-- `ownership`: who holds a card (acknowledge, unacknowledge, reassign) and its notes — acts that
-  decide nothing (also importable from `humans`);
+- `humans`: what responders do on a card (closes, acceptances, refusals, inspections); `grants`:
+  the decisions that let polling continue (grants, keep waiting); `cancels`: the provider cancel;
+- `ownership`: who holds a card (acknowledge, unacknowledge, reassign, snooze) and `notes`: its
+  notes and a channel's notices — acts that decide nothing (also importable from `humans`);
 - `business`: the business deadline's early warning, recorded once per operation;
 - `bulk`: the record of a bulk decision over a group's cards (each member is decided through `humans`);
 - `agents`: what agents do (acknowledge, cancel the watch) and what follows (the cancel forward,

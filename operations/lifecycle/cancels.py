@@ -69,21 +69,7 @@ def record_cancel_answer(
     """The provider's answer to the card's cancel; the operation ends cancelled only when the provider
     confirmed. Call with the operation and card locked. Returns whether it ended cancelled."""
     now = timezone.now()
-    record = {**result.as_record(), "received_at": rfc3339(now)}
-    Decision.objects.filter(pk=decision.pk).update(provider_response=record)
-    decision.provider_response = record
-    escalation.cancel_response = {**(escalation.cancel_response or {}), **record}
-    escalation.save(update_fields=["cancel_response"])
-    operation.cancel_state = result.state
-    fields = ["cancel_state"]
-    if result.provider_state and result.provider_state != operation.last_provider_state:
-        # The cancel's answer is the provider's latest word on the job: "last provider state" is that
-        # state now, not the one of the poll before (an agent sees it too, so the sequence moves).
-        operation.last_provider_state = result.provider_state[:200]
-        operation.sequence += 1
-        operation.updated_at = now
-        fields += ["last_provider_state", "sequence", "updated_at"]
-    operation.save(update_fields=fields)
+    _keep_cancel_answer(operation=operation, escalation=escalation, decision=decision, result=result, now=now)
     confirmed = result.confirmed and operation.status == Status.NEEDS_ATTENTION
     if confirmed:
         finish(
@@ -124,3 +110,25 @@ def record_cancel_answer(
         at=now,
     )
     return confirmed
+
+
+def _keep_cancel_answer(
+    *, operation: Operation, escalation: Escalation, decision: Decision, result: CancelResult, now: datetime
+) -> None:
+    """The answer kept on the decision and the card, and the cancel's state (and the provider's
+    latest word on the job) on the operation."""
+    record = {**result.as_record(), "received_at": rfc3339(now)}
+    Decision.objects.filter(pk=decision.pk).update(provider_response=record)
+    decision.provider_response = record
+    escalation.cancel_response = {**(escalation.cancel_response or {}), **record}
+    escalation.save(update_fields=["cancel_response"])
+    operation.cancel_state = result.state
+    fields = ["cancel_state"]
+    if result.provider_state and result.provider_state != operation.last_provider_state:
+        # The cancel's answer is the provider's latest word on the job: "last provider state" is that
+        # state now, not the one of the poll before (an agent sees it too, so the sequence moves).
+        operation.last_provider_state = result.provider_state[:200]
+        operation.sequence += 1
+        operation.updated_at = now
+        fields += ["last_provider_state", "sequence", "updated_at"]
+    operation.save(update_fields=fields)

@@ -13,7 +13,7 @@ card's version: a decision posted against the card stays valid whoever holds it.
   the card is theirs but not acknowledged, so reminders go on. Handing on a card someone else
   holds is a take-over (`takeover`, confirmed by the caller): recorded as one, and the holder is
   told as a take-over tells them.
-- add_note: a comment on the card, in its thread, in the history, the exports and the report.
+- add_note, add_notice: a note or a channel's notice on the card (operations/lifecycle/notes.py).
 - snooze: silence the card's reminders until a time (the caller checks the bounds); shown on the card.
 - expire_acknowledgement: pollerdash's own act when a policy's ack_timeout_s ran out with the card
   undecided: the acknowledgement is withdrawn (the holder stays) so the policy pages again and
@@ -33,12 +33,10 @@ from operations import events
 from operations.audit import entries as audit
 from operations.models import CardActivity, Escalation
 from operations.responders import is_responder
-from operations.vocabulary import CONTROL_CHARACTERS, Channel, checked_channel
+from operations.vocabulary import Channel, checked_channel
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-NOTE_MAX = 2000
 
 
 class OwnershipRefused(Exception):
@@ -75,29 +73,14 @@ class InvalidNote(OwnershipRefused):
     """The note is empty, too long, or holds control characters."""
 
 
-def clean_note(*, text: object) -> str:
-    """The note as stored: plain text up to NOTE_MAX characters, line breaks allowed; anything else
-    (control or hidden characters, nothing to say, too long) raises InvalidNote naming the field."""
-    if not isinstance(text, str):
-        raise InvalidNote("note: write some text")
-    normalised = text.replace("\r\n", "\n").strip()
-    if not normalised:
-        raise InvalidNote("note: write some text")
-    if len(normalised) > NOTE_MAX:
-        raise InvalidNote(f"note: at most {NOTE_MAX} characters ({len(normalised)} given)")
-    if CONTROL_CHARACTERS.search(normalised) or "\r" in normalised:
-        raise InvalidNote("note: control or hidden characters are not allowed (plain text and line breaks only)")
-    return normalised
-
-
-def _lock_open(escalation_id: int) -> Escalation:
+def lock_open_card(*, escalation_id: int) -> Escalation:
     escalation = Escalation.objects.select_for_update(of=("self",)).select_related("assignee").get(pk=escalation_id)
     if escalation.state != Escalation.State.OPEN:
         raise CardNotOpen(escalation)
     return escalation
 
 
-def _activity(
+def record_activity(
     *,
     escalation: Escalation,
     kind: str,
@@ -151,7 +134,7 @@ def acknowledge(
     Acknowledging a card one already acknowledged changes nothing and records nothing.
     """
     with transaction.atomic():
-        escalation = _lock_open(escalation_id)
+        escalation = lock_open_card(escalation_id=escalation_id)
         user_id = getattr(user, "pk", None)
         if escalation.acknowledged_by_id == user_id and escalation.assignee_id == user_id:
             return escalation
@@ -167,7 +150,7 @@ def acknowledge(
         events.card_acknowledged.send(
             sender=Escalation, escalation=escalation, user=user, previous=previous, channel=channel
         )
-        _activity(
+        record_activity(
             escalation=escalation,
             kind=CardActivity.Kind.ACKNOWLEDGED,
             user=user,
@@ -189,7 +172,7 @@ def unacknowledge(
     Raises NotHolder for anyone but the person who holds it (taking it over is `acknowledge`).
     """
     with transaction.atomic():
-        escalation = _lock_open(escalation_id)
+        escalation = lock_open_card(escalation_id=escalation_id)
         user_id = getattr(user, "pk", None)
         if user_id is None or user_id not in (escalation.assignee_id, escalation.acknowledged_by_id):
             holder = escalation.assignee
@@ -206,7 +189,7 @@ def unacknowledge(
         escalation.acknowledged_at = None
         escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
         events.card_unacknowledged.send(sender=Escalation, escalation=escalation, user=user)
-        _activity(
+        record_activity(
             escalation=escalation,
             kind=CardActivity.Kind.UNACKNOWLEDGED,
             user=user,
@@ -237,7 +220,7 @@ def reassign(
     already holds it changes nothing and records nothing.
     """
     with transaction.atomic():
-        escalation = _lock_open(escalation_id)
+        escalation = lock_open_card(escalation_id=escalation_id)
         if not is_responder(to):
             raise NotAResponder(
                 f"{to.get_username()} cannot be handed a card: they do not have the responder role.",
@@ -256,7 +239,7 @@ def reassign(
         escalation.save(update_fields=["assignee", "assigned_by", "assigned_at", "acknowledged_by", "acknowledged_at"])
         taken_from = previous if takeover and previous is not None and previous.pk != getattr(by, "pk", None) else None
         events.card_reassigned.send(sender=Escalation, escalation=escalation, by=by, to=to, taken_from=taken_from)
-        _activity(
+        record_activity(
             escalation=escalation,
             kind=CardActivity.Kind.REASSIGNED,
             user=by,
@@ -276,69 +259,6 @@ def reassign(
     return escalation
 
 
-def add_note(
-    *, escalation_id: int, user: User, text: str, now: datetime, channel: str = Channel.WEB, channel_identity: str = ""
-) -> CardActivity:
-    """A note in the card's thread; decides nothing. Raises InvalidNote for text `clean_note` refuses."""
-    note = clean_note(text=text)
-    with transaction.atomic():
-        escalation = _lock_open(escalation_id)
-        return _activity(
-            escalation=escalation,
-            kind=CardActivity.Kind.NOTE,
-            user=user,
-            now=now,
-            channel=channel,
-            channel_identity=channel_identity,
-            entry_type="human.note",
-            data={"text": note},
-            text=note,
-        )
-
-
-def add_notice(
-    *, escalation_id: int, channel: str, channel_identity: str, event: str, text: str, now: datetime
-) -> CardActivity:
-    """What a channel reported on an open card that changed nothing ("resolved in PagerDuty by X; this
-    card still needs a decision", "no pollerdash account uses this PagerDuty user's email"): a
-    CardActivity of no account and its `oncall.notice` entry, with the identity the channel verified.
-    CardNotOpen on a card that is no longer open (nothing is written)."""
-    known, identity = checked_channel(channel=channel, identity=channel_identity)
-    line = CONTROL_CHARACTERS.sub("", text)[:NOTE_MAX]
-    with transaction.atomic():
-        escalation = _lock_open(escalation_id)
-        activity = CardActivity.objects.create(
-            escalation=escalation,
-            operation_id=escalation.operation_id,
-            kind=CardActivity.Kind.NOTICE,
-            user=None,
-            username="",
-            at=now,
-            text=line,
-            channel=known,
-            channel_identity=identity,
-        )
-        entry = audit.append(
-            entry_type="oncall.notice",
-            # "pagerduty:PABC123" as actors read: the channel, and who it verified.
-            actor={"kind": str(known), "id": identity.removeprefix(f"{known}:") or str(known)},
-            operation_id=escalation.operation_id,
-            data={
-                "escalation_id": escalation.pk,
-                "activity_id": activity.pk,
-                "card_version": escalation.version,
-                "channel": str(known),
-                "channel_identity": identity or None,
-                "event": event[:100],
-                "text": line,
-            },
-            at=now,
-        )
-        CardActivity.objects.filter(pk=activity.pk).update(audit_entry_id=entry.pk)
-        activity.audit_entry_id = entry.pk
-    return activity
-
-
 def snooze(
     *,
     escalation_id: int,
@@ -352,12 +272,12 @@ def snooze(
     """Silence the card's reminders until `until` (a later snooze replaces an earlier one). The
     caller checked the bounds (operations.decisions.ownership.card_snooze)."""
     with transaction.atomic():
-        escalation = _lock_open(escalation_id)
+        escalation = lock_open_card(escalation_id=escalation_id)
         escalation.snoozed_by = user
         escalation.snoozed_until = until
         escalation.save(update_fields=["snoozed_by", "snoozed_until"])
         events.card_snoozed.send(sender=Escalation, escalation=escalation, user=user, until=until)
-        _activity(
+        record_activity(
             escalation=escalation,
             kind=CardActivity.Kind.SNOOZED,
             user=user,
@@ -388,7 +308,7 @@ def expire_acknowledgement(*, escalation_id: int, timeout_s: int, now: datetime)
     escalation.acknowledged_by = None
     escalation.acknowledged_at = None
     escalation.save(update_fields=["acknowledged_by", "acknowledged_at"])
-    _activity(
+    record_activity(
         escalation=escalation,
         kind=CardActivity.Kind.ACK_EXPIRED,
         user=holder,

@@ -5,7 +5,8 @@ Under the fence nobody else changes what the decision was computed from: a late 
 was taken over) writes nothing about the operation; an answer that arrives after the operation
 ended another way is kept as evidence and a warning, never as a second completion (LATE_ANSWER).
 The outcome is a transition of operations/lifecycle/transitions.py (RESUME to wait, ESCALATE,
-FINISH), the same change whether one poll writes it or a group's one statement does.
+FINISH), the same change whether one poll writes it or a group's one statement does
+(operations/lifecycle/poll_groups.py).
 """
 
 from __future__ import annotations
@@ -15,17 +16,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.db.models import F
 
 from operations.audit import entries as audit
 from operations.callbacks.outbox import EVENT_COMPLETED, record_event
 from operations.infrastructure import fastsql
 from operations.lifecycle.cards import open_card
-from operations.lifecycle.claims import SentCheck
-from operations.lifecycle.entries import controller_decision, decision_entry
+from operations.lifecycle.entries import controller_decision
 from operations.lifecycle.transitions import (
-    CHARGED,
     ESCALATE,
     FINISH,
     LATE_ANSWER,
@@ -33,7 +32,6 @@ from operations.lifecycle.transitions import (
     Change,
     TransitionRefused,
     charged_guard,
-    status_in,
 )
 from operations.limits import pacing
 from operations.models import Operation, ProviderAccount, StatusCheck
@@ -68,12 +66,12 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
         paused = decision.account_pause_until is not None and _pause_account(
             op=op, until=decision.account_pause_until, http_status=answer.http_status
         )
-        change = _decision_change(op=op, decision=decision, answer=answer)
+        change = decision_change(op=op, decision=decision, answer=answer)
         sets, params = change.sql_set()
         guard, guard_params = charged_guard(fence=check.fence)
         _fill_check(check, decision=decision, answer=answer)
         answered, answer_params = fastsql.assignments(
-            StatusCheck, {name: getattr(check, name) for name in _CHECK_RESPONSE_FIELDS}
+            StatusCheck, {name: getattr(check, name) for name in CHECK_RESPONSE_FIELDS}
         )
         # The check is answered only if the fenced update changed the operation.
         updated = fastsql.update_if_written(
@@ -95,7 +93,7 @@ def record_outcome(*, op: Operation, check: StatusCheck, decision: Decision, ans
                 _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
             return True
         change.apply(op=op)
-        controller_decision(op=op, **_decision_facts(op, check.reason, decision, answer))
+        controller_decision(op=op, **decision_facts(op=op, reason=check.reason, decision=decision, answer=answer))
         if paused:
             _append_pause(op=op, until=decision.account_pause_until, http_status=answer.http_status)
         if decision.action is Action.ESCALATE:
@@ -121,12 +119,12 @@ def _reason(decision: Decision) -> str:
 
 
 def _fill_check(check: StatusCheck, *, decision: Decision, answer: Answer) -> None:
-    for name, value in _check_answer(decision=decision, answer=answer).items():
+    for name, value in check_answer(decision=decision, answer=answer).items():
         setattr(check, name, value)
 
 
-def _check_answer(*, decision: Decision, answer: Answer) -> dict[str, object]:
-    """A status check's answer columns (_CHECK_RESPONSE_FIELDS), as plain values."""
+def check_answer(*, decision: Decision, answer: Answer) -> dict[str, object]:
+    """A status check's answer columns (CHECK_RESPONSE_FIELDS), as plain values."""
     return {
         "received_at": answer.received_at,
         "http_status": answer.http_status,
@@ -147,7 +145,7 @@ def _check_answer(*, decision: Decision, answer: Answer) -> dict[str, object]:
     }
 
 
-_CHECK_RESPONSE_FIELDS = [
+CHECK_RESPONSE_FIELDS = [
     "received_at",
     "http_status",
     "provider_request_id",
@@ -167,7 +165,7 @@ _CHECK_RESPONSE_FIELDS = [
 ]
 
 
-def _decision_change(*, op: Operation, decision: Decision, answer: Answer) -> Change:
+def decision_change(*, op: Operation, decision: Decision, answer: Answer) -> Change:
     """The operation's change after a decision, computed from the fenced snapshot: the transition
     the decision takes from `running` (the status its charge wrote) - RESUME to wait, ESCALATE or
     FINISH - with the answer's observations as the act's own facts. Checked against the status
@@ -279,97 +277,7 @@ def _append_pause(*, op: Operation, until: datetime | None, http_status: int | N
     )
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """One answered request of a group: what `record_outcome` takes, with the check as plain values."""
-
-    op: Operation
-    check: SentCheck
-    decision: Decision
-    answer: Answer
-
-
-def record_group(*, outcomes: list[Outcome]) -> dict[str, bool]:
-    """Write a group's outcomes; per operation, whether it was written (False: a newer claim owns it,
-    or the database refused that outcome).
-
-    The common outcomes (wait, complete) go in one transaction: one multi-row fenced UPDATE per
-    set of changed columns (usually one), the checks' answers, the completion events, and their
-    audit entries in one append, last. An operation whose fence moved mid-flight is left out of
-    that UPDATE, so it writes nothing there; it and the rare outcomes (a card, an account pause,
-    an answer after the operation ended) then take `record_outcome`'s path, one by one.
-
-    Every request is already charged: should the database refuse the group's transaction (one
-    value it cannot store), each outcome is written again in its own transaction, so one bad row
-    never loses the others; one refused alone writes nothing and stays leased, like a lost answer.
-    """
-    common = [
-        o for o in outcomes if o.decision.account_pause_until is None and o.decision.action is not Action.ESCALATE
-    ]
-    changes = {o.op.pk: _decision_change(op=o.op, decision=o.decision, answer=o.answer) for o in common}
-    # The operations as the decisions saw them: the transaction sets the new values on them.
-    before = {o.op.pk: {name: getattr(o.op, name) for name in changes[o.op.pk].fields} for o in common}
-    try:
-        written = _record_common(common, changes)
-    except (DatabaseError, audit.AuditError):
-        logger.exception("a group's outcomes could not be written together; writing each alone")
-        for outcome in common:
-            for name, value in before[outcome.op.pk].items():
-                setattr(outcome.op, name, value)
-        written = {}
-    for outcome in outcomes:
-        if outcome.op.pk not in written:
-            written[outcome.op.pk] = _record_alone(outcome)
-    return written
-
-
-def _record_common(common: list[Outcome], changes: dict[str, Change]) -> dict[str, bool]:
-    """`record_group`'s one transaction: the common outcomes it wrote."""
-    written: dict[str, bool] = {}
-    with transaction.atomic():
-        shapes: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[Outcome, Change]]] = {}
-        for outcome in common:
-            change = changes[outcome.op.pk]
-            shapes.setdefault(change.shape(), []).append((outcome, change))
-        # Locked in primary-key order (fastsql.lock_rows says why): by the one UPDATE itself when
-        # the outcomes share their changed columns (the usual case), else first, in one statement.
-        alone = len(shapes) == 1
-        if not alone:
-            fastsql.lock_rows(Operation, sorted(changes))
-        won: set[str] = set()
-        for rows in shapes.values():
-            won |= _update_many(rows, lock=alone)
-        entries, checks = [], []
-        for outcome in common:
-            if outcome.op.pk not in won:
-                continue
-            op, decision, answer = outcome.op, outcome.decision, outcome.answer
-            changes[op.pk].apply(op=op)
-            # Plain values, no StatusCheck instance: the group's checks are written by one UPDATE.
-            answered = _check_answer(decision=decision, answer=answer)
-            checks.append(
-                [outcome.check.pk, *[fastsql.prep(StatusCheck, n, answered[n]) for n in _CHECK_RESPONSE_FIELDS]]
-            )
-            if decision.action is Action.COMPLETE:
-                record_event(operation=op, event_type=EVENT_COMPLETED)
-            entries.append(decision_entry(op=op, **_decision_facts(op, str(answered["reason"]), decision, answer)))
-            written[op.pk] = True
-        if checks:
-            fastsql.update_rows(StatusCheck, keys=("id",), names=_CHECK_RESPONSE_FIELDS, rows=checks)
-        audit.append_many(entries=entries)
-    return written
-
-
-def _record_alone(outcome: Outcome) -> bool:
-    check = outcome.check.as_model(op=outcome.op)
-    try:
-        return record_outcome(op=outcome.op, check=check, decision=outcome.decision, answer=outcome.answer)
-    except (DatabaseError, audit.AuditError):
-        logger.exception("the outcome for %s (fence %s) could not be written", outcome.op.pk, outcome.check.fence)
-        return False
-
-
-def _decision_facts(op: Operation, reason: str, decision: Decision, answer: Answer) -> dict[str, Any]:
+def decision_facts(*, op: Operation, reason: str, decision: Decision, answer: Answer) -> dict[str, Any]:
     """What a poll's controller-decision audit entry says, alone or as part of a group's append."""
     return {
         "state": op.status,
@@ -384,24 +292,4 @@ def _decision_facts(op: Operation, reason: str, decision: Decision, answer: Answ
         "interpreted_state": decision.interpreted_state,
         "provider_request_id": answer.request_id or None,
         "retry_after": answer.retry_after or None,
-    }
-
-
-def _update_many(rows: list[tuple[Outcome, Change]], *, lock: bool) -> set[str]:
-    """One UPDATE of many operations with the same changed columns; the ids it changed. Each row is
-    guarded as a single outcome is (`charged_guard`): its charge's fence, and a status in CHARGED."""
-    names, increments = rows[0][1].shape()
-    charged, charged_params = status_in(statuses=CHARGED, alias="o.")
-    return {
-        str(pk)
-        for pk in fastsql.update_rows(
-            Operation,
-            keys=("id", "fence"),
-            names=names,
-            rows=[[outcome.op.pk, outcome.check.fence, *change.sql_values()] for outcome, change in rows],
-            increments=increments,
-            where=f" AND {charged}",
-            params=charged_params,
-            lock=lock,
-        )
     }

@@ -18,7 +18,7 @@ from operations.vocabulary import NOT_DONE_STATUSES
 
 @dataclass(frozen=True)
 class NewOperation:
-    """Everything a registration writes, already checked (operations.agents.registration.check_registration)."""
+    """Everything a registration writes, already checked (operations.agents.registration_checks.check_registration)."""
 
     profile: ProviderProfile
     provider_job_id: str

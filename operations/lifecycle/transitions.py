@@ -4,7 +4,7 @@ A transition names the statuses it starts from, the status it writes (or that it
 status), the values it always sets, the values each use must give, and the counters it moves by
 one. Every writer of an operation's status or claim goes through one: the single poll
 (controller.py, `claims.charge`, `polls.record_outcome`), a group of polls (batch.py,
-`claims.charge_group`, `polls.record_group`), the dispatcher's claims and sweeps, and the
+`claims.charge_group`, `poll_groups.record_group`), the dispatcher's claims and sweeps, and the
 decisions on a card (`humans`, `cancels`). The same definition is rendered three ways, so no two
 paths can write a transition differently:
 

@@ -271,7 +271,7 @@ class CardActivity(models.Model):
     to_username = models.CharField(max_length=150, blank=True)
     # acknowledged (a take-over) and reassigned: who held the card before.
     previous_username = models.CharField(max_length=150, blank=True)
-    # note: the text, plain, length-bounded (operations.decisions.ownership.NOTE_MAX).
+    # note: the text, plain, length-bounded (operations.lifecycle.notes.NOTE_MAX).
     text = models.TextField(blank=True)
     # snoozed: when reminders resume; ack_expired: when the acknowledgement was given.
     until = models.DateTimeField(null=True, blank=True)

@@ -4,7 +4,7 @@
   the last level repeated 0-10 times (written only by operations.notify.store, which validates the
   whole policy first). A target that holds a secret (a Slack webhook URL, a PagerDuty routing key)
   stores the NAME of the environment variable that holds it, never the value.
-- PolicyRun: the policy's progress on one card (operations.notify.policy.RunState), `step_seq` the
+- PolicyRun: the policy's progress on one card (operations.notify.steps.RunState), `step_seq` the
   compare-and-set fence that makes a level go out once whatever process steps it.
 - NotificationDelivery: one message to one recipient, written in the transaction that decided it
   and sent by a worker; every row ends sent, failed or skipped, with `detail` saying why, and the
@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from operations.notify import rules
 from operations.notify.kinds import TARGETS, Kind, Ref, channels_in_order, targets_in_order
-from operations.notify.policy import RunStatus
+from operations.notify.steps import RunStatus
 from operations.vocabulary import choices_of
 
 
@@ -128,7 +128,7 @@ class PolicyTarget(models.Model):
 
 
 class PolicyRun(models.Model):
-    """The policy's progress on one card; its fields are exactly operations.notify.policy.RunState."""
+    """The policy's progress on one card; its fields are exactly operations.notify.steps.RunState."""
 
     Status = RunStatus
 

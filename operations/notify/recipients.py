@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from operations.notify.kinds import LABELS, Kind
-from operations.notify.policy import Notify
+from operations.notify.steps import Notify
 
 
 @dataclass(frozen=True)

@@ -221,103 +221,121 @@ class PollerdashCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
         snap = snapshot()
-        lag = GaugeMetricFamily(
-            "pollerdash_dispatch_lag_seconds",
-            "Dispatch lag (poll start minus the due time it served), quantiles over the last 5 minutes",
-            labels=["quantile"],
-        )
-        for q, value in snap.lag.quantiles.items():
-            lag.add_metric([str(q)], value)
-        yield lag
-        yield _gauge(
-            "pollerdash_dispatch_lag_max_seconds", "Largest dispatch lag over the last 5 minutes", snap.lag.max_s
-        )
-        yield _gauge("pollerdash_dispatch_lag_samples", "Polls behind the dispatch lag figures", snap.lag.samples)
-        yield _gauge(
-            "pollerdash_oldest_due_unclaimed_seconds",
-            "Age of the oldest operation due for a poll that no dispatcher has claimed (0 when none)",
-            snap.oldest_due_age_s or 0.0,
-        )
-        yield _gauge(
-            "pollerdash_due_unclaimed_operations",
-            "Operations due for a poll and not claimed yet (paused accounts excluded)",
-            snap.due_unclaimed,
-        )
-        yield _gauge("pollerdash_polls_per_second", "Status requests sent per second, last minute", snap.polls_per_s)
-        yield _labelled(
-            "pollerdash_recent_polls",
-            "Status requests sent in the last 5 minutes, by decision (in_flight: no answer recorded yet)",
-            "decision",
-            snap.polls_by_decision,
-        )
-        yield _labelled("pollerdash_open_escalations", "Open escalations by reason", "reason", snap.open_escalations)
-        yield _labelled(
-            "pollerdash_operations", "Operations that are not done, by status", "status", snap.operations_by_status
-        )
-        yield _gauge(
-            "pollerdash_paused_accounts", "Provider accounts paused by a 429/503 Retry-After", len(snap.paused_accounts)
-        )
-        yield _labelled(
-            "pollerdash_account_pause_remaining_seconds",
-            "Seconds until a paused provider account may be polled again",
-            "account",
-            {p.name: p.remaining_s for p in snap.paused_accounts},
-        )
-        yield _gauge("pollerdash_task_queue_waiting", "django-q2 tasks waiting for a worker", snap.queue_waiting)
-        yield _gauge("pollerdash_task_queue_taken", "django-q2 tasks taken by a worker, not yet done", snap.queue_taken)
-        yield _gauge(
-            "pollerdash_task_queue_oldest_waiting_seconds",
-            "Age of the oldest task no worker has taken (0 when none): workers stalled or too few",
-            snap.oldest_waiting_s or 0.0,
-        )
-        yield _labelled(
-            "pollerdash_live_processes",
-            "Processes with a fresh heartbeat, by kind",
-            "kind",
-            snap.live_processes or {"dispatcher": 0},
-        )
-        yield _labelled(
-            "pollerdash_healthy_processes",
-            "Processes with a fresh heartbeat that report no stall, by kind (alive is not enough)",
-            "kind",
-            snap.healthy_processes or {"dispatcher": 0},
-        )
-        progress = snap.progress
-        yield _gauge(
-            "pollerdash_polling_stalled",
-            "1 when operations have been due STALL_ALERT_S or longer and no status request was sent for as long",
-            int(progress.polling_stalled),
-        )
-        yield _gauge(
-            "pollerdash_task_queue_stalled",
-            "1 when a task has waited STALL_ALERT_S or longer and no worker took any for as long",
-            int(progress.queue_stalled),
-        )
-        yield _gauge(
-            "pollerdash_seconds_since_last_poll",
-            "Seconds since the last status request was sent (absent before the first)",
-            progress.since_last_poll_s,
-        )
+        yield from _dispatch_metrics(snap=snap)
+        yield from _backlog_metrics(snap=snap)
+        yield from _process_metrics(snap=snap)
         yield from figures.histograms()
-        yield _labelled(
-            "pollerdash_notifications_failed_24h",
-            "Notifications that failed for good in the last 24 hours, by channel",
-            "channel",
-            notifications_failed(now=snap.at),
-        )
-        audit_lag = integrate.lag()
-        yield _gauge(
-            "pollerdash_audit_integration_lag_seconds",
-            "Age of the oldest audit entry awaiting integration into the Merkle tree (0 when none)",
-            audit_lag.seconds(snap.at),
-        )
-        yield _gauge("pollerdash_audit_pending_entries", "Audit entries awaiting integration", audit_lag.pending)
-        yield _labelled(
-            "pollerdash_audit_protection_ok",
-            "Audit log protection checks (1 ok, 0 failing)",
-            "check",
-            {check.name: 1 if check.ok else 0 for check in audit_protection_checks()},
-        )
+        yield from _notification_and_audit_metrics(now=snap.at)
+
+
+def _dispatch_metrics(*, snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """How late polls go out, what waits unclaimed, and what was sent."""
+    lag = GaugeMetricFamily(
+        "pollerdash_dispatch_lag_seconds",
+        "Dispatch lag (poll start minus the due time it served), quantiles over the last 5 minutes",
+        labels=["quantile"],
+    )
+    for q, value in snap.lag.quantiles.items():
+        lag.add_metric([str(q)], value)
+    yield lag
+    yield _gauge("pollerdash_dispatch_lag_max_seconds", "Largest dispatch lag over the last 5 minutes", snap.lag.max_s)
+    yield _gauge("pollerdash_dispatch_lag_samples", "Polls behind the dispatch lag figures", snap.lag.samples)
+    yield _gauge(
+        "pollerdash_oldest_due_unclaimed_seconds",
+        "Age of the oldest operation due for a poll that no dispatcher has claimed (0 when none)",
+        snap.oldest_due_age_s or 0.0,
+    )
+    yield _gauge(
+        "pollerdash_due_unclaimed_operations",
+        "Operations due for a poll and not claimed yet (paused accounts excluded)",
+        snap.due_unclaimed,
+    )
+    yield _gauge("pollerdash_polls_per_second", "Status requests sent per second, last minute", snap.polls_per_s)
+    yield _labelled(
+        "pollerdash_recent_polls",
+        "Status requests sent in the last 5 minutes, by decision (in_flight: no answer recorded yet)",
+        "decision",
+        snap.polls_by_decision,
+    )
+
+
+def _backlog_metrics(*, snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """What waits on people, on paused accounts and in the task queue."""
+    yield _labelled("pollerdash_open_escalations", "Open escalations by reason", "reason", snap.open_escalations)
+    yield _labelled(
+        "pollerdash_operations", "Operations that are not done, by status", "status", snap.operations_by_status
+    )
+    yield _gauge(
+        "pollerdash_paused_accounts", "Provider accounts paused by a 429/503 Retry-After", len(snap.paused_accounts)
+    )
+    yield _labelled(
+        "pollerdash_account_pause_remaining_seconds",
+        "Seconds until a paused provider account may be polled again",
+        "account",
+        {p.name: p.remaining_s for p in snap.paused_accounts},
+    )
+    yield _gauge("pollerdash_task_queue_waiting", "django-q2 tasks waiting for a worker", snap.queue_waiting)
+    yield _gauge("pollerdash_task_queue_taken", "django-q2 tasks taken by a worker, not yet done", snap.queue_taken)
+    yield _gauge(
+        "pollerdash_task_queue_oldest_waiting_seconds",
+        "Age of the oldest task no worker has taken (0 when none): workers stalled or too few",
+        snap.oldest_waiting_s or 0.0,
+    )
+
+
+def _process_metrics(*, snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """Which processes are alive and healthy, and whether the fleet makes progress."""
+    yield _labelled(
+        "pollerdash_live_processes",
+        "Processes with a fresh heartbeat, by kind",
+        "kind",
+        snap.live_processes or {"dispatcher": 0},
+    )
+    yield _labelled(
+        "pollerdash_healthy_processes",
+        "Processes with a fresh heartbeat that report no stall, by kind (alive is not enough)",
+        "kind",
+        snap.healthy_processes or {"dispatcher": 0},
+    )
+    progress = snap.progress
+    yield _gauge(
+        "pollerdash_polling_stalled",
+        "1 when operations have been due STALL_ALERT_S or longer and no status request was sent for as long",
+        int(progress.polling_stalled),
+    )
+    yield _gauge(
+        "pollerdash_task_queue_stalled",
+        "1 when a task has waited STALL_ALERT_S or longer and no worker took any for as long",
+        int(progress.queue_stalled),
+    )
+    yield _gauge(
+        "pollerdash_seconds_since_last_poll",
+        "Seconds since the last status request was sent (absent before the first)",
+        progress.since_last_poll_s,
+    )
+
+
+def _notification_and_audit_metrics(*, now: datetime) -> Iterator[GaugeMetricFamily]:
+    """Notifications that failed for good, and the audit log's integration and protection."""
+    yield _labelled(
+        "pollerdash_notifications_failed_24h",
+        "Notifications that failed for good in the last 24 hours, by channel",
+        "channel",
+        notifications_failed(now=now),
+    )
+    audit_lag = integrate.lag()
+    yield _gauge(
+        "pollerdash_audit_integration_lag_seconds",
+        "Age of the oldest audit entry awaiting integration into the Merkle tree (0 when none)",
+        audit_lag.seconds(now),
+    )
+    yield _gauge("pollerdash_audit_pending_entries", "Audit entries awaiting integration", audit_lag.pending)
+    yield _labelled(
+        "pollerdash_audit_protection_ok",
+        "Audit log protection checks (1 ok, 0 failing)",
+        "check",
+        {check.name: 1 if check.ok else 0 for check in audit_protection_checks()},
+    )
 
 
 def notifications_failed(*, now: datetime, window: timedelta = timedelta(hours=24)) -> dict[str, float]:

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from operations.lifecycle import polls
+from operations.lifecycle import poll_groups
 from operations.lifecycle.claims import charge_group, release
 from operations.limits import pacing
 from operations.models import Operation
@@ -46,10 +46,10 @@ from operations.polls.controller import (
     gate_at_charge,
     gate_or_stop,
     interpret,
-    load_for_polls,
     poll_once,
     worker_name,
 )
+from operations.polls.poll_inputs import load_for_polls
 from operations.providers import http
 from operations.providers.targets import Destination
 
@@ -155,8 +155,8 @@ def poll_group(*, claims: list[tuple[str, int]], rng: random.Random) -> list[Pol
     outcomes = []
     for (_, op), (raw, received_at) in zip(charged, answers, strict=True):
         decision, answer = interpret(op=op, raw=raw, received_at=received_at, rng=rng)
-        outcomes.append(polls.Outcome(op=op, check=sent[op.pk], decision=decision, answer=answer))
-    written = polls.record_group(outcomes=outcomes)
+        outcomes.append(poll_groups.Outcome(op=op, check=sent[op.pk], decision=decision, answer=answer))
+    written = poll_groups.record_group(outcomes=outcomes)
     for index, op in charged:
         results[index] = PollResult.POLLED if written[op.pk] else PollResult.STALE
     return results

@@ -26,17 +26,15 @@ The loop runs every step in a full pass every DISPATCH_SWEEP_EVERY_S and only st
 passes in between (`run_pass(claims_only=True)`). Every step returns how much work it did, so
 tests call one step at a time and the loop goes round again at once while a step stopped at its
 batch limit, sleeping otherwise (`idle_sleep_s`, or the shortest sleep after a pass that claimed).
-`record_heartbeat` and `housekeeping` run on their own cadence. Locks are taken in the order used
-everywhere else: provider account rows (sorted by name), then operation rows; an audit entry is a
-plain insert that takes no lock (operations.audit.entries).
+`record_heartbeat` and `housekeeping` (operations/polls/heartbeat.py) run on their own cadence.
+Locks are taken in the order used everywhere else: provider account rows (sorted by name), then
+operation rows; an audit entry is a plain insert that takes no lock (operations.audit.entries).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -45,7 +43,7 @@ from django.db import transaction
 from django.db.models import F, Min, QuerySet
 from django.utils import timezone
 from django_q.brokers import Broker, get_broker
-from django_q.models import Failure, OrmQ
+from django_q.models import OrmQ
 from django_q.tasks import async_task
 
 from operations import events
@@ -63,8 +61,7 @@ from operations.lifecycle.claims import (
     unleased,
 )
 from operations.limits import pacing
-from operations.models import Operation, ProcessHeartbeat, ProviderAccount, ProviderProfile
-from operations.observability import liveness
+from operations.models import Operation, ProviderAccount, ProviderProfile
 from operations.polling.gate import business_deadline_explanation
 from operations.vocabulary import POLLABLE_STATUSES, Reason
 
@@ -73,13 +70,8 @@ logger = logging.getLogger(__name__)
 POLL_TASK = "operations.tasks.run_poll"
 POLLS_TASK = "operations.tasks.run_polls"
 POLL_TASK_GROUP = "polls"
-HEARTBEAT_KIND = "dispatcher"
 
 _POLLABLE = sorted(POLLABLE_STATUSES)
-
-
-def dispatcher_name() -> str:
-    return f"{HEARTBEAT_KIND}@{socket.gethostname()}:{os.getpid()}"
 
 
 # --- 1. deadline sweep ----------------------------------------------------------------------------------
@@ -317,7 +309,7 @@ def dispatch_callbacks(*, limit: int = 100) -> int:
     return dispatch_due_callbacks(limit=limit)
 
 
-# --- the pass, the idle sleep and the heartbeat ----------------------------------------------------------
+# --- the pass and the idle sleep ----------------------------------------------------------
 
 
 SWEEP_LIMIT = 100
@@ -399,52 +391,3 @@ def idle_sleep_s(*, now: datetime | None = None) -> float:
     ]
     waits = [(t - now).total_seconds() for t in nearest if t is not None]
     return max(min(settings.DISPATCH_MIN_SLEEP_S, cap), min([cap, *waits]))
-
-
-def check_progress(*, name: str, was_stalled: bool, now: datetime | None = None) -> list[str]:
-    """Is the fleet working (operations.observability.liveness)? Returns its problems, for the heartbeat: a
-    dispatcher that keeps passing while nothing is polled is alive, not healthy.
-
-    Logs an ERROR when the fleet stalls (and again every heartbeat while it stays stalled, so the
-    log shows how long it lasted) and a WARNING when it works again.
-    """
-    problems = liveness.fleet_progress(now=now).problems()
-    if problems:
-        logger.error("%s: the fleet has stalled. %s", name, " ".join(problems))
-    elif was_stalled:
-        logger.warning("%s: the fleet is working again", name)
-    return problems
-
-
-def record_heartbeat(*, name: str, started_at: datetime, info: dict, now: datetime | None = None) -> None:
-    """Say this process is alive (the system panel lists processes by their last heartbeat).
-
-    `info["stalled"]` (check_progress's problems, empty when none) says whether it is healthy."""
-    now = now or timezone.now()
-    ProcessHeartbeat.objects.update_or_create(
-        name=name,
-        defaults={"kind": HEARTBEAT_KIND, "started_at": started_at, "last_seen_at": now, "info": info},
-    )
-
-
-def forget_heartbeat(*, name: str) -> None:
-    """A clean exit removes the row: only crashed processes linger (as stale) on the panel."""
-    ProcessHeartbeat.objects.filter(name=name).delete()
-
-
-HOUSEKEEPING_EVERY_S = 600.0
-HEARTBEATS_KEPT = timedelta(days=1)
-TASK_FAILURES_KEPT = timedelta(days=7)
-
-
-def housekeeping(*, now: datetime | None = None) -> int:
-    """Prune rows nothing else removes; returns how many. Run every HOUSEKEEPING_EVERY_S.
-
-    - heartbeats of processes gone for a day (crashed ones never remove their own row);
-    - django-q2's failed-task rows after a week: with `ack_failures` every failure is kept, and
-      pollerdash's own record of each poll is its StatusCheck and audit entry anyway.
-    """
-    now = now or timezone.now()
-    pruned, _ = ProcessHeartbeat.objects.filter(last_seen_at__lt=now - HEARTBEATS_KEPT).delete()
-    failures, _ = Failure.objects.filter(stopped__lt=now - TASK_FAILURES_KEPT).delete()
-    return pruned + failures

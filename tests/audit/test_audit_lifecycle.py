@@ -197,10 +197,10 @@ def test_every_entry_type_reads_as_a_sentence(entry_type, data, expected):
 
 
 def test_every_known_entry_type_has_its_own_sentence():
-    from operations.audit import story
+    from operations.audit import sentences
     from operations.audit.types import DATA_KEYS
 
-    assert set(DATA_KEYS) <= set(story._RENDERERS)
+    assert set(DATA_KEYS) <= set(sentences.RENDERERS)
 
 
 @pytest.mark.parametrize("name", ["controller", "unattributed", "archiver"])

@@ -245,7 +245,7 @@ def test_the_outbox_model_and_the_rules_share_one_vocabulary() -> None:
     a policy's targets and the outbox's channels (operations.notify.kinds)."""
     from operations.models import PolicyTarget
     from operations.notify.kinds import CHANNELS, TARGETS, Kind
-    from operations.notify.policy import RunStatus
+    from operations.notify.steps import RunStatus
 
     assert NotificationDelivery.Event is rules.Event and NotificationDelivery.State is rules.State
     assert PolicyRun.Status is RunStatus and PolicyTarget.Kind is Kind

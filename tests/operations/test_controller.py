@@ -490,7 +490,8 @@ def test_an_outcome_whose_status_check_is_gone_is_written_whole_on_either_databa
     # change without its audit entry.
     from operations.lifecycle.claims import charge
     from operations.lifecycle.polls import record_outcome
-    from operations.polls.controller import interpret, load_for_polls
+    from operations.polls.controller import interpret
+    from operations.polls.poll_inputs import load_for_polls
 
     op = make_operation(job_id("slow_success"))
     fence = reload(op).fence

@@ -21,7 +21,7 @@ from django_q.signing import SignedPackage
 
 from operations.limits import pacing
 from operations.models import AuditEntry, Escalation, Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
-from operations.polls import dispatch
+from operations.polls import dispatch, heartbeat
 from operations.polls.controller import PollResult
 from operations.providers import http
 from operations.vocabulary import Reason, Status
@@ -661,12 +661,12 @@ def test_an_idle_dispatcher_sleeps_less_when_the_next_due_time_is_nearer(make_op
 
 @pytest.mark.django_db
 def test_the_heartbeat_row_says_the_dispatcher_is_alive(clock):
-    dispatch.record_heartbeat(name=OWNER, started_at=T0, info={"claimed": 3})
+    heartbeat.record_heartbeat(name=OWNER, started_at=T0, info={"claimed": 3})
     clock.move_to(T0 + timedelta(seconds=5), tick=False)
-    dispatch.record_heartbeat(name=OWNER, started_at=T0, info={"claimed": 7})
+    heartbeat.record_heartbeat(name=OWNER, started_at=T0, info={"claimed": 7})
     beat = ProcessHeartbeat.objects.get(name=OWNER)
     assert (beat.kind, beat.last_seen_at, beat.info) == ("dispatcher", T0 + timedelta(seconds=5), {"claimed": 7})
-    dispatch.forget_heartbeat(name=OWNER)
+    heartbeat.forget_heartbeat(name=OWNER)
     assert not ProcessHeartbeat.objects.exists()
 
 
@@ -674,8 +674,8 @@ def test_the_heartbeat_row_says_the_dispatcher_is_alive(clock):
 def test_housekeeping_prunes_old_heartbeats_and_task_failures(clock):
     from django_q.models import Failure
 
-    dispatch.record_heartbeat(name="dispatcher@gone:1", started_at=T0, info={}, now=T0 - timedelta(days=2))
-    dispatch.record_heartbeat(name=OWNER, started_at=T0, info={}, now=T0)
+    heartbeat.record_heartbeat(name="dispatcher@gone:1", started_at=T0, info={}, now=T0 - timedelta(days=2))
+    heartbeat.record_heartbeat(name=OWNER, started_at=T0, info={}, now=T0)
     for days, name in ((8, "old"), (1, "recent")):
         Failure.objects.create(
             id=name,
@@ -685,7 +685,7 @@ def test_housekeeping_prunes_old_heartbeats_and_task_failures(clock):
             stopped=T0 - timedelta(days=days),
             success=False,
         )
-    assert dispatch.housekeeping(now=T0) == 2
+    assert heartbeat.housekeeping(now=T0) == 2
     assert list(ProcessHeartbeat.objects.values_list("name", flat=True)) == [OWNER]
     assert list(Failure.objects.values_list("name", flat=True)) == ["recent"]
 
@@ -961,7 +961,7 @@ def test_a_group_takes_the_same_statements_whatever_its_size(make_operation, set
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from operations.polls.controller import load_for_polls
+    from operations.polls.poll_inputs import load_for_polls
 
     settings.DISPATCH_TASK_SPREAD, settings.DISPATCH_POLLS_PER_TASK = 1, 8
     ops = [make_operation(job_id("slow_success", polls=3)) for _ in range(size)]

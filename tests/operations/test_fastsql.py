@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from operations.infrastructure import fastsql
 from operations.models import Operation
-from operations.polls.controller import load_for_polls
+from operations.polls.poll_inputs import load_for_polls
 
 pytestmark = pytest.mark.django_db
 

@@ -23,7 +23,7 @@ from django_q.models import OrmQ
 
 from operations.models import Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
 from operations.observability import liveness, metrics
-from operations.polls import dispatch
+from operations.polls import heartbeat
 from tests.operations.test_metrics import a_viewer
 from tests.support import T0, job_id
 
@@ -138,8 +138,8 @@ def test_a_poll_in_flight_is_taken_up_but_a_dispatchers_claim_still_waits(make_o
 
 def test_the_dispatcher_logs_the_stall_and_its_heartbeat_is_not_healthy(stalled_fleet, caplog):
     with caplog.at_level(logging.WARNING, logger="operations.polls.dispatch"):
-        problems = dispatch.check_progress(name="dispatcher@vm:7", was_stalled=False)
-    dispatch.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"passes": 9, "stalled": problems})
+        problems = heartbeat.check_progress(name="dispatcher@vm:7", was_stalled=False)
+    heartbeat.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"passes": 9, "stalled": problems})
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == [f"dispatcher@vm:7: the fleet has stalled. {' '.join(problems)}"]
     (process,) = metrics.snapshot(now=T0).processes
@@ -148,8 +148,8 @@ def test_the_dispatcher_logs_the_stall_and_its_heartbeat_is_not_healthy(stalled_
 
 def test_a_fleet_working_again_is_logged_and_the_heartbeat_healthy(idle_fleet, caplog):
     with caplog.at_level(logging.WARNING, logger="operations.polls.dispatch"):
-        problems = dispatch.check_progress(name="dispatcher@vm:7", was_stalled=True)
-    dispatch.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": problems})
+        problems = heartbeat.check_progress(name="dispatcher@vm:7", was_stalled=True)
+    heartbeat.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": problems})
     assert problems == []
     assert [r.getMessage() for r in caplog.records] == ["dispatcher@vm:7: the fleet is working again"]
     (process,) = metrics.snapshot(now=T0).processes
@@ -160,8 +160,8 @@ def test_a_fleet_working_again_is_logged_and_the_heartbeat_healthy(idle_fleet, c
 
 
 def test_the_panel_shows_a_stalled_fleet_red(stalled_fleet, client, django_user_model):
-    problems = dispatch.check_progress(name="dispatcher@vm:7", was_stalled=False)
-    dispatch.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": problems})
+    problems = heartbeat.check_progress(name="dispatcher@vm:7", was_stalled=False)
+    heartbeat.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": problems})
     client.force_login(a_viewer(django_user_model, "stallviewer"))
     html = client.get(reverse("system")).content.decode()
     assert html.count('class="callout callout-danger" role="alert" data-alert="stalled"') == 2
@@ -171,8 +171,8 @@ def test_the_panel_shows_a_stalled_fleet_red(stalled_fleet, client, django_user_
 
 
 def test_the_panel_shows_a_healthy_idle_fleet_healthy(idle_fleet, client, django_user_model):
-    problems = dispatch.check_progress(name="dispatcher@vm:7", was_stalled=False)
-    dispatch.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": problems})
+    problems = heartbeat.check_progress(name="dispatcher@vm:7", was_stalled=False)
+    heartbeat.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": problems})
     client.force_login(a_viewer(django_user_model, "idleviewer"))
     html = client.get(reverse("system")).content.decode()
     assert 'data-alert="stalled"' not in html and ">alive, stalled<" not in html
@@ -191,10 +191,10 @@ def _metrics(client) -> dict[str, float]:
 
 
 def test_metrics_show_a_stalled_fleet(stalled_fleet, client):
-    dispatch.record_heartbeat(
+    heartbeat.record_heartbeat(
         name="dispatcher@vm:7",
         started_at=T0,
-        info={"stalled": dispatch.check_progress(name="dispatcher@vm:7", was_stalled=False)},
+        info={"stalled": heartbeat.check_progress(name="dispatcher@vm:7", was_stalled=False)},
     )
     values = _metrics(client)
     assert values["pollerdash_polling_stalled"] == 1 and values["pollerdash_task_queue_stalled"] == 1
@@ -204,7 +204,7 @@ def test_metrics_show_a_stalled_fleet(stalled_fleet, client):
 
 
 def test_metrics_show_a_healthy_idle_fleet(idle_fleet, client):
-    dispatch.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": []})
+    heartbeat.record_heartbeat(name="dispatcher@vm:7", started_at=T0, info={"stalled": []})
     values = _metrics(client)
     assert values["pollerdash_polling_stalled"] == 0 and values["pollerdash_task_queue_stalled"] == 0
     assert values['pollerdash_healthy_processes{kind="dispatcher"}'] == 1

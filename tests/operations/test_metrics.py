@@ -15,7 +15,7 @@ from django_q.models import OrmQ
 from operations.lifecycle.cards import escalate
 from operations.models import Operation, ProcessHeartbeat, ProviderAccount, StatusCheck
 from operations.observability import metrics
-from operations.polls import dispatch
+from operations.polls import dispatch, heartbeat
 from operations.vocabulary import Reason
 from tests.support import T0, job_id
 
@@ -62,8 +62,8 @@ def busy_system(make_profile, make_operation):
     ProviderAccount.objects.filter(name=paused.account).update(
         paused_until=T0 + timedelta(seconds=90), pause_reason="429 with Retry-After"
     )
-    dispatch.record_heartbeat(name="dispatcher@host-a:11", started_at=T0 - timedelta(hours=1), info={}, now=T0)
-    dispatch.record_heartbeat(
+    heartbeat.record_heartbeat(name="dispatcher@host-a:11", started_at=T0 - timedelta(hours=1), info={}, now=T0)
+    heartbeat.record_heartbeat(
         name="dispatcher@host-b:12", started_at=T0 - timedelta(hours=1), info={}, now=T0 - timedelta(minutes=5)
     )
     OrmQ.objects.create(key="pollerdash", payload="x", lock=T0 - timedelta(seconds=4))
@@ -148,7 +148,7 @@ def test_the_panel_refresh_returns_only_the_fragment(busy_system, client, django
 
 
 def test_a_quiet_system_says_so(client, django_user_model):
-    dispatch.record_heartbeat(name="dispatcher@host-a:11", started_at=T0, info={}, now=T0)
+    heartbeat.record_heartbeat(name="dispatcher@host-a:11", started_at=T0, info={}, now=T0)
     client.force_login(a_viewer(django_user_model, "viewer3"))
     html = client.get(reverse("system")).content.decode()
     assert "Dispatch is healthy" in html and "No polls in the last 5 minutes" in html

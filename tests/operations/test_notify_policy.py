@@ -10,19 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operations.notify.kinds import Kind
-from operations.notify.policy import (
-    Directory,
-    Level,
-    Policy,
-    Problem,
+from operations.notify.policy import Directory, Level, Policy, Problem, Target, validate_policy
+from operations.notify.steps import (
     RunState,
     RunStatus,
-    Target,
     policy_acknowledge,
     policy_end,
     policy_step,
     policy_unacknowledge,
-    validate_policy,
 )
 
 T0 = datetime(2026, 12, 1, 19, 0, tzinfo=UTC)

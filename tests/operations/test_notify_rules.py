@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from operations.notify.kinds import Kind
-from operations.notify.policy import Notify, Target
+from operations.notify.policy import Target
 from operations.notify.recipients import People, Person, expand
 from operations.notify.rules import (
     SCHEDULE_S,
@@ -21,6 +21,7 @@ from operations.notify.rules import (
     on_end,
     retry_delay_s,
 )
+from operations.notify.steps import Notify
 
 # The channels whose messages are followed up (escalations.oncall.channels.registry says which).
 FOLLOWED_UP = frozenset({Kind.PAGERDUTY, Kind.SLACK_CHANNEL})

@@ -7,21 +7,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from operations.notify.kinds import Kind
-from operations.notify.policy import (
-    Directory,
-    Level,
-    Policy,
+from operations.notify.policy import Directory, Level, Policy, Target, validate_policy
+from operations.notify.rules import snooze_choices
+from operations.notify.steps import (
     RunState,
     RunStatus,
-    Target,
     policy_ack_timeout,
     policy_acknowledge,
     policy_snooze,
     policy_step,
     policy_unacknowledge,
-    validate_policy,
 )
-from operations.notify.rules import snooze_choices
 
 T0 = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 DIRECTORY = Directory(usernames={"alice"}, groups=set(), slack_app_configured=False)

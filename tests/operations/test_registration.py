@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from operations.agents.registration import RegistrationError, operation_register
+from operations.agents.registration import operation_register
+from operations.agents.registration_checks import RegistrationError
 from operations.models import AuditEntry, Authorization, Operation
 from operations.vocabulary import Status
 from tests.support import T0, job_id

@@ -7,12 +7,8 @@ from __future__ import annotations
 import pytest
 
 from operations.agents.identities import agent_token_issue
-from operations.agents.registration import (
-    AgentRegistration,
-    OperationConflict,
-    RegistrationError,
-    operation_register_for_agent,
-)
+from operations.agents.registration import AgentRegistration, OperationConflict, operation_register_for_agent
+from operations.agents.registration_checks import RegistrationError
 from operations.profiles.checks import key_checks
 from operations.providers.origins import watch_key
 

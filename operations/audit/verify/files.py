@@ -277,6 +277,16 @@ def _verify_v2(
     if header["from"] and verifier.start_frontier is None:
         raise VerifyFailure(PARSE, f"the export starts at size {header['from']} without its frontier line")
     result = verifier.finish(covered_until=covered_until)
+    _check_closing_checkpoint(header, verifier=verifier, number=number)
+    result["scope"] = header["scope"]
+    result["operation_id"] = header["operation_id"]
+    result["format"] = header["format"]
+    result["from"] = header["from"]
+    return result
+
+
+def _check_closing_checkpoint(header: dict[str, object], *, verifier: TreeVerifier, number: int) -> None:
+    """The export's last checkpoint is the one its header names: an export cut short fails here."""
     last = verifier.last_note
     assert last is not None
     if header["size"] != last.size or header["exported_at"] != last.time_text:
@@ -287,11 +297,6 @@ def _verify_v2(
             seq=last.size,
             line=number,
         )
-    result["scope"] = header["scope"]
-    result["operation_id"] = header["operation_id"]
-    result["format"] = header["format"]
-    result["from"] = header["from"]
-    return result
 
 
 def checkpoint_note(line: bytes, number: int, seq: int) -> str:

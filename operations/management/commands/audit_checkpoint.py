@@ -20,7 +20,7 @@ from django.db import DatabaseError
 from operations.audit import checkpoints
 from operations.audit import verify as av
 from operations.audit.signer import Signer
-from operations.polls.dispatch import forget_heartbeat
+from operations.polls.heartbeat import forget_heartbeat
 
 
 def _seconds(text: str) -> int:

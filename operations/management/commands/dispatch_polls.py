@@ -22,6 +22,8 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
+from datetime import datetime
 from types import FrameType
 
 from django.conf import settings
@@ -29,9 +31,9 @@ from django.core.management.base import BaseCommand
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connection
 from django.utils import timezone
-from django_q.brokers import get_broker
+from django_q.brokers import Broker, get_broker
 
-from operations.polls import dispatch
+from operations.polls import dispatch, heartbeat
 
 logger = logging.getLogger("operations.polls.dispatch")
 
@@ -45,16 +47,10 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="run one pass and exit (for tests and cron)")
 
     def handle(self, *args: object, once: bool = False, **options: object) -> None:
-        name = dispatch.dispatcher_name()
+        name = heartbeat.dispatcher_name()
         broker = get_broker()
         if once:
-            result = dispatch.run_pass(owner=name, broker=broker)
-            warned = dispatch.warn_business_deadlines()
-            self.stdout.write(
-                f"swept {result.swept}, requeued {result.requeued}, claimed {result.claimed}, "
-                f"callbacks {result.callbacks}, notifications {result.notifications}, "
-                f"business deadline warnings {warned}"
-            )
+            self._once(name=name, broker=broker)
             return
         stop = threading.Event()
 
@@ -63,11 +59,8 @@ class Command(BaseCommand):
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
-        started_at = timezone.now()
-        totals = {"passes": 0, "swept": 0, "requeued": 0, "claimed": 0, "callbacks": 0, "notifications": 0}
-        last_heartbeat = last_housekeeping = last_warnings = last_full = 0.0
+        loop = _Loop(name=name, broker=broker, started_at=timezone.now())
         backoff = 0.0
-        stalled: list[str] = []
         logger.info(
             "%s started (batch %s, idle sleep <= %s s)", name, settings.DISPATCH_BATCH, settings.DISPATCH_IDLE_SLEEP_S
         )
@@ -76,29 +69,7 @@ class Command(BaseCommand):
                 # A request boundary for a long-running process: drops a connection past its
                 # CONN_MAX_AGE or broken by a database restart, so the next query reconnects.
                 close_old_connections()
-                # The sweeps, callbacks, audit integration and the layers above every
-                # DISPATCH_SWEEP_EVERY_S; the passes in between only claim due polls.
-                full = time.monotonic() - last_full >= settings.DISPATCH_SWEEP_EVERY_S
-                result = dispatch.run_pass(owner=name, broker=broker, claims_only=not full)
-                if full and not result.housework_backlog:
-                    last_full = time.monotonic()
-                totals["passes"] += 1
-                totals["swept"] += result.swept
-                totals["requeued"] += result.requeued
-                totals["claimed"] += result.claimed
-                totals["callbacks"] += result.callbacks
-                totals["notifications"] += result.notifications
-                if time.monotonic() - last_heartbeat >= settings.DISPATCH_HEARTBEAT_S:
-                    # Alive is not enough: the heartbeat says whether the fleet makes progress.
-                    stalled = dispatch.check_progress(name=name, was_stalled=bool(stalled))
-                    dispatch.record_heartbeat(name=name, started_at=started_at, info={**totals, "stalled": stalled})
-                    last_heartbeat = time.monotonic()
-                if time.monotonic() - last_warnings >= dispatch.WARNINGS_EVERY_S:
-                    dispatch.warn_business_deadlines()
-                    last_warnings = time.monotonic()
-                if time.monotonic() - last_housekeeping >= dispatch.HOUSEKEEPING_EVERY_S:
-                    dispatch.housekeeping()
-                    last_housekeeping = time.monotonic()
+                result = loop.run_pass()
                 if backoff:
                     logger.warning("%s: database reachable again", name)
                     backoff = 0.0
@@ -119,7 +90,61 @@ class Command(BaseCommand):
                 logger.exception("%s: pass failed; retrying in %.2f s", name, backoff)
                 stop.wait(backoff)
         try:
-            dispatch.forget_heartbeat(name=name)
+            heartbeat.forget_heartbeat(name=name)
         except DatabaseError:
             logger.warning("%s: could not remove its heartbeat row on exit", name)
-        logger.info("%s stopped after %s passes", name, totals["passes"])
+        logger.info("%s stopped after %s passes", name, loop.totals["passes"])
+
+    def _once(self, *, name: str, broker: Broker) -> None:
+        result = dispatch.run_pass(owner=name, broker=broker)
+        warned = dispatch.warn_business_deadlines()
+        self.stdout.write(
+            f"swept {result.swept}, requeued {result.requeued}, claimed {result.claimed}, "
+            f"callbacks {result.callbacks}, notifications {result.notifications}, "
+            f"business deadline warnings {warned}"
+        )
+
+
+@dataclass
+class _Loop:
+    """What the loop keeps between passes: its totals (the heartbeat's info) and when each step on
+    its own cadence last ran."""
+
+    name: str
+    broker: Broker
+    started_at: datetime
+    totals: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("passes", "swept", "requeued", "claimed", "callbacks", "notifications"), 0
+        )
+    )
+    stalled: list[str] = field(default_factory=list)
+    last_heartbeat: float = 0.0
+    last_housekeeping: float = 0.0
+    last_warnings: float = 0.0
+    last_full: float = 0.0
+
+    def run_pass(self) -> dispatch.PassResult:
+        """One pass, then the heartbeat, the business-deadline warnings and the housekeeping if due."""
+        # The sweeps, callbacks, audit integration and the layers above every
+        # DISPATCH_SWEEP_EVERY_S; the passes in between only claim due polls.
+        full = time.monotonic() - self.last_full >= settings.DISPATCH_SWEEP_EVERY_S
+        result = dispatch.run_pass(owner=self.name, broker=self.broker, claims_only=not full)
+        if full and not result.housework_backlog:
+            self.last_full = time.monotonic()
+        self.totals["passes"] += 1
+        for key in ("swept", "requeued", "claimed", "callbacks", "notifications"):
+            self.totals[key] += getattr(result, key)
+        if time.monotonic() - self.last_heartbeat >= settings.DISPATCH_HEARTBEAT_S:
+            # Alive is not enough: the heartbeat says whether the fleet makes progress.
+            self.stalled = heartbeat.check_progress(name=self.name, was_stalled=bool(self.stalled))
+            info = {**self.totals, "stalled": self.stalled}
+            heartbeat.record_heartbeat(name=self.name, started_at=self.started_at, info=info)
+            self.last_heartbeat = time.monotonic()
+        if time.monotonic() - self.last_warnings >= dispatch.WARNINGS_EVERY_S:
+            dispatch.warn_business_deadlines()
+            self.last_warnings = time.monotonic()
+        if time.monotonic() - self.last_housekeeping >= heartbeat.HOUSEKEEPING_EVERY_S:
+            heartbeat.housekeeping()
+            self.last_housekeeping = time.monotonic()
+        return result

@@ -7,7 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from operations.agents.registration import RegistrationError, operation_register
+from operations.agents.registration import operation_register
+from operations.agents.registration_checks import RegistrationError
 from operations.selectors import live_operation_for_job
 
 
