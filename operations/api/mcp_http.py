@@ -34,7 +34,8 @@ from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
-from operations.agents.identities import agent_authenticate, bearer_token
+from operations.agents.identities import bearer_token
+from operations.api import mcp_fast
 from operations.api.mcp_caller import SCOPE_KEY, McpCaller
 from operations.api.mcp_results import logger, unavailable
 from operations.api.problems import PROBLEM_CONTENT_TYPE, ApiProblem, problem_body
@@ -102,6 +103,13 @@ async def send_problem(send: Send, problem: ApiProblem, *, headers: dict[str, st
             ],
         }
     )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, body: bytes) -> None:
+    """A 200 JSON answer with the headers the SDK's own carries (Starlette's Response)."""
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -230,8 +238,13 @@ class McpEndpoint:
             await send_problem(send, ApiProblem("body_too_large", f"Request bodies are limited to {limit} bytes."))
             return
         token = bearer_token(_header(scope, b"authorization") or "")
+        # A plain tasks/get names its task in a routing header: read with the token check, in one
+        # call on the database threads (operations/api/mcp_fast.py).
+        task_id = mcp_fast.routed_task(scope.get("headers") or ())
         try:
-            agent = await run_db(agent_authenticate, token=token) if token else None
+            agent, task = (
+                await run_db(mcp_fast.authenticate_and_load, token=token, task_id=task_id) if token else (None, None)
+            )
         except DatabaseError as exc:
             logger.warning("MCP: database unavailable (%s)", exc)
             await send_problem(send, unavailable())
@@ -246,6 +259,17 @@ class McpEndpoint:
         body = await read_body(receive)
         if body is None:
             return  # the client went away mid-body: nobody to answer
+        if task_id is not None:
+            fast = mcp_fast.answer(
+                body,
+                headers=scope["headers"],
+                view=task,
+                agent_id=agent.pk,
+                server_info=self._lowlevel().server_info_stamp,
+            )
+            if fast is not None:
+                await send_json(send, fast)
+                return
         scope = {**scope, SCOPE_KEY: McpCaller(agent=agent, token=token)}
         manager = await self._manager()
         await manager.handle_request(scope, replay(body, receive), send)
