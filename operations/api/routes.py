@@ -264,10 +264,17 @@ OperationIdPath = Path(..., pattern=OPERATION_ID_PATTERN, description="op_ + 26-
 )
 def get_operation(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponse:
     reject_unknown_query(request, set())
-    op = api_selectors.agent_operation(agent_id=_agent(request).pk, operation_id=operation_id)
-    if op is None:
+    response = operation_answer(agent_id=_agent(request).pk, operation_id=operation_id)
+    if response is None:
         raise not_found(operation_id)
-    return operation_response(_render(op))
+    return response
+
+
+def operation_answer(*, agent_id: int, operation_id: str) -> HttpResponse | None:
+    """The 200 of getOperation, or None when the agent has no such operation (also the answer of
+    the threadless handler's direct route, operations/api/asgi.py)."""
+    op = api_selectors.agent_operation(agent_id=agent_id, operation_id=operation_id)
+    return None if op is None else operation_response(_render(op))
 
 
 docs.document(
