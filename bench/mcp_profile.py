@@ -25,8 +25,8 @@ from pathlib import Path
 # The project root instead of bench/, whose mcp.py would shadow the MCP SDK.
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench._setup import django_on_scratch_postgres
-from bench.loadgen import setup_data, tasks_get_request
+from bench._setup import django_on_scratch_postgres  # noqa: E402 - after the path is set
+from bench.loadgen import setup_data, tasks_get_request  # noqa: E402
 
 Call = tuple[dict, bytes]
 
@@ -116,7 +116,7 @@ def main() -> None:
         loop.run_until_complete(call(application, dict(scope), payload))
         on_db_thread(queries.__exit__, None, None, None)
         # Read on that thread: each thread has its own connection and its own query log.
-        captured = on_db_thread(lambda: list(queries.captured_queries))
+        captured = on_db_thread(lambda q=queries: list(q.captured_queries))
         started, cpu_started = time.perf_counter(), time.process_time()
         for _ in range(args.requests):
             loop.run_until_complete(call(application, dict(scope), payload))

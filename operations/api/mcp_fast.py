@@ -4,11 +4,11 @@ A task's client polls `tasks/get` every few seconds for as long as its job runs.
 (a Starlette request, the transport checks, the envelope's pydantic models, the middleware chain,
 the extension's binding, the result's re-validation and stamping) that call cost about three times
 the CPU of the work it does — one token check and one row read — and a second hop to the database
-threads. Here the /mcp endpoint (operations/api/mcp_http.py) answers the ordinary case itself:
+threads (and a second statement). Here the /mcp endpoint (operations/api/mcp_http.py) answers the ordinary case itself:
 
-- before the body is read, one call on the database threads checks the bearer token (revocation
-  included) and, only for a live token, reads the task the routing header `Mcp-Name` names, as
-  that token's agent (another agent's task reads as unknown);
+- before the body is read, one statement on the database threads checks the bearer token
+  (revocation included) and reads, for a live token only, the task the routing header `Mcp-Name`
+  names, as that token's agent (another agent's task reads as unknown);
 - the body must then be a well-formed 2026-07-28 `tasks/get` that the SDK would serve: one JSON-RPC
   request, the SDK's own envelope ladder passed (`classify_inbound_request`: the `_meta` pair, the
   `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers agreeing with the body), the method's
@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from operations.agents.identities import agent_authenticate
 from operations.api import mcp_state
-from operations.api.mcp_task_view import WORKING, TaskView, load_task
+from operations.api.mcp_task_view import WORKING, TaskView, token_task
 from operations.api.mcp_tasks import TaskParams, declares_tasks, detailed_task
 from operations.models import Agent
 
@@ -67,11 +67,11 @@ def routed_task(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
 
 
 def authenticate_and_load(*, token: str, task_id: str | None) -> tuple[Agent | None, TaskView | None]:
-    """The token's agent (None: unknown or revoked) and, for a live token, its task `task_id` (run with run_db)."""
-    agent = agent_authenticate(token=token)
-    if agent is None or task_id is None:
-        return agent, None
-    return agent, load_task(agent_id=agent.pk, task_id=task_id)
+    """The token's agent (None: unknown or revoked) and, for a live token, its task `task_id`, in one
+    statement (run with run_db)."""
+    if task_id is None:
+        return agent_authenticate(token=token), None
+    return token_task(token=token, task_id=task_id)
 
 
 def answer(

@@ -112,7 +112,7 @@ def operation_response(obj: dict, *, status: int = 200, headers: dict[str, str] 
     return json_response(obj, status=status, headers=extra)
 
 
-def _render(op: Any) -> dict:
+def render(op: Any) -> dict:
     return operation_object(op, open_escalation=selectors.open_escalation(operation=op))
 
 
@@ -157,7 +157,7 @@ def _conflict_problem(exc: registration.OperationConflict) -> ApiProblem:
     headers: dict[str, str] = {}
     if exc.operation is not None:
         extra["operation_id"] = exc.operation.pk
-        extra["operation"] = _render(exc.operation)
+        extra["operation"] = render(exc.operation)
     if exc.code == "idempotency_key_in_flight":
         headers["Retry-After"] = "1"
     return ApiProblem(exc.code, exc.message + ".", extra=extra, headers=headers)
@@ -194,7 +194,7 @@ def register_operation(request: HttpRequest) -> HttpResponse:
         raise _conflict_problem(exc) from None
     except quotas.QuotaExceeded as exc:
         raise quota_exceeded(quota=exc.quota, message=exc.message, retry_after_s=exc.retry_after_s) from None
-    obj = _render(outcome.operation)
+    obj = render(outcome.operation)
     location = f"{API_PREFIX}/{obj['id']}"
     headers = {"Location": location, "Content-Location": location}
     if outcome.replayed:
@@ -263,18 +263,12 @@ OperationIdPath = Path(..., pattern=OPERATION_ID_PATTERN, description="op_ + 26-
     summary="The operation now (check `done`; while not done, agent_hint says what to call and when)",
 )
 def get_operation(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponse:
+    # The threadless handler's direct route answers the same (operations/api/asgi.py).
     reject_unknown_query(request, set())
-    response = operation_answer(agent_id=_agent(request).pk, operation_id=operation_id)
-    if response is None:
+    op = api_selectors.agent_operation(agent_id=_agent(request).pk, operation_id=operation_id)
+    if op is None:
         raise not_found(operation_id)
-    return response
-
-
-def operation_answer(*, agent_id: int, operation_id: str) -> HttpResponse | None:
-    """The 200 of getOperation, or None when the agent has no such operation (also the answer of
-    the threadless handler's direct route, operations/api/asgi.py)."""
-    op = api_selectors.agent_operation(agent_id=agent_id, operation_id=operation_id)
-    return None if op is None else operation_response(_render(op))
+    return operation_response(render(op))
 
 
 docs.document(
@@ -370,7 +364,7 @@ def acknowledge_operation(request: HttpRequest, operation_id: str = OperationIdP
         raise not_found(operation_id) from None
     except registration.OperationConflict as exc:
         raise _conflict_problem(exc) from None
-    return operation_response(_render(op))
+    return operation_response(render(op))
 
 
 docs.document(
@@ -402,7 +396,7 @@ def cancel_operation(request: HttpRequest, operation_id: str = OperationIdPath) 
         raise _conflict_problem(exc) from None
     except registration.RegistrationError as exc:
         raise _registration_problem(exc, refused="Cancel refused") from None
-    return operation_response(_render(op), status=202)
+    return operation_response(render(op), status=202)
 
 
 docs.document(
