@@ -35,7 +35,6 @@ from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import set_script_prefix
 from django.utils.cache import patch_cache_control
@@ -154,7 +153,7 @@ def _operation_for_token(*, token: str, operation_id: str) -> HttpResponse | Non
 
 
 async def answer_directly(handler: ThreadlessHandler, scope: Scope, send: Callable) -> bool:
-    """Answer a plain getOperation with one call on the database threads (the token, then the row),
+    """Answer a plain getOperation with one call on the database threads (the token and the row),
     without building a Django request, resolving the URL or running django-ninja, which cost more
     CPU than that call. Plain: GET, no query string, no body, a Host in ALLOWED_HOSTS, a bearer
     token. The answer is the view's own (routes.operation_response), with the headers the
@@ -176,7 +175,7 @@ async def answer_directly(handler: ThreadlessHandler, scope: Scope, send: Callab
         return False
     try:
         response = await run_db(_operation_for_token, token=token, operation_id=match[1])
-    except DatabaseError:
+    except Exception:  # a database outage or worse: the full handler answers it as problem+json, and logs it
         return False
     if response is None:
         return False
