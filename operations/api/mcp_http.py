@@ -148,6 +148,36 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return receiving
 
 
+def refusal(scope: Scope) -> tuple[ApiProblem, dict[str, str] | None] | None:
+    """The refusal of a request on its URL, Host, Origin, method or declared length (each before
+    its token is looked at and its body read), with its extra headers; None when none applies."""
+    if scope.get("query_string"):
+        # Never read, never authenticated with: a token in a URL ends up in logs and histories.
+        return ApiProblem(
+            "unknown_field", "/mcp takes no query parameters; send the token as Authorization: Bearer."
+        ), None
+    host = _header(scope, b"host") or ""
+    if not host_allowed(host):
+        security_logger.warning("Invalid HTTP_HOST header for /mcp: %r.", host[:100])
+        return ApiProblem("host_not_allowed", "This server does not answer for that Host; use its own address."), None
+    origin = _header(scope, b"origin")
+    if origin is not None and not origin_allowed(origin):
+        return ApiProblem(
+            "origin_not_allowed",
+            "Requests from this web origin are refused; MCP clients send no Origin, or the site's own.",
+        ), None
+    if scope.get("method") != "POST":
+        # Stateless: there is no standalone stream to open (GET) and no session to end (DELETE).
+        return ApiProblem("method_not_allowed", f"{scope.get('method')} is not allowed here; use POST."), {
+            "Allow": "POST"
+        }
+    length = _header(scope, b"content-length")
+    if length is not None and length.strip().isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return ApiProblem("body_too_large", f"Request bodies are limited to {limit} bytes."), None
+    return None
+
+
 @dataclass
 class _Running:
     manager: Any
@@ -200,42 +230,10 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         send = no_store(send)
-        if scope.get("query_string"):
-            # Never read, never authenticated with: a token in a URL ends up in logs and histories.
-            await send_problem(
-                send,
-                ApiProblem("unknown_field", "/mcp takes no query parameters; send the token as Authorization: Bearer."),
-            )
-            return
-        host = _header(scope, b"host") or ""
-        if not host_allowed(host):
-            security_logger.warning("Invalid HTTP_HOST header for /mcp: %r.", host[:100])
-            await send_problem(
-                send, ApiProblem("host_not_allowed", "This server does not answer for that Host; use its own address.")
-            )
-            return
-        origin = _header(scope, b"origin")
-        if origin is not None and not origin_allowed(origin):
-            await send_problem(
-                send,
-                ApiProblem(
-                    "origin_not_allowed",
-                    "Requests from this web origin are refused; MCP clients send no Origin, or the site's own.",
-                ),
-            )
-            return
-        if scope.get("method") != "POST":
-            # Stateless: there is no standalone stream to open (GET) and no session to end (DELETE).
-            await send_problem(
-                send,
-                ApiProblem("method_not_allowed", f"{scope.get('method')} is not allowed here; use POST."),
-                headers={"Allow": "POST"},
-            )
-            return
-        length = _header(scope, b"content-length")
-        if length is not None and length.strip().isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            await send_problem(send, ApiProblem("body_too_large", f"Request bodies are limited to {limit} bytes."))
+        refused = refusal(scope)
+        if refused is not None:
+            problem, headers = refused
+            await send_problem(send, problem, headers=headers)
             return
         token = bearer_token(_header(scope, b"authorization") or "")
         # A plain tasks/get names its task in a routing header: read with the token check, in one

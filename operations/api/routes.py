@@ -263,7 +263,6 @@ OperationIdPath = Path(..., pattern=OPERATION_ID_PATTERN, description="op_ + 26-
     summary="The operation now (check `done`; while not done, agent_hint says what to call and when)",
 )
 def get_operation(request: HttpRequest, operation_id: str = OperationIdPath) -> HttpResponse:
-    # The threadless handler's direct route answers the same (operations/api/asgi.py).
     reject_unknown_query(request, set())
     op = api_selectors.agent_operation(agent_id=_agent(request).pk, operation_id=operation_id)
     if op is None:
