@@ -22,115 +22,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile
+from bench._setup import django_on_scratch_postgres, percentile
+from bench.loadgen import CLIENTS, RawConnection, load_line, loop_requests, proc_status, setup_data, start_web
 
 
-def proc_status(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "Threads"):
-            fields[key] = int(value.split()[0])
-    return fields
-
-
-def start_web(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--no-access-log", "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/api/v1/openapi.json", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("uvicorn did not start")
-
-
-def setup_data(waits: int) -> tuple[str, list[str]]:
-    from operations.agents.identities import agent_token_issue
-    from operations.agents.registration import operation_register
-    from operations.models import ProviderAccount, ProviderProfile
-
-    ProviderProfile.objects.create(
-        slug="bench",
-        name="bench",
-        account="bench",
-        status_url="http://127.0.0.1:9/v1/jobs/{job_id}",
-        job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
-        state_field="state",
-        pending_states=["running"],
-        success_states=["succeeded"],
-        failure_states=["failed"],
-        default_deadline_s=3600,
-        default_max_status_requests=10,
-    )
-    ProviderAccount.objects.get_or_create(name="bench")
-    issued = agent_token_issue(name="bench-agent")
-    ids = [
-        operation_register(
-            provider_slug="bench", provider_job_id=f"job-{index}", registered_by="agent:bench-agent", agent=issued.agent
-        ).pk
-        for index in range(waits + 1)
-    ]
-    return issued.token, ids
-
-
-async def bench_get(url: str, token: str, path: str, *, seconds: float, clients: int) -> tuple[list[float], float]:
-    import httpx
-
-    latencies: list[float] = []
+async def bench_get(url: str, token: str, path: str, *, seconds: float) -> tuple[list[float], float]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    stop_at = time.monotonic() + seconds
 
-    async def worker(client: httpx.AsyncClient) -> None:
-        while time.monotonic() < stop_at:
-            started = time.perf_counter()
-            response = await client.get(path)
-            latencies.append(time.perf_counter() - started)
-            assert response.status_code in (200, 401), (response.status_code, response.text[:300])
+    async def get(client) -> None:
+        response = await client.get(path, headers=headers)
+        assert response.status_code in (200, 401), (response.status_code, response.text[:300])
 
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
-        await client.get(path)  # warm: connection, code paths, database connection
-        started = time.monotonic()
-        await asyncio.gather(*(worker(client) for _ in range(clients)))
-        elapsed = time.monotonic() - started
-    return latencies, len(latencies) / elapsed
+    return await loop_requests(url, get, seconds=seconds)
 
 
 async def raw_get(host: str, port: int, path: str, token: str) -> tuple[int, bytes]:
     """One HTTP/1.1 GET on its own connection, with no client-side pool: 500 of these at once
     measure the server, not a client library's connection bookkeeping."""
-    reader, writer = await asyncio.open_connection(host, port)
-    writer.write(
-        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode()
-    )
-    await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = next(
-        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
-        None,
-    )
-    body = await (reader.readexactly(length) if length is not None else reader.read())
-    writer.close()
-    return status, body
+    connection = RawConnection(host, port)
+    try:
+        return await connection.exchange("GET", path, {"Authorization": f"Bearer {token}", "Connection": "close"})
+    finally:
+        connection.close()
 
 
 async def bench_waits(
@@ -189,10 +108,9 @@ def main() -> None:
     args = parser.parse_args()
     waits = args.waits or (100 if args.quick else 1000)  # the target: 1,000 concurrent waits
     seconds = args.seconds or (3.0 if args.quick else 10.0)
-    clients = 8
 
     db_url = django_on_scratch_postgres("bench_api")
-    token, ids = setup_data(waits)
+    token, ids = setup_data(waits, deadline_s=3600, max_requests=10)
     env = {
         **os.environ,
         "DATABASE_URL": db_url,
@@ -204,15 +122,10 @@ def main() -> None:
     }
     web, url = start_web(env)
     try:
-        load = os.getloadavg()
-        print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-        print(f"uvicorn pid {web.pid}, 1 process, PostgreSQL scratch database; {clients} concurrent clients")
-        reference, reference_rate = asyncio.run(
-            bench_get(url, "", f"/api/v1/operations/{ids[0]}", seconds=seconds, clients=clients)
-        )
-        latencies, rate = asyncio.run(
-            bench_get(url, token, f"/api/v1/operations/{ids[0]}", seconds=seconds, clients=clients)
-        )
+        print(f"machine: {os.cpu_count()} CPUs, {load_line()}")
+        print(f"uvicorn pid {web.pid}, 1 process, PostgreSQL scratch database; {CLIENTS} concurrent clients")
+        reference, reference_rate = asyncio.run(bench_get(url, "", f"/api/v1/operations/{ids[0]}", seconds=seconds))
+        latencies, rate = asyncio.run(bench_get(url, token, f"/api/v1/operations/{ids[0]}", seconds=seconds))
         print(
             f"GET operation:               p50 {percentile(latencies, 50) * 1000:6.1f} ms  "
             f"p95 {percentile(latencies, 95) * 1000:6.1f} ms  {rate:7.0f} req/s"

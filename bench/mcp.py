@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -34,132 +33,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._setup import ROOT, django_on_scratch_postgres, free_port, percentile
-
-CLIENTS = 8
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc/<pid>/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def start_web(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "pollerdash.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--no-access-log", "--log-level", "warning", "--lifespan", "off"],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/api/v1/openapi.json", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("uvicorn did not start")
-
-
-def setup_data(tasks: int) -> tuple[str, list[str]]:
-    from operations.agents.identities import agent_token_issue
-    from operations.agents.registration import operation_register
-    from operations.models import ProviderAccount, ProviderProfile
-
-    ProviderProfile.objects.create(
-        slug="bench",
-        name="bench",
-        account="bench",
-        status_url="http://127.0.0.1:9/v1/jobs/{job_id}",
-        job_id_pattern=r"^[A-Za-z0-9_.:=+-]{1,200}$",
-        state_field="state",
-        pending_states=["running"],
-        success_states=["succeeded"],
-        failure_states=["failed"],
-        default_deadline_s=86_400,
-        default_max_status_requests=1000,
-    )
-    ProviderAccount.objects.get_or_create(name="bench")
-    issued = agent_token_issue(name="bench-agent")
-    ids = [
-        operation_register(
-            provider_slug="bench", provider_job_id=f"job-{index}", registered_by="agent:bench-agent", agent=issued.agent
-        ).pk
-        for index in range(tasks + 1)
-    ]
-    return issued.token, ids
-
-
-def envelope(task_id: str, request_state: str | None) -> tuple[bytes, dict[str, str]]:
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-    }
-    params: dict[str, object] = {"taskId": task_id, "_meta": meta}
-    if request_state:
-        params["requestState"] = request_state
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "tasks/get",
-        "Mcp-Name": task_id,
-    }
-    return body, headers
-
-
-async def loop_requests(url: str, send, *, seconds: float, clients: int) -> tuple[list[float], float]:
-    """`send(client)` from `clients` concurrent workers over keep-alive connections for `seconds`."""
-    import httpx
-
-    latencies: list[float] = []
-    stop_at = time.monotonic() + seconds
-
-    async def worker(client: httpx.AsyncClient) -> None:
-        while time.monotonic() < stop_at:
-            started = time.perf_counter()
-            await send(client)
-            latencies.append(time.perf_counter() - started)
-
-    async with httpx.AsyncClient(
-        base_url=url, timeout=30, limits=httpx.Limits(max_keepalive_connections=clients)
-    ) as client:
-        await send(client)  # warm: connection, code paths, database connection
-        started = time.monotonic()
-        await asyncio.gather(*(worker(client) for _ in range(clients)))
-        elapsed = time.monotonic() - started
-    return latencies, len(latencies) / elapsed
-
-
-def line(name: str, measured: tuple[list[float], float, float], reference: float | None = None) -> str:
-    latencies, rate, cpu_ms = measured
-    text = (
-        f"{name:<34} p50 {percentile(latencies, 50) * 1000:6.1f} ms  p95 {percentile(latencies, 95) * 1000:6.1f} ms"
-        f"  {rate:7.0f} req/s  web CPU {cpu_ms:5.2f} ms/req"
-    )
-    if reference:
-        text += f"  (ratio to the 401 reference {rate / reference:.2f})"
-    return text
-
-
-async def measure(url: str, send, pid: int, *, seconds: float) -> tuple[list[float], float, float]:
-    """Latencies, requests/s and the web process's CPU time per request of one loop."""
-    before = cpu_seconds(pid)
-    latencies, rate = await loop_requests(url, send, seconds=seconds, clients=CLIENTS)
-    return latencies, rate, (cpu_seconds(pid) - before) / (len(latencies) + 1) * 1000
+from bench._setup import django_on_scratch_postgres, percentile
+from bench.loadgen import (
+    CLIENTS,
+    RawConnection,
+    cpu_seconds,
+    figure_line,
+    load_line,
+    measure,
+    setup_data,
+    start_web,
+    tasks_get_request,
+)
 
 
 async def bench_throughput(url: str, token: str, operation_id: str, state: str, pid: int, *, seconds: float) -> None:
     auth = {"Authorization": f"Bearer {token}"}
-    body, headers = envelope(operation_id, state)
+    body, headers = tasks_get_request(operation_id, state)
     path = f"/api/v1/operations/{operation_id}"
 
     async def api_401(client) -> None:
@@ -180,10 +70,10 @@ async def bench_throughput(url: str, token: str, operation_id: str, state: str, 
     mcp_ref = await measure(url, mcp_401, pid, seconds=seconds)
     gets = await measure(url, api_get, pid, seconds=seconds)
     tasks = await measure(url, tasks_get, pid, seconds=seconds)
-    print(line("401 without token, API (reference)", reference))
-    print(line("401 without token, /mcp", mcp_ref, reference[1]))
-    print(line("GET /api/v1/operations/{id}", gets, reference[1]))
-    print(line("tasks/get", tasks, reference[1]))
+    print(figure_line("401 without token, API (reference)", reference))
+    print(figure_line("401 without token, /mcp", mcp_ref, reference[1]))
+    print(figure_line("GET /api/v1/operations/{id}", gets, reference[1]))
+    print(figure_line("tasks/get", tasks, reference[1]))
 
 
 def move_due_checks(stop: threading.Event) -> None:
@@ -205,45 +95,6 @@ def move_due_checks(stop: threading.Event) -> None:
     connection.close()
 
 
-class RawConnection:
-    """One keep-alive HTTP/1.1 connection on plain sockets: 1,000 of these measure the server, not a
-    client library's pool (httpx's pool bookkeeping grows with its connections)."""
-
-    def __init__(self, host: str, port: int, token: str) -> None:
-        self.host, self.port, self.token = host, port, token
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, body: bytes, headers: dict[str, str]) -> dict:
-        try:
-            return await self._post(body, headers)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            # uvicorn closes a keep-alive connection idle for 5 s: a task polled less often than that
-            # opens a new one, as any client would.
-            self.close()
-            return await self._post(body, headers)
-
-    async def _post(self, body: bytes, headers: dict[str, str]) -> dict:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
-        lines = ["POST /mcp HTTP/1.1", f"Host: {self.host}", f"Authorization: Bearer {self.token}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        lines.append(f"Content-Length: {len(body)}")
-        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        await self.writer.drain()
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
-        )
-        return json.loads(await self.reader.readexactly(length))
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
 async def bench_pending(
     url: str, token: str, ids: list[str], states: dict[str, str], pid: int, *, seconds: float, spread: float = 10.0
 ) -> None:
@@ -253,18 +104,20 @@ async def bench_pending(
     errors: list[str] = []
     stop_at = time.monotonic() + seconds
     host, port = url.removeprefix("http://").split(":")
+    auth = {"Authorization": f"Bearer {token}"}
 
     async def poller(index: int, task_id: str) -> None:
         state = states[task_id]
-        connection = RawConnection(host, int(port), token)
+        connection = RawConnection(host, int(port))
         # Spread the first requests over the first 10 s, as tasks created over time would be.
         await asyncio.sleep(spread * index / len(ids))
         opened = False
         try:
             while time.monotonic() < stop_at:
-                body, headers = envelope(task_id, state)
+                body, headers = tasks_get_request(task_id, state)
                 started = time.perf_counter()
-                answer = await connection.post(body, headers)
+                _status, raw = await connection.exchange("POST", "/mcp", {**auth, **headers}, body)
+                answer = json.loads(raw)
                 # The first request of each task opens its connection; the rest are the steady state.
                 (latencies if opened else first).append(time.perf_counter() - started)
                 opened = True
@@ -307,7 +160,7 @@ def first_states(url: str, token: str, ids: list[str]) -> dict[str, str]:
     states = {}
     with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as client:
         for task_id in ids:
-            body, headers = envelope(task_id, None)
+            body, headers = tasks_get_request(task_id, None)
             states[task_id] = client.post("/mcp", content=body, headers=headers).json()["result"]["requestState"]
     return states
 
@@ -324,12 +177,11 @@ def main() -> None:
     pending_seconds = args.pending_seconds or (20.0 if args.quick else 90.0)
 
     db_url = django_on_scratch_postgres("bench_mcp")
-    token, ids = setup_data(tasks)
+    token, ids = setup_data(tasks, deadline_s=86_400, max_requests=1000)
     env = {**os.environ, "DATABASE_URL": db_url, "SECRET_KEY": os.environ["SECRET_KEY"], "LOG_LEVEL": "ERROR"}
-    web, url = start_web(env)
+    web, url = start_web(env, lifespan=False)
     try:
-        load = os.getloadavg()
-        print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(f"machine: {os.cpu_count()} CPUs, {load_line()}")
         print(f"uvicorn pid {web.pid}, 1 process, PostgreSQL scratch database; {CLIENTS} concurrent clients")
         states = first_states(url, token, ids)
         asyncio.run(bench_throughput(url, token, ids[0], states[ids[0]], web.pid, seconds=seconds))
@@ -341,8 +193,7 @@ def main() -> None:
         finally:
             stop.set()
             mover.join(timeout=10)
-        load = os.getloadavg()
-        print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(f"after: {load_line()}")
     finally:
         web.terminate()
         web.wait(timeout=20)

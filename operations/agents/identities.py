@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -68,26 +69,42 @@ def bearer_token(authorization: str) -> str | None:
     return token.strip()
 
 
-@cache
-def _token_sql() -> str:
+# The token check's own columns, first in every statement authenticated_sql makes.
+TOKEN_COLUMNS = 4
+
+
+def authenticated_sql(*, columns: str = "", joins: str = "") -> str:
+    """The token check's statement, with more `columns` from more (LEFT) `joins` on the agent `a`:
+    a read for the agent that comes with its token costs no second round trip."""
     token, agent = fastsql.table(AgentToken), fastsql.table(Agent)
+    more = f", {columns}" if columns else ""
     return (
-        f"SELECT t.id, t.last_used_at, a.id, a.name FROM {token} t JOIN {agent} a ON a.id = t.agent_id"
-        " WHERE t.token_sha256 = %s AND t.revoked_at IS NULL"
+        f"SELECT t.id, t.last_used_at, a.id, a.name{more} FROM {token} t JOIN {agent} a ON a.id = t.agent_id"
+        f"{' ' + joins if joins else ''} WHERE t.token_sha256 = %s AND t.revoked_at IS NULL"
     )
 
 
-def agent_authenticate(*, token: str) -> Agent | None:
-    """The agent a bearer token belongs to (its id and name loaded), or None for an unknown or
-    revoked token. Every API and MCP request asks this, so it is one plain statement
-    (operations/infrastructure/fastsql.py), not the ORM's."""
+_token_sql = cache(authenticated_sql)
+
+
+def agent_authenticate_with(*, token: str, sql: str, params: Sequence[object]) -> tuple[Agent, tuple] | None:
+    """`agent_authenticate` with the statement `sql` (from `authenticated_sql`; `params` are its
+    joins', the token's hash follows): the agent and the row's other columns, or None."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    row = fastsql.fetchone(_token_sql(), [token_sha256(token)])
+    row = fastsql.fetchone(sql, [*params, token_sha256(token)])
     if row is None:
         return None
     used = fastsql.instance(AgentToken, ("id", "last_used_at"), row[:2])
     now = timezone.now()
     if used.last_used_at is None or now - used.last_used_at > LAST_USED_RESOLUTION:
         AgentToken.objects.filter(pk=used.pk).update(last_used_at=now)
-    return fastsql.instance(Agent, ("id", "name"), row[2:])
+    return fastsql.instance(Agent, ("id", "name"), row[2:TOKEN_COLUMNS]), tuple(row[TOKEN_COLUMNS:])
+
+
+def agent_authenticate(*, token: str) -> Agent | None:
+    """The agent a bearer token belongs to (its id and name loaded), or None for an unknown or
+    revoked token. Every API and MCP request asks this, so it is one plain statement
+    (operations/infrastructure/fastsql.py), not the ORM's."""
+    found = agent_authenticate_with(token=token, sql=_token_sql(), params=())
+    return None if found is None else found[0]

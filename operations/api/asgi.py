@@ -27,16 +27,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction
+from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import set_script_prefix
+from django.utils.cache import patch_cache_control
 
+from operations.agents.identities import bearer_token
+from operations.api import routes
+from operations.api import selectors as api_selectors
 from operations.api.errors import problem, unexpected
+from operations.api.mcp_http import host_allowed
 from operations.api.problems import ApiProblem
 from operations.api.wait import run_db
 from operations.infrastructure.no_store import mark_no_store
@@ -45,6 +52,8 @@ Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
 
 API_PREFIX = "/api/v1/"
+# getOperation, the read an agent repeats most: answered by the direct route below when it can be.
+OPERATION_PATH = re.compile(r"/api/v1/operations/(op_[0-9A-HJKMNP-TV-Z]{26})")
 # Where Django reports a refused Host, so one log filter sees the dashboard's and the API's.
 security_logger = logging.getLogger("django.security.DisallowedHost")
 
@@ -136,12 +145,54 @@ class ThreadlessHandler(ASGIHandler):
                     closer()
 
 
+def _operation_for_token(*, token: str, operation_id: str) -> HttpResponse | None:
+    """getOperation's 200 for a live token's own operation, else None (run with run_db): the
+    token check and the row in one statement, then the view's own rendering."""
+    agent, op = api_selectors.token_operation(token=token, operation_id=operation_id)
+    return None if agent is None or op is None else routes.operation_response(routes.render(op))
+
+
+async def answer_directly(handler: ThreadlessHandler, scope: Scope, send: Callable) -> bool:
+    """Answer a plain getOperation with one call on the database threads (the token and the row),
+    without building a Django request, resolving the URL or running django-ninja, which cost more
+    CPU than that call. Plain: GET, no query string, no body, a Host in ALLOWED_HOSTS, a bearer
+    token. The answer is the view's own (routes.operation_response), with the headers the
+    handler adds. False, having sent nothing, when the full handler must answer: any other request, an
+    unknown or revoked token, an operation that is not the agent's, a database error."""
+    if scope.get("method") != "GET" or scope.get("query_string"):
+        return False
+    match = OPERATION_PATH.fullmatch(scope.get("path", ""))
+    if match is None or settings.USE_X_FORWARDED_HOST:
+        return False
+    headers: dict[bytes, bytes] = {}
+    for name, value in scope.get("headers") or ():
+        key = name.lower()
+        if key in headers or key in (b"content-length", b"transfer-encoding"):
+            return False  # repeated headers and request bodies: the full handler's to judge
+        headers[key] = value
+    token = bearer_token(headers.get(b"authorization", b"").decode("latin-1"))
+    if token is None or not host_allowed(headers.get(b"host", b"").decode("latin-1")):
+        return False
+    try:
+        response = await run_db(_operation_for_token, token=token, operation_id=match[1])
+    except Exception:  # a database outage or worse: the full handler answers it as problem+json, and logs it
+        return False
+    if response is None:
+        return False
+    # What ThreadlessHandler._respond adds to an authenticated answer.
+    patch_cache_control(response, no_store=True)
+    response["Content-Length"] = str(len(response.content))
+    await handler.send_response(response, send)
+    return True
+
+
 def with_threadless_api(django_app: ASGIApp) -> ASGIApp:
     threadless = ThreadlessHandler()
 
     async def application(scope: Scope, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith(API_PREFIX):
-            await threadless(scope, receive, send)
+            if not await answer_directly(threadless, scope, send):
+                await threadless(scope, receive, send)
         else:
             await django_app(scope, receive, send)
 

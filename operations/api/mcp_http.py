@@ -34,7 +34,8 @@ from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
-from operations.agents.identities import agent_authenticate, bearer_token
+from operations.agents.identities import bearer_token
+from operations.api import mcp_fast
 from operations.api.mcp_caller import SCOPE_KEY, McpCaller
 from operations.api.mcp_results import logger, unavailable
 from operations.api.problems import PROBLEM_CONTENT_TYPE, ApiProblem, problem_body
@@ -105,6 +106,13 @@ async def send_problem(send: Send, problem: ApiProblem, *, headers: dict[str, st
     await send({"type": "http.response.body", "body": body})
 
 
+async def send_json(send: Send, body: bytes) -> None:
+    """A 200 JSON answer with the headers the SDK's own carries (Starlette's Response)."""
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def no_store(send: Send) -> Send:
     """Every answer to a bearer token is uncacheable (the SDK's own responses say nothing)."""
 
@@ -138,6 +146,36 @@ def replay(body: bytes, receive: Receive) -> Receive:
         return pending.pop() if pending else await receive()
 
     return receiving
+
+
+def refusal(scope: Scope) -> tuple[ApiProblem, dict[str, str] | None] | None:
+    """The refusal of a request on its URL, Host, Origin, method or declared length (each before
+    its token is looked at and its body read), with its extra headers; None when none applies."""
+    if scope.get("query_string"):
+        # Never read, never authenticated with: a token in a URL ends up in logs and histories.
+        return ApiProblem(
+            "unknown_field", "/mcp takes no query parameters; send the token as Authorization: Bearer."
+        ), None
+    host = _header(scope, b"host") or ""
+    if not host_allowed(host):
+        security_logger.warning("Invalid HTTP_HOST header for /mcp: %r.", host[:100])
+        return ApiProblem("host_not_allowed", "This server does not answer for that Host; use its own address."), None
+    origin = _header(scope, b"origin")
+    if origin is not None and not origin_allowed(origin):
+        return ApiProblem(
+            "origin_not_allowed",
+            "Requests from this web origin are refused; MCP clients send no Origin, or the site's own.",
+        ), None
+    if scope.get("method") != "POST":
+        # Stateless: there is no standalone stream to open (GET) and no session to end (DELETE).
+        return ApiProblem("method_not_allowed", f"{scope.get('method')} is not allowed here; use POST."), {
+            "Allow": "POST"
+        }
+    length = _header(scope, b"content-length")
+    if length is not None and length.strip().isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return ApiProblem("body_too_large", f"Request bodies are limited to {limit} bytes."), None
+    return None
 
 
 @dataclass
@@ -192,46 +230,19 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         send = no_store(send)
-        if scope.get("query_string"):
-            # Never read, never authenticated with: a token in a URL ends up in logs and histories.
-            await send_problem(
-                send,
-                ApiProblem("unknown_field", "/mcp takes no query parameters; send the token as Authorization: Bearer."),
-            )
-            return
-        host = _header(scope, b"host") or ""
-        if not host_allowed(host):
-            security_logger.warning("Invalid HTTP_HOST header for /mcp: %r.", host[:100])
-            await send_problem(
-                send, ApiProblem("host_not_allowed", "This server does not answer for that Host; use its own address.")
-            )
-            return
-        origin = _header(scope, b"origin")
-        if origin is not None and not origin_allowed(origin):
-            await send_problem(
-                send,
-                ApiProblem(
-                    "origin_not_allowed",
-                    "Requests from this web origin are refused; MCP clients send no Origin, or the site's own.",
-                ),
-            )
-            return
-        if scope.get("method") != "POST":
-            # Stateless: there is no standalone stream to open (GET) and no session to end (DELETE).
-            await send_problem(
-                send,
-                ApiProblem("method_not_allowed", f"{scope.get('method')} is not allowed here; use POST."),
-                headers={"Allow": "POST"},
-            )
-            return
-        length = _header(scope, b"content-length")
-        if length is not None and length.strip().isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            await send_problem(send, ApiProblem("body_too_large", f"Request bodies are limited to {limit} bytes."))
+        refused = refusal(scope)
+        if refused is not None:
+            problem, headers = refused
+            await send_problem(send, problem, headers=headers)
             return
         token = bearer_token(_header(scope, b"authorization") or "")
+        # A plain tasks/get names its task in a routing header: read with the token check, in one
+        # call on the database threads (operations/api/mcp_fast.py).
+        task_id = mcp_fast.routed_task(scope.get("headers") or ())
         try:
-            agent = await run_db(agent_authenticate, token=token) if token else None
+            agent, task = (
+                await run_db(mcp_fast.authenticate_and_load, token=token, task_id=task_id) if token else (None, None)
+            )
         except DatabaseError as exc:
             logger.warning("MCP: database unavailable (%s)", exc)
             await send_problem(send, unavailable())
@@ -246,6 +257,17 @@ class McpEndpoint:
         body = await read_body(receive)
         if body is None:
             return  # the client went away mid-body: nobody to answer
+        if task_id is not None:
+            fast = mcp_fast.answer(
+                body,
+                headers=scope["headers"],
+                view=task,
+                agent_id=agent.pk,
+                server_info=self._lowlevel().server_info_stamp,
+            )
+            if fast is not None:
+                await send_json(send, fast)
+                return
         scope = {**scope, SCOPE_KEY: McpCaller(agent=agent, token=token)}
         manager = await self._manager()
         await manager.handle_request(scope, replay(body, receive), send)

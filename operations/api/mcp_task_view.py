@@ -4,6 +4,7 @@ poll interval at one moment, read with as little as `tasks/get` needs."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -13,14 +14,14 @@ from django.conf import settings
 from django.utils import timezone
 
 from operations import selectors
-from operations.agents import services
+from operations.agents import identities, services
 from operations.api import mcp_state
 from operations.api import selectors as api_selectors
 from operations.api.mcp_results import operation_result
 from operations.cards.card import reason_label
 from operations.cards.words import finished_words, waiting_for_decision_words, watching_words
 from operations.infrastructure import fastsql
-from operations.models import Escalation, Operation
+from operations.models import Agent, Escalation, Operation
 from operations.representation import NEEDS_ATTENTION_RETRY_S, RETRY_AFTER_MAX_S, operation_object
 from operations.vocabulary import TERMINAL_STATUSES, Status
 
@@ -145,17 +146,40 @@ def _task_sql() -> str:
     return f"SELECT {columns} FROM {fastsql.table(Operation)} WHERE id = %s AND agent_id = %s"
 
 
+@cache
+def _token_task_sql() -> str:
+    table = fastsql.table(Operation)
+    return identities.authenticated_sql(
+        columns=", ".join(f"o.{fastsql.column(Operation, name)}" for name in TASK_COLUMNS),
+        joins=f"LEFT JOIN {table} o ON o.id = %s AND o.agent_id = a.id",
+    )
+
+
 def load_task(*, agent_id: int, task_id: str) -> TaskView | None:
     """The agent's own operation as a task; None for an unknown id or another agent's (run with run_db)."""
     if len(task_id) > TASK_ID_MAX:
         return None
     row = fastsql.fetchone(_task_sql(), [task_id, agent_id])
-    if row is None:
-        return None
+    return None if row is None else _task_of(row, agent_id=agent_id)
+
+
+def token_task(*, token: str, task_id: str) -> tuple[Agent | None, TaskView | None]:
+    """The bearer token's agent (None: unknown or revoked) and its task `task_id` (None: none of its
+    own), the token check and a running task's read in one statement (run with run_db)."""
+    if len(task_id) > TASK_ID_MAX:
+        return identities.agent_authenticate(token=token), None
+    found = identities.agent_authenticate_with(token=token, sql=_token_task_sql(), params=[task_id])
+    if found is None:
+        return None, None
+    agent, row = found
+    return agent, (None if row[0] is None else _task_of(row, agent_id=agent.pk))
+
+
+def _task_of(row: Sequence[Any], *, agent_id: int) -> TaskView | None:
     op: Operation | None = fastsql.instance(Operation, TASK_COLUMNS, row)
     if op is not None and op.status in TERMINAL_STATUSES:
         # Done: the task's result is the whole Operation object.
-        op = api_selectors.agent_operation(agent_id=agent_id, operation_id=task_id)
+        op = api_selectors.agent_operation(agent_id=agent_id, operation_id=op.pk)
     if op is None:
         return None
     return task_view(op, selectors.open_escalation(operation=op), now=timezone.now())

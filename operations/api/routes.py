@@ -112,7 +112,7 @@ def operation_response(obj: dict, *, status: int = 200, headers: dict[str, str] 
     return json_response(obj, status=status, headers=extra)
 
 
-def _render(op: Any) -> dict:
+def render(op: Any) -> dict:
     return operation_object(op, open_escalation=selectors.open_escalation(operation=op))
 
 
@@ -157,7 +157,7 @@ def _conflict_problem(exc: registration.OperationConflict) -> ApiProblem:
     headers: dict[str, str] = {}
     if exc.operation is not None:
         extra["operation_id"] = exc.operation.pk
-        extra["operation"] = _render(exc.operation)
+        extra["operation"] = render(exc.operation)
     if exc.code == "idempotency_key_in_flight":
         headers["Retry-After"] = "1"
     return ApiProblem(exc.code, exc.message + ".", extra=extra, headers=headers)
@@ -194,7 +194,7 @@ def register_operation(request: HttpRequest) -> HttpResponse:
         raise _conflict_problem(exc) from None
     except quotas.QuotaExceeded as exc:
         raise quota_exceeded(quota=exc.quota, message=exc.message, retry_after_s=exc.retry_after_s) from None
-    obj = _render(outcome.operation)
+    obj = render(outcome.operation)
     location = f"{API_PREFIX}/{obj['id']}"
     headers = {"Location": location, "Content-Location": location}
     if outcome.replayed:
@@ -267,7 +267,7 @@ def get_operation(request: HttpRequest, operation_id: str = OperationIdPath) -> 
     op = api_selectors.agent_operation(agent_id=_agent(request).pk, operation_id=operation_id)
     if op is None:
         raise not_found(operation_id)
-    return operation_response(_render(op))
+    return operation_response(render(op))
 
 
 docs.document(
@@ -363,7 +363,7 @@ def acknowledge_operation(request: HttpRequest, operation_id: str = OperationIdP
         raise not_found(operation_id) from None
     except registration.OperationConflict as exc:
         raise _conflict_problem(exc) from None
-    return operation_response(_render(op))
+    return operation_response(render(op))
 
 
 docs.document(
@@ -395,7 +395,7 @@ def cancel_operation(request: HttpRequest, operation_id: str = OperationIdPath) 
         raise _conflict_problem(exc) from None
     except registration.RegistrationError as exc:
         raise _registration_problem(exc, refused="Cancel refused") from None
-    return operation_response(_render(op), status=202)
+    return operation_response(render(op), status=202)
 
 
 docs.document(

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, When
 
+from operations.agents import identities
 from operations.infrastructure import fastsql
-from operations.models import Operation, ProviderProfile
+from operations.models import Agent, Operation, ProviderProfile
 from operations.vocabulary import NOT_DONE_STATUSES, TERMINAL_STATUSES, Status
 
 # Open-list order: a human is deciding, then finished but not acknowledged, then still running.
@@ -21,14 +24,38 @@ def _operation_columns() -> tuple[str, ...]:
     return tuple(field.attname for field in Operation._meta.concrete_fields)
 
 
+def _operation_select() -> tuple[str, str]:
+    """The columns and the FROM of the agent's operation with its provider's slug."""
+    columns = ", ".join(f"o.{fastsql.column(Operation, name)}" for name in _operation_columns())
+    provider = f"{fastsql.table(ProviderProfile)} p ON p.id = o.{fastsql.column(Operation, 'provider_id')}"
+    return f"{columns}, p.id, p.slug", provider
+
+
 @cache
 def _operation_sql() -> str:
-    columns = ", ".join(f"o.{fastsql.column(Operation, name)}" for name in _operation_columns())
-    return (
-        f"SELECT {columns}, p.id, p.slug FROM {fastsql.table(Operation)} o"
-        f" JOIN {fastsql.table(ProviderProfile)} p ON p.id = o.{fastsql.column(Operation, 'provider_id')}"
-        " WHERE o.id = %s AND o.agent_id = %s"
+    columns, provider = _operation_select()
+    return f"SELECT {columns} FROM {fastsql.table(Operation)} o JOIN {provider} WHERE o.id = %s AND o.agent_id = %s"
+
+
+@cache
+def _token_operation_sql() -> str:
+    columns, provider = _operation_select()
+    return identities.authenticated_sql(
+        columns=columns,
+        joins=f"LEFT JOIN {fastsql.table(Operation)} o ON o.id = %s AND o.agent_id = a.id LEFT JOIN {provider}",
     )
+
+
+def _operation_of(row: Sequence[Any]) -> Operation | None:
+    columns = _operation_columns()
+    if row[0] is None:
+        return None  # the LEFT JOIN found no such operation of this agent
+    op = fastsql.instance(Operation, columns, row[: len(columns)])
+    # Only the slug of the provider is read; its other fields load on first use, as with only().
+    Operation.provider.field.set_cached_value(
+        op, fastsql.instance(ProviderProfile, ("id", "slug"), row[len(columns) :])
+    )
+    return op
 
 
 def agent_operation(*, agent_id: int, operation_id: str) -> Operation | None:
@@ -37,15 +64,17 @@ def agent_operation(*, agent_id: int, operation_id: str) -> Operation | None:
     Every GET, wait and MCP task read asks this, so it is one plain statement (operations/infrastructure/fastsql.py):
     the ORM compiling a join of the operation's many columns costs more than the round trip."""
     row = fastsql.fetchone(_operation_sql(), [operation_id, agent_id])
-    if row is None:
-        return None
-    columns = _operation_columns()
-    op = fastsql.instance(Operation, columns, row[: len(columns)])
-    # Only the slug of the provider is read; its other fields load on first use, as with only().
-    Operation.provider.field.set_cached_value(
-        op, fastsql.instance(ProviderProfile, ("id", "slug"), row[len(columns) :])
-    )
-    return op
+    return None if row is None else _operation_of(row)
+
+
+def token_operation(*, token: str, operation_id: str) -> tuple[Agent | None, Operation | None]:
+    """The bearer token's agent (None: unknown or revoked) and its operation `operation_id` (None:
+    none of its own), in one statement: the token check and `agent_operation` in one round trip."""
+    found = identities.agent_authenticate_with(token=token, sql=_token_operation_sql(), params=[operation_id])
+    if found is None:
+        return None, None
+    agent, row = found
+    return agent, _operation_of(row)
 
 
 def operations_by_id(*, operation_ids: list[str]) -> list[Operation]:

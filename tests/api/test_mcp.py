@@ -742,7 +742,7 @@ def test_a_deadline_sooner_than_the_next_check_shortens_the_poll_interval(make_o
 def test_a_database_outage_is_answered_as_the_api_answers_it_never_a_500(live_api, agent, profile, monkeypatch):
     from django.db import OperationalError
 
-    import operations.api.mcp_http as mcp_http
+    import operations.api.mcp_fast as mcp_fast
     import operations.api.mcp_tasks as mcp_tasks
 
     def down(**kwargs: object) -> None:
@@ -752,10 +752,12 @@ def test_a_database_outage_is_answered_as_the_api_answers_it_never_a_500(live_ap
     answer = post(live_api.url, agent.token, envelope("tasks/get", {"taskId": "op_01ARZ3NDEKTSV4RRFFQ69G5FAV"}))
     assert answer.json()["error"]["code"] == -32603
     assert answer.json()["error"]["data"] == {"code": "unavailable", "retry_after_s": 5}
-    monkeypatch.setattr(mcp_http, "agent_authenticate", down)
-    refused = post(live_api.url, agent.token, envelope("tools/list"))
-    assert refused.status_code == 503 and refused.json()["code"] == "unavailable"
-    assert refused.headers["retry-after"] == "5"
+    # The token check (with a plain tasks/get's read of its task) is the endpoint's, before the MCP server.
+    monkeypatch.setattr(mcp_fast, "authenticate_and_load", down)
+    for body in (envelope("tools/list"), envelope("tasks/get", {"taskId": "op_01ARZ3NDEKTSV4RRFFQ69G5FAV"})):
+        refused = post(live_api.url, agent.token, body)
+        assert refused.status_code == 503 and refused.json()["code"] == "unavailable"
+        assert refused.headers["retry-after"] == "5"
 
 
 def test_only_post_is_served_and_no_stream_is_held_open(live_api, agent):
