@@ -216,8 +216,10 @@ def test_every_public_lifecycle_function_is_keyword_only():
 # is written once, or asks one of these (as Django keeps its backends' differences in connection.ops).
 DIALECT_MODULES = {
     # statements: lock clauses, named locks, many rows in one statement (arrays or lists), a second
-    # write in the first one's round trip, the bound cursor, aggregates SQLite lacks
+    # write in the first one's round trip, the bound cursor
     "operations/infrastructure/fastsql.py",
+    # the quantiles of a duration: percentile_cont on PostgreSQL, ranked here on SQLite
+    "operations/infrastructure/sql_quantiles.py",
     # the task queue: django-q2's ORM broker, one statement per step on PostgreSQL
     "operations/infrastructure/queue_broker.py",
     # the audit log: its guards in the database (roles, owners, triggers, the prune function) and

@@ -40,7 +40,7 @@ from django.urls import set_script_prefix
 from django.utils.cache import patch_cache_control
 
 from operations.agents.identities import bearer_token
-from operations.api import routes
+from operations.api import answers
 from operations.api import selectors as api_selectors
 from operations.api.errors import problem, unexpected
 from operations.api.mcp_http import host_allowed
@@ -149,14 +149,14 @@ def _operation_for_token(*, token: str, operation_id: str) -> HttpResponse | Non
     """getOperation's 200 for a live token's own operation, else None (run with run_db): the
     token check and the row in one statement, then the view's own rendering."""
     agent, op = api_selectors.token_operation(token=token, operation_id=operation_id)
-    return None if agent is None or op is None else routes.operation_response(routes.render(op))
+    return None if agent is None or op is None else answers.operation_response(answers.render(op))
 
 
 async def answer_directly(handler: ThreadlessHandler, scope: Scope, send: Callable) -> bool:
     """Answer a plain getOperation with one call on the database threads (the token and the row),
     without building a Django request, resolving the URL or running django-ninja, which cost more
     CPU than that call. Plain: GET, no query string, no body, a Host in ALLOWED_HOSTS, a bearer
-    token. The answer is the view's own (routes.operation_response), with the headers the
+    token. The answer is the view's own (answers.operation_response), with the headers the
     handler adds. False, having sent nothing, when the full handler must answer: any other request, an
     unknown or revoked token, an operation that is not the agent's, a database error."""
     if scope.get("method") != "GET" or scope.get("query_string"):

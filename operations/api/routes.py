@@ -10,25 +10,22 @@ pool: the async wait holds no thread while it waits.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, include, path, re_path
 from ninja import Path, Query
-from ninja.security import HttpBearer
 
-from operations import selectors
 from operations.agents import registration, services
-from operations.agents.identities import agent_authenticate, bearer_token
 from operations.api import docs
 from operations.api import errors as api_errors
 from operations.api import events as api_events
 from operations.api import selectors as api_selectors
 from operations.api import wait as api_wait
+from operations.api.answers import json_response, operation_response, render
+from operations.api.bearer import BearerToken
 from operations.api.errors import json_body, no_such_resource, validate
 from operations.api.lists import LIMIT_DEFAULT, LIMIT_MAX, open_list
 from operations.api.parsing import (
@@ -42,36 +39,10 @@ from operations.api.problems import PROBLEMS, ApiProblem, FieldError, not_found,
 from operations.api.schemas import AckIn, CancelIn, RegisterIn
 from operations.limits import quotas
 from operations.models import Agent
-from operations.representation import API_PREFIX, operation_object
+from operations.representation import API_PREFIX
 
 OPERATION_ID_PATTERN = r"^op_[0-9A-HJKMNP-TV-Z]{26}$"
 TIMEOUT_DOC_PATTERN = r"^[0-9]{1,4}$"
-JSON_TYPE = "application/json"
-
-
-# --- authentication --------------------------------------------------------------------------------
-
-
-class BearerToken(HttpBearer):
-    """`Authorization: Bearer <token>`; the token's SHA-256 must match a live AgentToken."""
-
-    def __init__(self, *, asynchronous: bool = False) -> None:
-        super().__init__()
-        # django-ninja awaits the result when this is set: the async wait authenticates on the
-        # API's database threads, never on the event loop.
-        self.is_async = asynchronous
-
-    def __call__(self, request: HttpRequest) -> Any:
-        token = bearer_token(request.headers.get("Authorization", ""))
-        if self.is_async:
-            return self._authenticate_async(token)
-        return agent_authenticate(token=token) if token else None
-
-    async def _authenticate_async(self, token: str | None) -> Agent | None:
-        return await api_wait.run_db(agent_authenticate, token=token) if token else None
-
-    def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        return agent_authenticate(token=token)
 
 
 bearer = BearerToken()
@@ -89,31 +60,6 @@ api = docs.DocumentedAPI(
     docs_url=None,
 )
 api_errors.install(api)
-
-
-# --- rendering ---------------------------------------------------------------------------------------
-
-
-def json_response(body: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    response = HttpResponse(
-        json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), status=status, content_type=JSON_TYPE
-    )
-    response["Cache-Control"] = "no-store"
-    response["X-Content-Type-Options"] = "nosniff"
-    for name, value in (headers or {}).items():
-        response[name] = value
-    return response
-
-
-def operation_response(obj: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    extra = dict(headers or {})
-    if obj["retry_after_s"] is not None:
-        extra["Retry-After"] = str(obj["retry_after_s"])
-    return json_response(obj, status=status, headers=extra)
-
-
-def render(op: Any) -> dict:
-    return operation_object(op, open_escalation=selectors.open_escalation(operation=op))
 
 
 def _agent(request: HttpRequest) -> Agent:

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from operations.audit import integrate
 from operations.audit.health import audit_protection_checks
-from operations.infrastructure import fastsql
+from operations.infrastructure import fastsql, sql_quantiles
 from operations.lifecycle.claims import due_unclaimed
 from operations.models import (
     Escalation,
@@ -129,7 +129,7 @@ class Snapshot:
 
 def dispatch_lag(*, now: datetime, window: timedelta = LAG_WINDOW) -> Lag:
     """How late the window's checks started after they were due (computed by the database where it can)."""
-    samples, values, worst = fastsql.seconds_quantiles(
+    samples, values, worst = sql_quantiles.seconds_quantiles(
         StatusCheck,
         start="due_at",
         end="started_at",
