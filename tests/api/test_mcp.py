@@ -387,9 +387,10 @@ def test_an_altered_expired_replayed_or_foreign_request_state_is_refused(live_ap
             expired = mcp_state.seal(
                 agent_id=agent.agent.pk, task_id=op.pk, digest=digest, expires_at=int(timezone.now().timestamp()) - 1
             )
+            ours = settings.SECRET_KEY
             settings.SECRET_KEY = "another-deployments-key-entirely"
             foreign = mcp_state.seal(agent_id=agent.agent.pk, task_id=op.pk, digest=digest, expires_at=claims["e"])
-            settings.SECRET_KEY = "test-only-not-secret"
+            settings.SECRET_KEY = ours
             for bad in (
                 f"{version}.{body}.{flipped}",
                 f"{version}.{longer}.{tag}",
@@ -405,12 +406,12 @@ def test_an_altered_expired_replayed_or_foreign_request_state_is_refused(live_ap
             with pytest.raises(MCPError):
                 await tasks_get(client, two.task_id, state)
             # A key rotation keeps states minted under the old key valid until they expire.
-            settings.SECRET_KEY_FALLBACKS = ["test-only-not-secret"]
+            settings.SECRET_KEY_FALLBACKS = [ours]
             settings.SECRET_KEY = "the-new-key-after-rotation"
             try:
                 assert (await tasks_get(client, one.task_id, state))["status"] == "working"
             finally:
-                settings.SECRET_KEY = "test-only-not-secret"
+                settings.SECRET_KEY = ours
                 settings.SECRET_KEY_FALLBACKS = []
 
     run_async(session())
