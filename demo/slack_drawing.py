@@ -41,6 +41,7 @@ def mrkdwn(text: str) -> str:
     text = _DATE_TOKEN.sub(r"\1", text)
     text = _LINK.sub(r"\2", text)
     text = re.sub(r"^\*([^*\n]+)\*\n", r"\1: ", text)
+    text = re.sub(r"`([^`\n]*)`", r"\1", text)  # a code span reads as its words
     for code, emoji in EMOJI.items():
         text = text.replace(code, emoji)
     return html.unescape(text.replace("*", ""))
@@ -150,7 +151,7 @@ def _block(block: Any, *, errors: dict[str, str]) -> str:
         elif isinstance(block.get("text"), dict) and (found := _LINK.search(str(block["text"].get("text", "")))):
             # A mrkdwn link ("Open the card") stays a link, as Slack draws it.
             link = f' <a class=btn href="{html.escape(found.group(1))}">{html.escape(found.group(2))}</a>'
-            text = text.replace(found.group(2), "", 1).strip(" ·")
+            text = re.sub(r"\s*·\s*·\s*", " · ", text.replace(found.group(2), "", 1)).strip(" ·")
         return f"<div style='white-space:pre-wrap;margin:.4rem 0'>{html.escape(text)}{link}</div>"
     if kind == "input":
         return _input(block, error=errors.get(str(block.get("block_id", "")), ""))

@@ -344,6 +344,8 @@ def test_the_demo_slack_page_draws_the_modal_pollerdash_opened_and_submits_it(
         # The modal as Slack shows it: its title, the card's version, each option with its effect.
         assert f"Decide: card {esc.pk}" in page and f"Card version {esc.version}" in page
         assert "opened for responder" in page and "On the card only" in page and "Comment" in page
+        # Slack's markup reads as words: no code-span backticks, no empty place where the link was.
+        assert f"operation {esc.operation_id} on" in page and "·  ·" not in page
         values = re.findall(r'type=radio name=option value="([^"]+)"', page)
         assert values and all(v.startswith("extend:") for v in values)
         assert 'http-equiv="refresh"' not in page  # a refresh would wipe the choice being made
