@@ -115,7 +115,7 @@ def test_reassign_notifies_the_responder_and_taking_it_back_asks_first(
     expect(bobs_card.locator(".owner-state")).to_contain_text("You acknowledged this card")
 
     # alice taking it back is asked to confirm, naming bob; bob is told.
-    expect(card.locator(".owner-state")).to_contain_text("bob acknowledged this card", timeout=10_000)
+    expect(card.locator(".owner-state")).to_contain_text("bob acknowledged this card", timeout=30_000)
     card.get_by_text("Take over from bob…").click()
     expect(card.locator(".takeover .warn")).to_contain_text("bob holds this card")
     shoot(page, artifacts, "humans-take-over-confirm")
