@@ -67,7 +67,14 @@ class ReplicatedPair:
             raise
 
     def _create(self, *, synchronous: bool) -> None:
-        settings = ["listen_addresses = '127.0.0.1'", "max_connections = 100", "synchronous_commit = on"]
+        settings = [
+            "listen_addresses = '127.0.0.1'",
+            "max_connections = 100",
+            "synchronous_commit = on",
+            # docs/deployment.md: a host cut off mid-transaction keeps its row locks (a provider
+            # account's) until the server ends its session; this bounds that to 5 s.
+            "idle_in_transaction_session_timeout = '5s'",
+        ]
         for name, port in zip(self.names, self.ports, strict=True):
             _run("pg_createcluster", "15", name, "-p", str(port), "--", "-A", "trust")
             self.created.append(name)
