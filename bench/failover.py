@@ -257,6 +257,9 @@ def run(args: argparse.Namespace, *, pair: ReplicatedPair, out: Path, provider_u
                 )
             time.sleep(0.2)
         drained = with_retry(lambda: soak.drain(args, begin), "draining", seconds=300)
+        # The signer signs every 60 s: a drain quicker than that must not read as a signer that
+        # stopped after the promotion, so wait (boundedly) for its next checkpoint.
+        with_retry(lambda: _signed_after(killed_at, seconds=150), "waiting for the signer", seconds=300)
         recorder.stop()
         try:
             web = httpx.get(f"http://127.0.0.1:{web_port}/metrics", timeout=30).status_code == 200
@@ -282,6 +285,21 @@ def run(args: argparse.Namespace, *, pair: ReplicatedPair, out: Path, provider_u
         "alive": alive,
         "web_answering": 2 if web else 1,  # chaos.topology_invariants counts two web processes
     }
+
+
+def _signed_after(moment: float | None, *, seconds: float) -> bool:
+    """Whether a checkpoint was signed after `moment`, waiting up to `seconds` for one."""
+    from operations.models import AuditCheckpoint
+
+    if moment is None:
+        return False
+    after = datetime.fromtimestamp(moment, UTC)
+    deadline = time.monotonic() + seconds
+    while not AuditCheckpoint.objects.filter(signed_at__gt=after).exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
 
 
 def failover_invariants(result: dict) -> dict[str, int]:
