@@ -6,7 +6,8 @@ Runs one uvicorn process (the production ASGI app, as the Procfile starts it) on
 database and prints:
 
 - `tasks/get` (a 2026-07-28 request with the Tasks extension and the task's requestState) and
-  `GET /api/v1/operations/{id}`, each with 8 concurrent keep-alive clients: p50/p95 latency and
+  `GET /api/v1/operations/{id}`, each with 8 concurrent keep-alive clients on plain sockets (the
+  load generator's own CPU kept small: bench/loadgen.py `loop_requests`): p50/p95 latency and
   requests/s, next to the reference measured in the same run — a request without a token through
   the API's stack (`GET /api/v1/operations/{id}` answered 401, the reference of bench/api.py) — and
   their ratio to it (targets: >= 0.5 of the reference, p95 <= 25 ms); the 401 of /mcp is shown too;
@@ -52,19 +53,21 @@ async def bench_throughput(url: str, token: str, operation_id: str, state: str, 
     body, headers = tasks_get_request(operation_id, state)
     path = f"/api/v1/operations/{operation_id}"
 
-    async def api_401(client) -> None:
-        assert (await client.get(path)).status_code == 401
+    async def api_401(connection: RawConnection) -> None:
+        status, _ = await connection.exchange("GET", path, {})
+        assert status == 401, status
 
-    async def mcp_401(client) -> None:
-        assert (await client.post("/mcp", content=body, headers=headers)).status_code == 401
+    async def mcp_401(connection: RawConnection) -> None:
+        status, _ = await connection.exchange("POST", "/mcp", headers, body)
+        assert status == 401, status
 
-    async def api_get(client) -> None:
-        response = await client.get(path, headers=auth)
-        assert response.status_code == 200, response.text[:200]
+    async def api_get(connection: RawConnection) -> None:
+        status, answer = await connection.exchange("GET", path, auth)
+        assert status == 200, answer[:200]
 
-    async def tasks_get(client) -> None:
-        response = await client.post("/mcp", content=body, headers={**headers, **auth})
-        assert response.status_code == 200 and b'"status":"working"' in response.content, response.text[:300]
+    async def tasks_get(connection: RawConnection) -> None:
+        status, answer = await connection.exchange("POST", "/mcp", {**headers, **auth}, body)
+        assert status == 200 and b'"status":"working"' in answer, answer[:300]
 
     reference = await measure(url, api_401, pid, seconds=seconds)
     mcp_ref = await measure(url, mcp_401, pid, seconds=seconds)
