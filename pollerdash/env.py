@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+# psycopg prepares a statement once it has run this many times on a connection: never, in effect;
+# `execute(..., prepare=True)` still prepares at once (psycopg/_preparing.py).
+PREPARE_ONLY_WHEN_ASKED = 2**62
+
 
 def env_str(name: str, default: str = "") -> str:
     # An empty value (NAME= in an env file) means "not set", not "set to nothing".
@@ -107,4 +111,9 @@ def _postgres(url: str, query: str, *, pool_mode: str) -> dict:
         # No lock in pollerdash is meant to be held for long (the audit head, an account row):
         # fail a stuck wait after 10 s instead of piling every writer up behind it.
         options.setdefault("options", "-c lock_timeout=10s")
+        # Prepared only where the code asks for it (fastsql.fetchone(prepare=True): the agent
+        # door's reads on unique keys), never by psycopg's count of repeats: a repeated "due
+        # before now" query could be kept on a generic plan that scans the table. Django's default,
+        # None, would refuse every prepare.
+        options.setdefault("prepare_threshold", PREPARE_ONLY_WHEN_ASKED)
     return database

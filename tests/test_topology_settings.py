@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pollerdash.env import database_from_url
+from pollerdash.env import PREPARE_ONLY_WHEN_ASKED, database_from_url
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,8 @@ def test_a_multi_host_url_reaches_libpq_as_host_and_port_lists() -> None:
 
 def test_a_direct_url_keeps_its_lock_timeout_and_server_side_cursors() -> None:
     db = database_from_url("postgres://root@127.0.0.1:5432/x", base_dir=ROOT)
-    assert db["OPTIONS"] == {"options": "-c lock_timeout=10s"}
+    # Prepared statements only where the code asks (fastsql.fetchone(prepare=True)).
+    assert db["OPTIONS"] == {"options": "-c lock_timeout=10s", "prepare_threshold": PREPARE_ONLY_WHEN_ASKED}
     assert "DISABLE_SERVER_SIDE_CURSORS" not in db
 
 

@@ -92,7 +92,7 @@ def agent_authenticate_with(*, token: str, sql: str, params: Sequence[object]) -
     joins', the token's hash follows): the agent and the row's other columns, or None."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    row = fastsql.fetchone(sql, [*params, token_sha256(token)])
+    row = fastsql.fetchone(sql, [*params, token_sha256(token)], prepare=True)
     if row is None:
         return None
     used = fastsql.instance(AgentToken, ("id", "last_used_at"), row[:2])

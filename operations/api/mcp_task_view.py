@@ -159,7 +159,7 @@ def load_task(*, agent_id: int, task_id: str) -> TaskView | None:
     """The agent's own operation as a task; None for an unknown id or another agent's (run with run_db)."""
     if len(task_id) > TASK_ID_MAX:
         return None
-    row = fastsql.fetchone(_task_sql(), [task_id, agent_id])
+    row = fastsql.fetchone(_task_sql(), [task_id, agent_id], prepare=True)
     return None if row is None else _task_of(row, agent_id=agent_id)
 
 

@@ -63,7 +63,7 @@ def agent_operation(*, agent_id: int, operation_id: str) -> Operation | None:
 
     Every GET, wait and MCP task read asks this, so it is one plain statement (operations/infrastructure/fastsql.py):
     the ORM compiling a join of the operation's many columns costs more than the round trip."""
-    row = fastsql.fetchone(_operation_sql(), [operation_id, agent_id])
+    row = fastsql.fetchone(_operation_sql(), [operation_id, agent_id], prepare=True)
     return None if row is None else _operation_of(row)
 
 

@@ -71,3 +71,62 @@ def test_plain_statements_are_seen_by_query_capture(make_operation: Callable[...
         load_for_polls([created.pk])
     # The operation's own query is counted (then the profile, read once per process and cached).
     assert f"{fastsql.table(Operation)} o" in captured.captured_queries[0]["sql"]
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+def test_the_agent_doors_reads_are_planned_once_per_connection_and_nothing_else_is(
+    make_operation: Callable[..., Operation],
+) -> None:
+    # Every agent request runs the token check; prepared, PostgreSQL plans it once per
+    # connection instead of on each request. A query repeated anywhere else is never prepared: a
+    # generic plan kept for a "due before now" query could scan the table.
+    from django.utils import timezone
+
+    from operations.agents.identities import agent_authenticate, agent_token_issue
+    from operations.api.selectors import token_operation
+    from operations.models import AgentToken
+
+    issued = agent_token_issue(name="prepared-agent")
+    op = make_operation("job-prepared", agent=issued.agent)
+    repeated = f"SELECT id, status FROM {fastsql.table(Operation)} WHERE id = %s"
+    for _ in range(10):
+        assert Operation.objects.filter(pk=op.pk).first() is not None
+        assert fastsql.fetchone(repeated, [op.pk]) == (op.pk, op.status)
+    for _ in range(3):
+        assert agent_authenticate(token=issued.token) == issued.agent
+        assert token_operation(token=issued.token, operation_id=op.pk) == (issued.agent, op)
+    prepared = _prepared_statements()
+    assert sum("token_sha256" in statement for statement in prepared) >= 2
+    assert not any(statement.startswith("SELECT id, status") for statement in prepared)
+    # The statement is planned once, not its answer kept: a revoked token is refused at once.
+    AgentToken.objects.filter(agent=issued.agent).update(revoked_at=timezone.now())
+    assert agent_authenticate(token=issued.token) is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_read_survives_a_migration_that_changes_a_returned_columns_type() -> None:
+    # A deploy migrates from another process while this one keeps its connection: the prepared
+    # statement's result type changed under it. The read answers instead of failing until a restart.
+    import psycopg
+
+    params = connection.get_connection_params()
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("CREATE TABLE fastsql_prepared_probe (id integer PRIMARY KEY, name varchar(10))")
+        try:
+            other.execute("INSERT INTO fastsql_prepared_probe VALUES (1, 'before')")
+            sql = "SELECT id, name FROM fastsql_prepared_probe WHERE id = %s"
+            assert fastsql.fetchone(sql, [1], prepare=True) == (1, "before")
+            assert fastsql.fetchone(sql, [1], prepare=True) == (1, "before")
+            other.execute("ALTER TABLE fastsql_prepared_probe ALTER COLUMN name TYPE varchar(40)")
+            other.execute("UPDATE fastsql_prepared_probe SET name = 'after the migration'")
+            assert fastsql.fetchone(sql, [1], prepare=True) == (1, "after the migration")
+        finally:
+            other.execute("DROP TABLE fastsql_prepared_probe")
